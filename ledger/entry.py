@@ -1,0 +1,95 @@
+"""The unit a ledger stores, and the position that names it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import total_ordering
+
+_ID_RE = re.compile(r"^(\d{1,19}):(\d{1,19})$")
+MAX_ID = 2**63 - 1
+
+
+@total_ordering
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A message id ``(ledger_id, entry_id)``, ordered lexicographically, written ``"L:E"``."""
+
+    ledger_id: int
+    entry_id: int
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) < (other.ledger_id, other.entry_id)
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+    def next(self) -> Position:
+        """The position just after this one in the same ledger."""
+        return Position(self.ledger_id, self.entry_id + 1)
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Parse ``"L:E"``; raises ``ValueError`` for anything else."""
+        m = _ID_RE.match(text)
+        if m is None:
+            raise ValueError(f"not a message id: {text!r} (expected 'ledgerId:entryId')")
+        ledger_id, entry_id = int(m.group(1)), int(m.group(2))
+        if ledger_id > MAX_ID or entry_id > MAX_ID:
+            raise ValueError(f"message id out of range: {text!r}")
+        return cls(ledger_id, entry_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What a producer sends: the message before the ledger gives it an id.
+
+    ``value is None`` marks a tombstone: the key is deleted by compaction.
+    """
+
+    key: str | None
+    value: bytes | None
+    properties: dict[str, str] = field(default_factory=dict)
+    publish_time: int = 0
+    event_time: int | None = None
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A record stored in a ledger under its message id."""
+
+    ledger_id: int
+    entry_id: int
+    key: str | None
+    value: bytes | None
+    properties: dict[str, str]
+    publish_time: int
+    event_time: int | None
+
+    @property
+    def position(self) -> Position:
+        return Position(self.ledger_id, self.entry_id)
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+    def size(self) -> int:
+        """Payload bytes, as counted for backlog and ledger size limits."""
+        return record_size(self.key, self.value, self.properties)
+
+
+def record_size(key: str | None, value: bytes | None, properties: dict[str, str]) -> int:
+    """Bytes a message carries: key, value and properties, UTF-8 encoded."""
+    n = len(value) if value is not None else 0
+    if key is not None:
+        n += len(key.encode())
+    for k, v in properties.items():
+        n += len(k.encode()) + len(v.encode())
+    return n

@@ -1,0 +1,44 @@
+"""Where ledger files live under the storage root.
+
+Layout (``root`` is the configured data dir)::
+
+    root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.wal        open ledger
+    root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.parquet    sealed ledger
+    root/ledgers/{tenant}/{namespace}/{topic}/compacted-{ledger_id:020d}/ compacted ledger (part files)
+
+Zero-padded ids keep a directory listing in ledger order. Topic name parts are validated by
+the service before they reach here (no separators, never ``.`` or ``..``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TMP_SUFFIX = ".tmp"
+QUARANTINE_SUFFIX = ".quarantine"
+
+
+def topic_dir(root: Path, tenant: str, namespace: str, topic: str) -> Path:
+    return Path(root) / "ledgers" / tenant / namespace / topic
+
+
+def wal_path(topic_root: Path, ledger_id: int) -> Path:
+    return topic_root / f"{ledger_id:020d}.wal"
+
+
+def sealed_path(topic_root: Path, ledger_id: int) -> Path:
+    return topic_root / f"{ledger_id:020d}.parquet"
+
+
+def compacted_dir(topic_root: Path, ledger_id: int) -> Path:
+    return topic_root / f"compacted-{ledger_id:020d}"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
