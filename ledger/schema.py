@@ -7,7 +7,11 @@ Rows are always stored in message-id order: ``(ledger_id, entry_id)`` ascending.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
+
+from ledger.entry import Entry
 
 LEDGER_ID = "ledger_id"
 ENTRY_ID = "entry_id"
@@ -39,3 +43,46 @@ SPARK_DDL = (
     "ledger_id BIGINT, entry_id BIGINT, key STRING, value BINARY, is_tombstone BOOLEAN, "
     "properties MAP<STRING, STRING>, publish_time BIGINT, event_time BIGINT"
 )
+
+
+def entries_to_table(entries: Sequence[Entry]) -> pa.Table:
+    """Build an Arrow table in ``ARROW_SCHEMA`` from entries (kept in the given order)."""
+    return pa.table(
+        {
+            LEDGER_ID: [e.ledger_id for e in entries],
+            ENTRY_ID: [e.entry_id for e in entries],
+            KEY: [e.key for e in entries],
+            VALUE: [e.value for e in entries],
+            IS_TOMBSTONE: [e.value is None for e in entries],
+            PROPERTIES: [list(e.properties.items()) for e in entries],
+            PUBLISH_TIME: [e.publish_time for e in entries],
+            EVENT_TIME: [e.event_time for e in entries],
+        },
+        schema=ARROW_SCHEMA,
+    )
+
+
+def table_to_entries(table: pa.Table) -> list[Entry]:
+    """Turn rows of a ledger table (any row order) back into entries."""
+    cols = table.select(list(COLUMNS)).to_pydict()
+    return [
+        Entry(
+            ledger_id=lid,
+            entry_id=eid,
+            key=key,
+            value=value,
+            properties=dict(props) if props else {},
+            publish_time=pt,
+            event_time=et,
+        )
+        for lid, eid, key, value, props, pt, et in zip(
+            cols[LEDGER_ID],
+            cols[ENTRY_ID],
+            cols[KEY],
+            cols[VALUE],
+            cols[PROPERTIES],
+            cols[PUBLISH_TIME],
+            cols[EVENT_TIME],
+            strict=True,
+        )
+    ]

@@ -1,0 +1,25 @@
+# Two commands do all set-up: `make run` starts the service, `make test` runs the tests.
+# Each creates the virtualenv in .venv and installs the project into it first.
+PYTHON ?= python3
+VENV ?= .venv
+STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+
+.PHONY: run test lint bench install
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test,postgres]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/compactor serve
+
+test: $(STAMP)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check service compactor ledger api migrations tests

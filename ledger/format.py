@@ -1,0 +1,272 @@
+"""The byte layout of a write-ahead file (the file of one open ledger).
+
+All integers are little-endian. A file is a header followed by zero or more frames::
+
+    file header (HEADER_FORMAT, 16 bytes)
+        8 bytes   magic            MAGIC = b"CLWAL\\x00\\x00\\x01" (the last byte is the version)
+        u64       ledger_id        the ledger this file belongs to
+
+    frame (one per entry, entry ids 0, 1, 2, ... in file order)
+        u32       length           number of body bytes that follow the frame header
+        u32       crc              crc32c(body)
+        body      `length` bytes, laid out below
+
+    body
+        fixed part (BODY_HEADER_FORMAT, 37 bytes)
+            u64   entry_id         the entry's id; recovery checks that ids are consecutive
+            i64   publish_time     ms since the epoch
+            u8    flags            FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME
+            i64   event_time       ms since the epoch; 0 when FLAG_HAS_EVENT_TIME is clear
+            u32   key_length       0 when FLAG_HAS_KEY is clear
+            u32   value_length     0 when FLAG_HAS_VALUE is clear
+            u32   property_count
+        key_length bytes           the key, UTF-8
+        value_length bytes         the value (absent value = tombstone)
+        property_count times:
+            PROPERTY_HEADER_FORMAT u32 name_length, u32 value_length
+            name_length bytes      property name, UTF-8
+            value_length bytes     property value, UTF-8
+
+The flags tell an absent key (``None``) from an empty one (``""``), and a tombstone
+(``value is None``) from an empty value (``b""``). A body must be consumed exactly: trailing
+bytes, unknown flag bits or a length field that does not fit make it malformed.
+
+Nothing in a frame points anywhere else, so a file can be scanned from the header alone;
+the first frame that is short, absurdly long, fails its CRC, does not decode or carries the
+wrong entry id marks the end of the good data (see :mod:`ledger.wal` for recovery).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+import crc32c
+
+from ledger.entry import Entry, Record
+
+MAGIC = b"CLWAL\x00\x00\x01"
+assert len(MAGIC) == 8
+
+HEADER_FORMAT = "<8sQ"  # magic, ledger_id
+HEADER_SIZE = 16
+assert struct.calcsize(HEADER_FORMAT) == HEADER_SIZE
+
+FRAME_HEADER_FORMAT = "<II"  # body length, crc32c(body)
+FRAME_HEADER_SIZE = 8
+assert struct.calcsize(FRAME_HEADER_FORMAT) == FRAME_HEADER_SIZE
+
+BODY_HEADER_FORMAT = "<QqBqIII"  # entry_id, publish_time, flags, event_time, key_len, value_len, n_props
+BODY_HEADER_SIZE = 37
+assert struct.calcsize(BODY_HEADER_FORMAT) == BODY_HEADER_SIZE
+
+PROPERTY_HEADER_FORMAT = "<II"  # name length, value length
+PROPERTY_HEADER_SIZE = 8
+assert struct.calcsize(PROPERTY_HEADER_FORMAT) == PROPERTY_HEADER_SIZE
+
+_HEADER = struct.Struct(HEADER_FORMAT)
+_FRAME_HEADER = struct.Struct(FRAME_HEADER_FORMAT)
+_BODY_HEADER = struct.Struct(BODY_HEADER_FORMAT)
+_PROPERTY_HEADER = struct.Struct(PROPERTY_HEADER_FORMAT)
+_ENTRY_ID = struct.Struct("<Q")  # the first field of a body
+
+FLAG_HAS_KEY = 0x01
+FLAG_HAS_VALUE = 0x02
+FLAG_HAS_EVENT_TIME = 0x04
+_KNOWN_FLAGS = FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME
+
+MIN_BODY_SIZE = BODY_HEADER_SIZE
+# A length field above this is treated as garbage, not as a record to wait for: it keeps
+# recovery from trusting a torn or zero-filled length, and bounds what one frame may allocate.
+MAX_BODY_SIZE = 256 * 1024 * 1024
+
+Buffer = bytes | bytearray | memoryview
+
+
+class CorruptRecordError(Exception):
+    """A write-ahead file holds bytes that are not what this format says.
+
+    Carries the file and the byte offset where the bad data starts, so an operator can find it.
+    """
+
+    def __init__(self, path: Path | str, offset: int, reason: str) -> None:
+        self.path = Path(path)
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"{self.path}: offset {offset}: {reason}")
+
+    def __reduce__(self) -> tuple[type[CorruptRecordError], tuple[Path, int, str]]:
+        return (type(self), (self.path, self.offset, self.reason))
+
+
+class MalformedBodyError(ValueError):
+    """A frame body that does not decode; the caller knows the file and offset to report."""
+
+
+def encode_header(ledger_id: int) -> bytes:
+    """The file header of ledger ``ledger_id``'s write-ahead file."""
+    try:
+        return _HEADER.pack(MAGIC, ledger_id)
+    except struct.error as e:
+        raise ValueError(f"ledger id out of range: {ledger_id}") from e
+
+
+def decode_header(data: Buffer, path: Path | str) -> int:
+    """Check a file header and return its ledger id.
+
+    ``data`` must hold at least :data:`HEADER_SIZE` bytes; a shorter header is torn and is the
+    caller's business. A wrong magic raises :class:`CorruptRecordError`: it is not a torn
+    write, it is not our file (or not this version of it).
+    """
+    if len(data) < HEADER_SIZE:
+        raise CorruptRecordError(path, 0, f"file header is {len(data)} bytes, expected {HEADER_SIZE}")
+    magic, ledger_id = _HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise CorruptRecordError(path, 0, f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
+    return int(ledger_id)
+
+
+def encode_record(entry_id: int, record: Record) -> bytes:
+    """The full frame (frame header and body) storing ``record`` as entry ``entry_id``.
+
+    Raises ``ValueError`` for a record the format cannot hold (an integer out of range, a
+    string that is not encodable as UTF-8, a body above :data:`MAX_BODY_SIZE`).
+    """
+    return bytes(encode_frames(entry_id, [encode_body(entry_id, record)]))
+
+
+def encode_frames(first_entry_id: int, bodies: Sequence[Buffer]) -> bytearray:
+    """The frames of consecutive entries ``first_entry_id, first_entry_id + 1, ...``.
+
+    Each body's entry-id field is overwritten with its entry's id, so a writer can encode the
+    (costly) bodies before it knows the ids and only number and checksum them under its lock.
+    Frame ``i`` is ``FRAME_HEADER_SIZE + len(bodies[i])`` bytes long.
+    """
+    if first_entry_id < 0 or first_entry_id + len(bodies) > 2**64:
+        raise ValueError(f"entry ids out of range: {first_entry_id} + {len(bodies)}")
+    buf = bytearray(sum(FRAME_HEADER_SIZE + len(b) for b in bodies))
+    view = memoryview(buf)
+    pos = 0
+    for i, body in enumerate(bodies):
+        start = pos + FRAME_HEADER_SIZE
+        end = start + len(body)
+        view[start:end] = body
+        _ENTRY_ID.pack_into(buf, start, first_entry_id + i)
+        _FRAME_HEADER.pack_into(buf, pos, len(body), crc32c.crc32c(view[start:end]))
+        pos = end
+    return buf
+
+
+def encode_body(entry_id: int, record: Record) -> bytes:
+    """The body of one frame (see the module docstring)."""
+    flags = 0
+    key = b""
+    if record.key is not None:
+        flags |= FLAG_HAS_KEY
+        key = record.key.encode("utf-8")
+    value = b""
+    if record.value is not None:
+        flags |= FLAG_HAS_VALUE
+        value = bytes(record.value)
+    event_time = 0
+    if record.event_time is not None:
+        flags |= FLAG_HAS_EVENT_TIME
+        event_time = record.event_time
+    parts: list[bytes] = []
+    try:
+        parts.append(
+            _BODY_HEADER.pack(
+                entry_id,
+                record.publish_time,
+                flags,
+                event_time,
+                len(key),
+                len(value),
+                len(record.properties),
+            )
+        )
+        parts.append(key)
+        parts.append(value)
+        for name, text in record.properties.items():
+            name_bytes = name.encode("utf-8")
+            text_bytes = text.encode("utf-8")
+            parts.append(_PROPERTY_HEADER.pack(len(name_bytes), len(text_bytes)))
+            parts.append(name_bytes)
+            parts.append(text_bytes)
+    except struct.error as e:
+        raise ValueError(f"record for entry {entry_id} does not fit the format: {e}") from e
+    body = b"".join(parts)
+    if len(body) > MAX_BODY_SIZE:
+        raise ValueError(f"record for entry {entry_id} is {len(body)} bytes, above {MAX_BODY_SIZE}")
+    return body
+
+
+def decode_frame_header(data: Buffer, offset: int = 0) -> tuple[int, int]:
+    """``(body_length, crc)`` of the frame header at ``offset`` in ``data``."""
+    length, crc = _FRAME_HEADER.unpack_from(data, offset)
+    return int(length), int(crc)
+
+
+def body_length_is_sane(length: int) -> bool:
+    """Whether a frame's length field could belong to a real frame."""
+    return MIN_BODY_SIZE <= length <= MAX_BODY_SIZE
+
+
+def body_crc(body: Buffer) -> int:
+    """The checksum stored in a frame header for ``body``."""
+    return int(crc32c.crc32c(body))
+
+
+def decode_body(body: Buffer, ledger_id: int) -> Entry:
+    """Decode one frame body into the :class:`Entry` it stores in ledger ``ledger_id``.
+
+    The CRC is the caller's to check (it lives in the frame header). Raises
+    :class:`MalformedBodyError` if the body does not decode exactly.
+    """
+    view = memoryview(body)
+    size = len(view)
+    if size < BODY_HEADER_SIZE:
+        raise MalformedBodyError(f"body is {size} bytes, shorter than its fixed part ({BODY_HEADER_SIZE})")
+    entry_id, publish_time, flags, event_time, key_len, value_len, n_props = _BODY_HEADER.unpack_from(view, 0)
+    if flags & ~_KNOWN_FLAGS:
+        raise MalformedBodyError(f"unknown flag bits {flags:#04x}")
+    if not flags & FLAG_HAS_KEY and key_len:
+        raise MalformedBodyError("key length set on a record without a key")
+    if not flags & FLAG_HAS_VALUE and value_len:
+        raise MalformedBodyError("value length set on a tombstone")
+    if not flags & FLAG_HAS_EVENT_TIME and event_time:
+        raise MalformedBodyError("event time set on a record without one")
+    pos = BODY_HEADER_SIZE
+
+    def take(n: int, what: str) -> memoryview:
+        nonlocal pos
+        if n > size - pos:
+            raise MalformedBodyError(f"{what} of {n} bytes overruns the body at {pos}/{size}")
+        chunk = view[pos : pos + n]
+        pos += n
+        return chunk
+
+    try:
+        key = str(take(key_len, "key"), "utf-8") if flags & FLAG_HAS_KEY else None
+        value = bytes(take(value_len, "value")) if flags & FLAG_HAS_VALUE else None
+        properties: dict[str, str] = {}
+        for _ in range(n_props):
+            name_len, text_len = _PROPERTY_HEADER.unpack_from(take(PROPERTY_HEADER_SIZE, "property header"))
+            name = str(take(name_len, "property name"), "utf-8")
+            properties[name] = str(take(text_len, "property value"), "utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedBodyError(f"invalid UTF-8: {e}") from e
+    if pos != size:
+        raise MalformedBodyError(f"{size - pos} trailing bytes after the record")
+    if len(properties) != n_props:
+        raise MalformedBodyError("duplicate property names")
+    return Entry(
+        ledger_id=ledger_id,
+        entry_id=int(entry_id),
+        key=key,
+        value=value,
+        properties=properties,
+        publish_time=int(publish_time),
+        event_time=int(event_time) if flags & FLAG_HAS_EVENT_TIME else None,
+    )

@@ -1,0 +1,84 @@
+"""Sealed ledgers: a closed ledger's entries as one Parquet file.
+
+A sealed file is written under a temporary name, fsynced, renamed into place and the
+directory fsynced, so a reader never sees a partial file under the final name. Rows are the
+ledger's entries 0..n-1 in order, so entry ``e`` is row ``e``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from ledger.entry import Entry
+from ledger.paths import TMP_SUFFIX, fsync_dir
+from ledger.schema import ARROW_SCHEMA, entries_to_table, table_to_entries
+
+# Small enough that reading one page touches little data, large enough for good compression.
+ROW_GROUP_SIZE = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SealInfo:
+    entries: int
+    file_bytes: int
+
+
+def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
+    """Write ``entries`` as the sealed ledger at ``path``; durable and complete when it returns.
+
+    Replaces any file already at ``path`` (a re-seal after a crash writes the same rows).
+    """
+    for i, e in enumerate(entries):
+        if e.entry_id != i:
+            raise ValueError(f"sealed ledger rows must be entries 0..n-1; row {i} is entry {e.entry_id}")
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    table = entries_to_table(entries)
+    with open(tmp, "wb") as f:
+        pq.write_table(table, f, row_group_size=row_group_size, compression="zstd")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return SealInfo(entries=len(entries), file_bytes=path.stat().st_size)
+
+
+class SealedLedger:
+    """Random access to a sealed ledger's entries by id; safe to share between threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = pq.ParquetFile(path)
+        meta = self._file.metadata
+        if meta.schema.to_arrow_schema().names != ARROW_SCHEMA.names:
+            raise ValueError(f"{path}: not a sealed ledger (columns {meta.schema.names})")
+        # _starts[i] is the entry id of the first row of row group i.
+        self._starts: list[int] = []
+        n = 0
+        for i in range(meta.num_row_groups):
+            self._starts.append(n)
+            n += meta.row_group(i).num_rows
+        self.entries = n
+        self.file_bytes = path.stat().st_size
+        self._lock = threading.Lock()
+
+    def read(self, start: int, max_entries: int) -> list[Entry]:
+        """Entries ``start`` .. ``start + max_entries - 1`` that exist, in order."""
+        if start >= self.entries or max_entries <= 0:
+            return []
+        end = min(self.entries, start + max_entries)
+        first_rg = bisect.bisect_right(self._starts, start) - 1
+        last_rg = bisect.bisect_right(self._starts, end - 1) - 1
+        with self._lock:  # ParquetFile keeps one file handle; serialise its use.
+            table = self._file.read_row_groups(list(range(first_rg, last_rg + 1)))
+        offset = start - self._starts[first_rg]
+        return table_to_entries(table.slice(offset, end - start))
+
+    def close(self) -> None:
+        self._file.close()

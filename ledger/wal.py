@@ -1,0 +1,684 @@
+"""The write-ahead file of one open ledger: append, make durable, read back, recover.
+
+The byte layout is in :mod:`ledger.format`. This module adds the rules around it:
+
+* Entry ids are the frame's position in the file: 0, 1, 2, ... with no gaps.
+* An entry is readable (counted in :attr:`WriteAheadLog.entries`) only once acknowledged:
+  under the ``"always"`` policy once an fsync covered its frame, under ``"interval"`` and
+  ``"never"`` as soon as it is written. Readers never see an entry a crash could take back
+  under the policy the operator chose.
+* Appends from many threads are serialised by one lock (the file's byte order is the entry
+  order); fsyncs are group-committed: one thread fsyncs on behalf of every waiting thread,
+  and appends go on while it does.
+* On open, recovery keeps every whole record with a good CRC and the next entry id, and
+  cuts the file at the first bad one. The cut bytes are kept in a quarantine file next to
+  the log, never simply thrown away.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, get_args
+
+from ledger import format as fmt
+from ledger.entry import Entry, Record, record_size
+from ledger.format import CorruptRecordError
+from ledger.paths import QUARANTINE_SUFFIX, TMP_SUFFIX, fsync_dir
+
+__all__ = [
+    "CorruptRecordError",
+    "FsyncPolicy",
+    "LedgerClosedError",
+    "Recovery",
+    "WalFailedError",
+    "WriteAheadLog",
+]
+
+log = logging.getLogger(__name__)
+
+FsyncPolicy = Literal["always", "interval", "never"]
+_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_COPY_CHUNK = 1 << 20
+# fdatasync also flushes the file size, which is all an append changes besides data; it
+# skips the mtime update a full fsync would force.
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
+class LedgerClosedError(RuntimeError):
+    """The write-ahead log was closed: the ledger takes no more entries."""
+
+
+class WalFailedError(LedgerClosedError):
+    """An fsync (or an unrecoverable write) failed; the log takes no more entries.
+
+    After a failed fsync the kernel may have dropped the dirty pages, so a retry could
+    "succeed" without the data being on disk. The only safe course is to stop using the
+    file: the owner rolls over to a new ledger, and recovery decides on the next open.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What :meth:`WriteAheadLog.open` found and did.
+
+    ``entries`` whole records were kept. If the file had a bad tail, ``truncated_bytes`` bytes
+    from ``truncated_at`` to the old end were moved to ``quarantine_path`` (``reason`` says why
+    the first one was rejected).
+    """
+
+    entries: int
+    truncated_bytes: int = 0
+    quarantine_path: Path | None = None
+    truncated_at: int | None = None
+    reason: str | None = None
+    created: bool = False
+    header_rewritten: bool = False
+
+
+class WriteAheadLog:
+    """The append-only file of one open ledger. Thread-safe.
+
+    Create or recover one with :meth:`open`. Invariants:
+
+    * ``entries <= written_entries``; entries ``[0, entries)`` are readable and (under
+      ``"always"``) durable.
+    * The file holds exactly the header and the frames of ``written_entries`` entries
+      (``file_bytes`` long).
+    * Once :meth:`close` has returned, every written entry is durable and readable.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        ledger_id: int,
+        fd: int,
+        policy: FsyncPolicy,
+        fsync_interval_ms: int,
+        recovery: Recovery,
+        bounds: array[int],
+        cum_sizes: array[int],
+        publish_times: array[int],
+    ) -> None:
+        """Use :meth:`open`; this only assembles a log whose file was already checked."""
+        self._path = path
+        self._ledger_id = ledger_id
+        self._fd = fd
+        self._policy: FsyncPolicy = policy
+        self._interval_s = fsync_interval_ms / 1000.0
+        self.recovery = recovery
+        """What opening the file found (see :class:`Recovery`)."""
+        self.fsync_count = 0
+        """fsyncs of the log issued since open (group commits, the interval flusher, close)."""
+
+        # Serialises writers so the byte order in the file is the entry order.
+        self._write_lock = threading.Lock()
+        # Guards all the state below, and wakes sync() waiters and close().
+        # Lock order: _write_lock before _cond, never the other way round.
+        self._cond = threading.Condition(threading.Lock())
+        # bounds[i] is where frame i starts; bounds[written] is the end of the file.
+        self._bounds = bounds
+        # cum_sizes[i] is the payload size (record_size) of entries [0, i).
+        self._cum_sizes = cum_sizes
+        self._publish_times = publish_times
+        self._written = len(publish_times)
+        self._write_end = bounds[-1]
+        self._entries = self._written
+        self._durable_end = self._write_end
+        self._syncing = False  # one thread at a time holds the fsync "baton"
+        self._closing = False  # set under _write_lock: no append may start after it
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._active_reads = 0  # preads on self._fd in flight; close waits for them
+
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if policy == "interval":
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name=f"wal-flush-{ledger_id}", daemon=True
+            )
+            self._flusher.start()
+
+    # ------------------------------------------------------------------ open / recovery
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        ledger_id: int,
+        *,
+        fsync: FsyncPolicy = "always",
+        fsync_interval_ms: int = 100,
+    ) -> WriteAheadLog:
+        """Open ledger ``ledger_id``'s write-ahead file at ``path``, creating it if missing.
+
+        A new file is written under a temporary name with its header, fsynced, renamed into
+        place and the directory fsynced. An existing file is recovered: see the module
+        docstring; what happened is in :attr:`recovery`. A file shorter than the header (a
+        crash right after creating it) has its header rewritten, provided its bytes are a
+        prefix of that header or zeros. A header with the wrong magic or another ledger's id
+        raises :class:`CorruptRecordError`: that is not a torn write, and the file is left
+        untouched for an operator. The directory must exist.
+        """
+        if fsync not in _POLICIES:
+            raise ValueError(f"fsync policy must be one of {_POLICIES}, not {fsync!r}")
+        if fsync == "interval" and fsync_interval_ms <= 0:
+            raise ValueError(f"fsync_interval_ms must be positive, not {fsync_interval_ms}")
+        path = Path(path)
+        header = fmt.encode_header(ledger_id)
+        created = header_rewritten = False
+        if not path.exists():
+            _create_file(path, header)
+            created = True
+
+        fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if size < fmt.HEADER_SIZE:
+                torn = _pread_exact(fd, size, 0)
+                if not (header.startswith(torn) or torn.count(0) == len(torn)):
+                    raise CorruptRecordError(
+                        path, 0, f"file is {size} bytes, shorter than a header, and not a torn header"
+                    )
+                os.close(fd)
+                fd = -1
+                log.warning("%s: torn file header (%d bytes), rewriting it", path, size)
+                _create_file(path, header)
+                header_rewritten = True
+                fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+                size = fmt.HEADER_SIZE
+            found_id = fmt.decode_header(_pread_exact(fd, fmt.HEADER_SIZE, 0), path)
+            if found_id != ledger_id:
+                raise CorruptRecordError(
+                    path, len(fmt.MAGIC), f"file belongs to ledger {found_id}, expected ledger {ledger_id}"
+                )
+
+            scan = _scan(fd, path, ledger_id, size)
+            quarantine: Path | None = None
+            good_end = scan.bounds[-1]
+            if scan.reason is not None:
+                quarantine = _quarantine(fd, path, good_end, size)
+                os.ftruncate(fd, good_end)
+                log.warning(
+                    "%s: bad record at offset %d (%s); kept %d entries, moved %d bytes to %s",
+                    path,
+                    good_end,
+                    scan.reason,
+                    len(scan.publish_times),
+                    size - good_end,
+                    quarantine,
+                )
+            # Entries found on open count as acknowledged, but a previous process running
+            # under "never" may have left them in the page cache only.
+            os.fsync(fd)
+            recovery = Recovery(
+                entries=len(scan.publish_times),
+                truncated_bytes=size - good_end if scan.reason is not None else 0,
+                quarantine_path=quarantine,
+                truncated_at=good_end if scan.reason is not None else None,
+                reason=scan.reason,
+                created=created,
+                header_rewritten=header_rewritten,
+            )
+            return cls(
+                path,
+                ledger_id,
+                fd,
+                fsync,
+                fsync_interval_ms,
+                recovery,
+                scan.bounds,
+                scan.cum_sizes,
+                scan.publish_times,
+            )
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, records: Sequence[Record]) -> tuple[int, int]:
+        """Write ``records`` as consecutive entries; return ``(first_entry_id, token)``.
+
+        The batch goes to the file in one write. The entries are not acknowledged yet: pass
+        ``token`` to :meth:`sync` before replying to a producer. Raises
+        :class:`LedgerClosedError` after :meth:`close`, ``ValueError`` for a record the format
+        cannot hold (then nothing of the batch is written).
+        """
+        # Encoding is the costly part and needs no ids: do it before taking the lock.
+        bodies = [fmt.encode_body(0, r) for r in records]
+        sizes = [record_size(r.key, r.value, r.properties) for r in records]
+        with self._write_lock:
+            self._check_writable()
+            first = self._written
+            if not bodies:
+                return first, self._write_end
+            data = fmt.encode_frames(first, bodies)
+            offset = self._write_end
+            try:
+                _pwrite_all(self._fd, data, offset)
+            except OSError as e:
+                # Drop the partial batch so the file again ends at the last whole frame.
+                try:
+                    os.ftruncate(self._fd, offset)
+                except OSError:
+                    with self._cond:
+                        self._failure = self._failure or e
+                        self._cond.notify_all()
+                raise
+            with self._cond:
+                end = offset
+                total = self._cum_sizes[-1]
+                for body, size, record in zip(bodies, sizes, records, strict=True):
+                    end += fmt.FRAME_HEADER_SIZE + len(body)
+                    total += size
+                    self._bounds.append(end)
+                    self._cum_sizes.append(total)
+                    self._publish_times.append(record.publish_time)
+                self._written = first + len(bodies)
+                self._write_end = end
+                if self._policy != "always":
+                    self._entries = self._written
+            return first, end
+
+    def sync(self, token: int) -> None:
+        """Block until the data up to ``token`` (from :meth:`append`) is acknowledged.
+
+        ``"always"``: returns once an fsync covered ``token``. If another thread's fsync
+        already did, at once; if one is in progress, waits for it; otherwise this thread
+        fsyncs everything written so far, for itself and every thread waiting behind it.
+        ``"interval"`` and ``"never"``: returns at once. Raises :class:`WalFailedError` if an
+        fsync failed.
+        """
+        if self._policy != "always":
+            self._raise_if_failed()
+            return
+        with self._cond:
+            if token > self._write_end:
+                raise ValueError(f"token {token} is beyond the end of the log ({self._write_end})")
+            while True:
+                if self._durable_end >= token:
+                    return
+                self._raise_if_failed()
+                if not self._syncing:
+                    break
+                self._cond.wait()
+            self._syncing = True
+            end, n = self._write_end, self._written
+        self._fsync_as_leader(end, n)
+
+    def append_and_sync(self, records: Sequence[Record]) -> int:
+        """Append ``records`` and wait until they are acknowledged; return the first entry id."""
+        first, token = self.append(records)
+        self.sync(token)
+        return first
+
+    def close(self) -> None:
+        """fsync (whatever the policy), stop the flusher and close the file. Idempotent.
+
+        Threads blocked in :meth:`sync` are released: their data is durable after the final
+        fsync. Appends after this raise :class:`LedgerClosedError`; reads still work (they
+        open the file for themselves) until the file is removed.
+        """
+        with self._write_lock:
+            already = self._closing
+            self._closing = True
+        if already:
+            with self._cond:
+                while not self._closed:
+                    self._cond.wait()
+            return
+        if self._flusher is not None:
+            self._stop.set()
+            self._flusher.join()
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            self._syncing = True
+            end, n = self._write_end, self._written
+        error: BaseException | None = None
+        try:
+            if self._failure is None:
+                os.fsync(self._fd)
+                self.fsync_count += 1
+        except BaseException as e:
+            # Close the file and release the waiters whatever happened, but claim nothing.
+            error = e
+        with self._cond:
+            # Reads from now on open the file themselves; wait for the ones using our fd, so
+            # it is not closed (and its number reused) under them.
+            fd, self._fd = self._fd, -1
+            while self._active_reads:
+                self._cond.wait()
+            os.close(fd)
+            self._syncing = False
+            self._closed = True
+            if error is not None:
+                self._failure = self._failure or error
+            if self._failure is None:
+                self._durable_end = end
+                self._entries = n
+            self._cond.notify_all()
+        if isinstance(error, OSError):
+            raise WalFailedError(f"{self._path}: final fsync failed: {error}") from error
+        if error is not None:
+            raise error
+
+    def __enter__(self) -> WriteAheadLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _check_writable(self) -> None:
+        if self._closing:
+            raise LedgerClosedError(f"{self._path}: ledger {self._ledger_id} is closed")
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            raise WalFailedError(
+                f"{self._path}: write-ahead log unusable after an I/O error: {failure}"
+            ) from failure
+
+    def _fsync_as_leader(self, end: int, n: int) -> None:
+        """fsync, then acknowledge the ``n`` entries ending at ``end``. Caller holds the baton.
+
+        ``end, n`` were read when the baton was taken: everything written by then is in the
+        page cache, so this fsync covers it. Later writes wait for the next leader.
+        """
+        error: BaseException | None = None
+        try:
+            _datasync(self._fd)
+        except BaseException as e:
+            # Whatever went wrong, the baton must be handed back or every waiter hangs.
+            error = e
+        with self._cond:
+            self.fsync_count += 1
+            self._syncing = False
+            if error is None:
+                self._durable_end = max(self._durable_end, end)
+                self._entries = max(self._entries, n)
+            elif isinstance(error, OSError):
+                self._failure = self._failure or error
+            self._cond.notify_all()
+        if isinstance(error, OSError):
+            raise WalFailedError(f"{self._path}: fsync failed: {error}") from error
+        if error is not None:
+            raise error
+
+    def _flush_loop(self) -> None:
+        """The ``"interval"`` policy: fsync what was written, every ``fsync_interval_ms``."""
+        while not self._stop.wait(self._interval_s):
+            with self._cond:
+                if self._durable_end >= self._write_end:
+                    continue
+                while self._syncing:
+                    self._cond.wait()
+                if self._closing or self._failure is not None:
+                    return
+                self._syncing = True
+                end, n = self._write_end, self._written
+            try:
+                self._fsync_as_leader(end, n)
+            except WalFailedError:
+                log.exception("%s: background fsync failed; the log takes no more entries", self._path)
+                return
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, start_entry: int, max_entries: int) -> list[Entry]:
+        """Up to ``max_entries`` readable entries from ``start_entry`` on, in order.
+
+        An empty list when ``start_entry`` is at or past :attr:`entries`. Safe to call while
+        other threads append: it reads with ``pread`` from offsets kept in memory. Frames are
+        checked again (CRC, entry id), so damage since open raises :class:`CorruptRecordError`.
+        """
+        if start_entry < 0 or max_entries < 0:
+            raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
+        with self._cond:
+            stop = min(self._entries, start_entry + max_entries)
+            if start_entry >= stop:
+                return []
+            lo, hi = self._bounds[start_entry], self._bounds[stop]
+            fd = self._fd
+            if fd >= 0:
+                self._active_reads += 1
+        if fd < 0:
+            fd = os.open(self._path, os.O_RDONLY | _O_CLOEXEC)
+            try:
+                data = _pread_exact(fd, hi - lo, lo)
+            finally:
+                os.close(fd)
+        else:
+            try:
+                data = _pread_exact(fd, hi - lo, lo)
+            finally:
+                with self._cond:
+                    self._active_reads -= 1
+                    if not self._active_reads:
+                        self._cond.notify_all()
+        if len(data) < hi - lo:
+            raise CorruptRecordError(self._path, lo + len(data), "file ends before the entries it holds")
+        return self._decode_range(data, lo, start_entry, stop)
+
+    def read_all(self) -> list[Entry]:
+        """Every readable entry, in order (what sealing the ledger writes out)."""
+        return self.read(0, self.entries)
+
+    def _decode_range(self, data: bytes, base: int, start: int, stop: int) -> list[Entry]:
+        view = memoryview(data)
+        out: list[Entry] = []
+        pos = 0
+        for entry_id in range(start, stop):
+            length, crc = fmt.decode_frame_header(view, pos)
+            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + length]
+            reason = _check_frame(body, length, crc, self._ledger_id, entry_id)
+            if isinstance(reason, str):
+                raise CorruptRecordError(self._path, base + pos, reason)
+            out.append(reason)
+            pos += fmt.FRAME_HEADER_SIZE + length
+        return out
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ledger_id
+
+    @property
+    def fsync_policy(self) -> FsyncPolicy:
+        return self._policy
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called (appends are refused)."""
+        return self._closing
+
+    @property
+    def entries(self) -> int:
+        """Number of acknowledged, readable entries; also the id of the next one to become readable."""
+        with self._cond:
+            return self._entries
+
+    @property
+    def written_entries(self) -> int:
+        """Number of entries written to the file, acknowledged or not; the next entry id."""
+        with self._cond:
+            return self._written
+
+    @property
+    def size_bytes(self) -> int:
+        """Payload bytes (:func:`ledger.entry.record_size`) of the readable entries."""
+        with self._cond:
+            return self._cum_sizes[self._entries]
+
+    @property
+    def written_size_bytes(self) -> int:
+        """Payload bytes of every written entry, acknowledged or not; what roll-over by size counts."""
+        with self._cond:
+            return self._cum_sizes[self._written]
+
+    @property
+    def file_bytes(self) -> int:
+        """Length of the file: header and every written frame."""
+        with self._cond:
+            return self._write_end
+
+    @property
+    def first_publish_time(self) -> int | None:
+        """Publish time of entry 0 if it is readable; for roll-over by age."""
+        with self._cond:
+            return self._publish_times[0] if self._entries else None
+
+    @property
+    def last_publish_time(self) -> int | None:
+        """Publish time of the last readable entry."""
+        with self._cond:
+            return self._publish_times[self._entries - 1] if self._entries else None
+
+    def __repr__(self) -> str:
+        return (
+            f"WriteAheadLog({str(self._path)!r}, ledger_id={self._ledger_id}, fsync={self._policy!r}, "
+            f"entries={self._entries}, written={self._written}, closed={self._closing})"
+        )
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+@dataclass(slots=True)
+class _Scan:
+    bounds: array[int]
+    cum_sizes: array[int]
+    publish_times: array[int]
+    reason: str | None  # why the frame at bounds[-1] was rejected; None if the file ended cleanly
+
+
+def _scan(fd: int, path: Path, ledger_id: int, size: int) -> _Scan:
+    """Walk the frames after the header; stop at the end of the file or the first bad frame."""
+    bounds = array("q", [fmt.HEADER_SIZE])
+    cum_sizes = array("q", [0])
+    publish_times = array("q")
+    offset = fmt.HEADER_SIZE
+    total = 0
+    reason: str | None = None
+    with open(fd, "rb", buffering=_COPY_CHUNK, closefd=False) as f:
+        f.seek(offset)
+        while offset < size:
+            head = f.read(fmt.FRAME_HEADER_SIZE)
+            if len(head) < fmt.FRAME_HEADER_SIZE:
+                reason = f"torn frame header ({len(head)} of {fmt.FRAME_HEADER_SIZE} bytes)"
+                break
+            length, crc = fmt.decode_frame_header(head)
+            if not fmt.body_length_is_sane(length):
+                reason = f"implausible frame length {length}"
+                break
+            if offset + fmt.FRAME_HEADER_SIZE + length > size:
+                reason = f"frame of {length} bytes runs past the end of the file ({size})"
+                break
+            body = f.read(length)
+            checked = _check_frame(body, length, crc, ledger_id, len(publish_times))
+            if isinstance(checked, str):
+                reason = checked
+                break
+            offset += fmt.FRAME_HEADER_SIZE + length
+            total += checked.size()
+            bounds.append(offset)
+            cum_sizes.append(total)
+            publish_times.append(checked.publish_time)
+    return _Scan(bounds, cum_sizes, publish_times, reason)
+
+
+def _check_frame(body: fmt.Buffer, length: int, crc: int, ledger_id: int, entry_id: int) -> Entry | str:
+    """The entry a frame holds, or why it is bad."""
+    if len(body) != length:
+        return f"frame body is {len(body)} bytes, header says {length}"
+    if fmt.body_crc(body) != crc:
+        return "CRC mismatch"
+    try:
+        entry = fmt.decode_body(body, ledger_id)
+    except fmt.MalformedBodyError as e:
+        return f"undecodable record: {e}"
+    if entry.entry_id != entry_id:
+        return f"entry id {entry.entry_id} where {entry_id} was expected"
+    return entry
+
+
+def _create_file(path: Path, header: bytes) -> None:
+    """Put a file holding only ``header`` at ``path``, crash-safely (tmp, fsync, rename)."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+    try:
+        _pwrite_all(fd, header, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _quarantine(fd: int, path: Path, start: int, end: int) -> Path:
+    """Copy bytes ``[start, end)`` of the log into a new quarantine file; return its path."""
+    target = path.with_name(f"{path.name}{QUARANTINE_SUFFIX}-{time.time_ns()}")
+    tmp = target.with_name(target.name + TMP_SUFFIX)
+    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+    try:
+        pos = start
+        while pos < end:
+            chunk = os.pread(fd, min(_COPY_CHUNK, end - pos), pos)
+            if not chunk:
+                break
+            _pwrite_all(out, chunk, pos - start)
+            pos += len(chunk)
+        os.fsync(out)
+    finally:
+        os.close(out)
+    os.replace(tmp, target)
+    # The quarantine file must be durable before the log is truncated, or a crash in between
+    # could lose the bytes in both places.
+    fsync_dir(path.parent)
+    return target
+
+
+def _pwrite_all(fd: int, data: fmt.Buffer, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(f"pwrite wrote {n} bytes at offset {offset}")
+        view = view[n:]
+        offset += n
+
+
+def _pread_exact(fd: int, n: int, offset: int) -> bytes:
+    """Up to ``n`` bytes at ``offset``; fewer only if the file ends first."""
+    chunks: list[bytes] = []
+    while n > 0:
+        chunk = os.pread(fd, n, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,1 @@
+"""Alembic environment and revisions: the only place the metadata schema is created."""

@@ -1,0 +1,1 @@
+"""The domain: topics, their managed ledgers, cursors, compaction commits, settings and metadata."""

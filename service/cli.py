@@ -1,0 +1,68 @@
+"""The ``compactor`` console script: ``compactor serve``, ``compactor db upgrade``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="A Pulsar-style topic compaction service.", no_args_is_help=True)
+db_app = typer.Typer(help="The metadata database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+def _env(name: str, value: object) -> None:
+    # Options override the environment by becoming it: Settings reads one source of truth.
+    if value is not None:
+        os.environ[f"COMPACTOR_{name}"] = str(value)
+
+
+@app.command()
+def serve(
+    host: Annotated[Optional[str], typer.Option(help="Address to listen on [COMPACTOR_HOST].")] = None,  # noqa: UP045
+    port: Annotated[Optional[int], typer.Option(help="Port [COMPACTOR_PORT].")] = None,  # noqa: UP045
+    data_dir: Annotated[Optional[Path], typer.Option(help="Storage root [COMPACTOR_DATA_DIR].")] = None,  # noqa: UP045
+    database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL [COMPACTOR_DATABASE_URL].")] = None,  # noqa: UP045
+    fsync: Annotated[Optional[str], typer.Option(help="always|interval|never [COMPACTOR_FSYNC].")] = None,  # noqa: UP045
+    spark_master: Annotated[Optional[str], typer.Option(help="Spark master [COMPACTOR_SPARK_MASTER].")] = None,  # noqa: UP045
+    log_level: Annotated[str, typer.Option(help="Python log level.")] = "info",
+) -> None:
+    """Apply pending migrations, recover every topic, and serve the REST API."""
+    import uvicorn
+
+    from api.app import create_app
+    from service.settings import Settings
+
+    for name, value in (
+        ("HOST", host),
+        ("PORT", port),
+        ("DATA_DIR", data_dir),
+        ("DATABASE_URL", database_url),
+        ("FSYNC", fsync),
+        ("SPARK_MASTER", spark_master),
+    ):
+        _env(name, value)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings()
+    except Exception as e:  # pydantic's ValidationError: show it as a usage error, not a trace
+        raise typer.BadParameter(str(e)) from None
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level.lower())
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply pending migrations to the configured database."""
+    from service.db import upgrade
+    from service.settings import Settings
+
+    settings = Settings()
+    upgrade(settings.database_url, revision)
+    typer.echo(f"database at {revision}: {settings.database_url}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,374 @@
+"""The managed ledger of a topic: its ordered original ledgers, the last one open for appends.
+
+Invariants:
+- at most one ledger of a topic is OPEN, and it is the one with the highest id;
+- a CLOSED ledger has a sealed Parquet file and no write-ahead file (once recovery has run);
+- an entry is readable only once it is acknowledged (durable under the fsync policy);
+- entry ids of a ledger run 0..n-1, and ``n <= max_entries_per_ledger``.
+
+Roll-over seals the open ledger in this order, and every crash point recovers (see ``recover``):
+fsync the write-ahead file, write the Parquet file (temporary name, fsync, rename, directory
+fsync), mark the ledger CLOSED and create the next one in one metadata transaction, and only
+then remove the write-ahead file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from ledger import paths
+from ledger.entry import Entry, Position, Record
+from ledger.parquet_store import SealedLedger, seal
+from ledger.wal import WriteAheadLog
+from service import models
+from service.clock import now_ms
+from service.db import Database
+from service.errors import NotFound
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    """What the managed ledger knows of one of its original ledgers."""
+
+    ledger_id: int
+    state: str
+    entries: int
+    size_bytes: int
+    file_bytes: int
+    created_at: int
+    first_publish_time: int | None = None
+    last_publish_time: int | None = None
+
+
+class ManagedLedger:
+    """Appends, roll-over and reads of one topic's original log. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        topic_id: int,
+        root: Path,
+        db: Database,
+        settings: Settings,
+        ledgers: list[LedgerInfo],
+        wal: WriteAheadLog,
+    ) -> None:
+        self.topic_id = topic_id
+        self.root = root
+        self._db = db
+        self._settings = settings
+        self._ledgers = ledgers
+        self._wal = wal
+        self._lock = threading.RLock()
+        self._sealed: dict[int, SealedLedger] = {}
+        self._closed = False
+        # Tests simulate a crash at a named point of the roll-over ("sealed", "committed").
+        self.fault_hook: Callable[[str], None] | None = None
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def create(cls, *, topic_id: int, root: Path, db: Database, settings: Settings) -> ManagedLedger:
+        """Open a brand-new topic's log with its first (empty) ledger."""
+        root.mkdir(parents=True, exist_ok=True)
+        with db.session() as s:
+            info = _new_ledger_row(s, topic_id)
+        wal = _open_wal(root, info.ledger_id, settings)
+        return cls(topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal)
+
+    @classmethod
+    def recover(cls, *, topic_id: int, root: Path, db: Database, settings: Settings) -> ManagedLedger:
+        """Open an existing topic's log after a clean stop or a crash at any point."""
+        root.mkdir(parents=True, exist_ok=True)
+        for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
+            if tmp.is_file():  # a half-written sealed file; the write-ahead file still has its entries
+                tmp.unlink()
+        with db.session() as s:
+            rows = s.scalars(
+                select(models.Ledger)
+                .where(models.Ledger.topic_id == topic_id, models.Ledger.kind == models.ORIGINAL)
+                .where(models.Ledger.state != models.DELETED)
+                .order_by(models.Ledger.id)
+            ).all()
+            infos = [_info(r) for r in rows]
+            if not infos or infos[-1].state != models.OPEN:
+                infos.append(_new_ledger_row(s, topic_id))
+        for info in infos[:-1]:
+            if info.state == models.OPEN:  # cannot happen through roll-over; repair rather than lose data
+                log.warning("ledger %s of topic %s was left OPEN behind a newer one; sealing it", info.ledger_id, topic_id)
+                wal = _open_wal(root, info.ledger_id, settings)
+                _seal_and_close(db, root, info, wal, successor=None)
+            wal_file = paths.wal_path(root, info.ledger_id)
+            if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
+                wal_file.unlink()
+                paths.fsync_dir(root)
+        current = infos[-1]
+        stale = paths.sealed_path(root, current.ledger_id)
+        if stale.exists():  # crashed after sealing, before CLOSED was committed: re-seal later
+            stale.unlink()
+            paths.fsync_dir(root)
+        wal = _open_wal(root, current.ledger_id, settings)
+        if wal.recovery.truncated_bytes:
+            log.warning(
+                "ledger %s: truncated a torn tail of %d bytes, kept in %s",
+                current.ledger_id,
+                wal.recovery.truncated_bytes,
+                wal.recovery.quarantine_path,
+            )
+        _refresh_open(current, wal)
+        return cls(topic_id=topic_id, root=root, db=db, settings=settings, ledgers=infos, wal=wal)
+
+    # ---------------------------------------------------------------- writing
+
+    def append(self, records: Sequence[Record]) -> list[Position]:
+        """Append a batch; returns its ids once every record is acknowledged (durable)."""
+        positions: list[Position] = []
+        with self._lock:
+            self._check_open()
+            if self._current.entries and now_ms() - self._current.created_at >= self._settings.max_ledger_age_ms:
+                self._roll_over_locked()
+            i = 0
+            wal, token = self._wal, -1
+            while i < len(records):
+                room = self._settings.max_entries_per_ledger - self._wal.written_entries
+                chunk = records[i : i + room]
+                first, token = self._wal.append(chunk)
+                wal = self._wal
+                ledger_id = self._current.ledger_id
+                positions.extend(Position(ledger_id, first + j) for j in range(len(chunk)))
+                i += len(chunk)
+                if (
+                    self._wal.written_entries >= self._settings.max_entries_per_ledger
+                    or self._wal.written_size_bytes >= self._settings.max_ledger_size_bytes
+                ):
+                    self._roll_over_locked()
+        # Outside the lock, so that concurrent producers share one fsync (group commit).
+        wal.sync(token)
+        with self._lock:
+            if wal is self._wal:
+                _refresh_open(self._current, wal)
+        return positions
+
+    def roll_over(self) -> Position | None:
+        """Close the open ledger if it has entries; returns the last position of the log."""
+        with self._lock:
+            self._check_open()
+            if self._wal.written_entries:
+                self._roll_over_locked()
+            return self.last_position()
+
+    def _roll_over_locked(self) -> None:
+        current = self._current
+        successor = _seal_and_close(
+            self._db, self.root, current, self._wal, successor=self.topic_id, fault_hook=self.fault_hook
+        )
+        assert successor is not None
+        self._ledgers.append(successor)
+        self._wal = _open_wal(self.root, successor.ledger_id, self._settings)
+
+    # ---------------------------------------------------------------- reading
+
+    def ledgers(self) -> list[LedgerInfo]:
+        """A snapshot of the original ledgers, oldest first."""
+        with self._lock:
+            _refresh_open(self._current, self._wal)
+            return [LedgerInfo(**{k: getattr(i, k) for k in LedgerInfo.__slots__}) for i in self._ledgers]
+
+    def first_position(self) -> Position:
+        """The position ``earliest`` names: entry 0 of the oldest ledger."""
+        with self._lock:
+            return Position(self._ledgers[0].ledger_id, 0)
+
+    def end_position(self) -> Position:
+        """The position ``latest`` names: just after the last acknowledged entry."""
+        with self._lock:
+            return Position(self._current.ledger_id, self._wal.entries)
+
+    def last_position(self) -> Position | None:
+        """The id of the last acknowledged entry, or None for an empty log."""
+        with self._lock:
+            if self._wal.entries:
+                return Position(self._current.ledger_id, self._wal.entries - 1)
+            for info in reversed(self._ledgers[:-1]):
+                if info.entries:
+                    return Position(info.ledger_id, info.entries - 1)
+            return None
+
+    def read(self, start: Position, max_entries: int) -> tuple[list[Entry], Position]:
+        """Acknowledged entries from ``start`` (inclusive) in id order, and where to go on from.
+
+        ``start`` may name any position: one past a ledger's end or a ledger id that does not
+        exist (deleted, or a compacted ledger's) moves on to the next ledger's first entry.
+        """
+        out: list[Entry] = []
+        pos = start
+        while len(out) < max_entries:
+            with self._lock:
+                snapshot = list(self._ledgers)
+                info = next((i for i in snapshot if i.ledger_id >= pos.ledger_id), None)
+                if info is None:
+                    return out, self.end_position() if pos > self.end_position() else pos
+                if info.ledger_id > pos.ledger_id:
+                    pos = Position(info.ledger_id, 0)
+                is_open = info.state == models.OPEN
+                if is_open:
+                    # Under the lock: a roll-over would close this file mid-read.
+                    chunk = self._wal.read(pos.entry_id, max_entries - len(out))
+                    ledger_entries = self._wal.entries
+            if not is_open:
+                chunk = self._sealed_ledger(info.ledger_id).read(pos.entry_id, max_entries - len(out))
+                ledger_entries = info.entries
+            out.extend(chunk)
+            if chunk:
+                pos = chunk[-1].position.next()
+            if pos.entry_id >= ledger_entries:
+                if is_open:
+                    break
+                pos = Position(info.ledger_id + 1, 0)
+            elif not chunk:
+                break
+        return out, pos
+
+    def _sealed_ledger(self, ledger_id: int) -> SealedLedger:
+        with self._lock:
+            reader = self._sealed.get(ledger_id)
+            if reader is None:
+                reader = SealedLedger(paths.sealed_path(self.root, ledger_id))
+                self._sealed[ledger_id] = reader
+            return reader
+
+    def sealed_files(self, after: Position | None, upto: Position) -> list[tuple[int, Path]]:
+        """The sealed ledgers holding entries in ``(after, upto]``, as (ledger id, file)."""
+        with self._lock:
+            return [
+                (i.ledger_id, paths.sealed_path(self.root, i.ledger_id))
+                for i in self._ledgers
+                if i.state == models.CLOSED
+                and i.entries
+                and i.ledger_id <= upto.ledger_id
+                and (after is None or Position(i.ledger_id, i.entries - 1) > after)
+            ]
+
+    # ---------------------------------------------------------------- closing
+
+    @property
+    def _current(self) -> LedgerInfo:
+        return self._ledgers[-1]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotFound("topic is being deleted")
+
+    def close(self) -> None:
+        """Stop accepting appends and release files (the open ledger stays OPEN on disk)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._wal.close()
+            for reader in self._sealed.values():
+                reader.close()
+            self._sealed.clear()
+
+
+def _seal_and_close(
+    db: Database,
+    root: Path,
+    info: LedgerInfo,
+    wal: WriteAheadLog,
+    *,
+    successor: int | None,
+    fault_hook: Callable[[str], None] | None = None,
+) -> LedgerInfo | None:
+    """Seal ``info``'s entries to Parquet, mark it CLOSED and (when ``successor`` is a topic
+    id) create the next ledger in the same transaction, then drop the write-ahead file."""
+    wal.sync(wal.file_bytes)
+    entries = wal.read_all()
+    sealed = seal(entries, paths.sealed_path(root, info.ledger_id))
+    if fault_hook:
+        fault_hook("sealed")
+    closed = LedgerInfo(
+        ledger_id=info.ledger_id,
+        state=models.CLOSED,
+        entries=len(entries),
+        size_bytes=sum(e.size() for e in entries),
+        file_bytes=sealed.file_bytes,
+        created_at=info.created_at,
+        first_publish_time=entries[0].publish_time if entries else None,
+        last_publish_time=entries[-1].publish_time if entries else None,
+    )
+    nxt: LedgerInfo | None = None
+    with db.session() as s:
+        row = s.get(models.Ledger, info.ledger_id)
+        assert row is not None
+        row.state = models.CLOSED
+        row.entries = closed.entries
+        row.size_bytes = closed.size_bytes
+        row.file_bytes = closed.file_bytes
+        row.closed_at = now_ms()
+        row.first_publish_time = closed.first_publish_time
+        row.last_publish_time = closed.last_publish_time
+        if successor is not None:
+            nxt = _new_ledger_row(s, successor)
+    # In memory only once the metadata says so.
+    for k in LedgerInfo.__slots__:
+        setattr(info, k, getattr(closed, k))
+    if fault_hook:
+        fault_hook("committed")
+    wal.close()
+    os.unlink(paths.wal_path(root, info.ledger_id))
+    paths.fsync_dir(root)
+    return nxt
+
+
+def _open_wal(root: Path, ledger_id: int, settings: Settings) -> WriteAheadLog:
+    return WriteAheadLog.open(
+        paths.wal_path(root, ledger_id),
+        ledger_id,
+        fsync=settings.fsync,
+        fsync_interval_ms=settings.fsync_interval_ms,
+    )
+
+
+def _refresh_open(info: LedgerInfo, wal: WriteAheadLog) -> None:
+    info.entries = wal.entries
+    info.size_bytes = wal.size_bytes
+    info.file_bytes = wal.file_bytes
+
+
+def _info(row: models.Ledger) -> LedgerInfo:
+    return LedgerInfo(
+        ledger_id=row.id,
+        state=row.state,
+        entries=row.entries,
+        size_bytes=row.size_bytes,
+        file_bytes=row.file_bytes,
+        created_at=row.created_at,
+        first_publish_time=row.first_publish_time,
+        last_publish_time=row.last_publish_time,
+    )
+
+
+def _new_ledger_row(session, topic_id: int) -> LedgerInfo:  # type: ignore[no-untyped-def]
+    row = models.Ledger(
+        topic_id=topic_id,
+        kind=models.ORIGINAL,
+        state=models.OPEN,
+        entries=0,
+        size_bytes=0,
+        file_bytes=0,
+        created_at=now_ms(),
+    )
+    session.add(row)
+    session.flush()
+    return _info(row)

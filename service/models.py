@@ -1,0 +1,156 @@
+"""Metadata tables (SQLAlchemy 2.x). The schema is created only by the Alembic migrations."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only auto-increments INTEGER PRIMARY KEY; BigInteger elsewhere.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+# Ledger states.
+OPEN = "OPEN"
+CLOSED = "CLOSED"
+BUILDING = "BUILDING"  # a compacted ledger being written; not yet committed
+DELETED = "DELETED"
+
+ORIGINAL = "ORIGINAL"
+COMPACTED = "COMPACTED"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Topic(Base):
+    """A topic ``persistent://tenant/namespace/name``."""
+
+    __tablename__ = "topics"
+    __table_args__ = (UniqueConstraint("tenant", "namespace", "name", name="uq_topics_name"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    namespace: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class Ledger(Base):
+    """An original ledger (a segment of the topic's log) or a compacted ledger.
+
+    Ids come from one increasing sequence for both kinds (``sqlite_autoincrement`` keeps
+    SQLite from reusing the ids of deleted rows).
+    """
+
+    __tablename__ = "ledgers"
+    __table_args__ = (
+        Index("ix_ledgers_topic", "topic_id", "kind", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    topic_id: Mapped[int] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    entries: Mapped[int] = mapped_column(BigInteger, default=0)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    file_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    closed_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    first_publish_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_publish_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class Cursor(Base):
+    """A durable subscription cursor. ``__compaction`` is the compactor's own cursor."""
+
+    __tablename__ = "cursors"
+    __table_args__ = (UniqueConstraint("topic_id", "name", name="uq_cursors_name"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    topic_id: Mapped[int] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(256))
+    # Mark-delete position: every entry at or before it is consumed. (-1, -1) = nothing yet.
+    mark_delete_ledger: Mapped[int] = mapped_column(BigInteger, default=-1)
+    mark_delete_entry: Mapped[int] = mapped_column(BigInteger, default=-1)
+    read_compacted: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class CursorProperty(Base):
+    """Named long values attached to a cursor's mark-delete position (as Pulsar's)."""
+
+    __tablename__ = "cursor_properties"
+
+    cursor_id: Mapped[int] = mapped_column(ForeignKey("cursors.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
+class CursorAck(Base):
+    """An id acknowledged individually beyond the cursor's mark-delete position."""
+
+    __tablename__ = "cursor_acks"
+
+    cursor_id: Mapped[int] = mapped_column(ForeignKey("cursors.id", ondelete="CASCADE"), primary_key=True)
+    ledger_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    entry_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+
+
+class CompactionRun(Base):
+    """One compaction of a topic: its trigger, horizon, statistics and outcome."""
+
+    __tablename__ = "compaction_runs"
+    __table_args__ = (Index("ix_compaction_runs_topic", "topic_id", "id"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    topic_id: Mapped[int] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"))
+    trigger: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[int] = mapped_column(BigInteger)
+    finished_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    horizon_ledger: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    horizon_entry: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    compacted_ledger_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    entries_read: Mapped[int] = mapped_column(BigInteger, default=0)
+    records_kept: Mapped[int] = mapped_column(BigInteger, default=0)
+    records_removed: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_in: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_out: Mapped[int] = mapped_column(BigInteger, default=0)
+    phase_one_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    phase_two_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Policy(Base):
+    """Compaction and retention policy of a namespace (``topic == ""``) or a topic.
+
+    A NULL column means "not set here": the topic inherits the namespace's, then the service's.
+    """
+
+    __tablename__ = "policies"
+    __table_args__ = (UniqueConstraint("tenant", "namespace", "topic", name="uq_policies_scope"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    namespace: Mapped[str] = mapped_column(String(128))
+    topic: Mapped[str] = mapped_column(String(128), default="")
+    compaction_threshold: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_cleanable_dirty_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_compaction_lag_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_compaction_lag_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    delete_retention_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    retain_null_key: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    compaction_strategy: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    retention_time_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    retention_size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
