@@ -208,7 +208,7 @@ class CompactionService:
             result = compactor.compact(job)
             if self.fault_hook is not None:
                 self.fault_hook("before_commit")
-            view = CompactedView(horizon=horizon, ledger_id=new_ledger_id, directory=result.output_dir)
+            view = CompactedView(horizon=horizon, ledger_id=new_ledger_id, directory=result.directory)
             self._commit(topic, run_id, result, previous)
         except Exception as e:
             log.exception("compaction of %s failed", topic.name)

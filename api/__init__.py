@@ -1,0 +1,1 @@
+"""HTTP: the FastAPI app, its routers and shapes, error mapping, and the Python client."""

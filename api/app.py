@@ -1,0 +1,86 @@
+"""The FastAPI application: routers, error mapping, and the service's life cycle."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from api import errors
+from api.routes import admin, fallback, health, messages, topics
+from compactor import TwoPhaseCompactor
+from compactor.spark import get_spark
+from service.compaction import CompactionService
+from service.db import Database, upgrade
+from service.settings import Settings
+from service.topics import Broker
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        upgrade(settings.database_url)
+        db = Database(settings.database_url)
+        broker = Broker(settings=settings, db=db)
+        broker.start()
+        compaction = CompactionService(
+            broker=broker, compactor=lambda: TwoPhaseCompactor(spark_session(settings)), workers=settings.compaction_workers
+        )
+        compaction.start()
+        app.state.settings = settings
+        app.state.db = db
+        app.state.broker = broker
+        app.state.compaction = compaction
+        if settings.spark_warmup:
+            # Spark takes seconds to start; do it now so the first compaction does not wait.
+            threading.Thread(target=spark_session, args=(settings,), name="spark-warmup", daemon=True).start()
+        try:
+            yield
+        finally:
+            compaction.stop()
+            broker.stop()
+            db.dispose()
+
+    app = FastAPI(title="Topic compactor", version="0.1.0", lifespan=lifespan)
+    errors.install(app)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):  # type: ignore[no-untyped-def]
+        # Routing sees the decoded path, so "a%2Fb" would reach a route as two segments and
+        # could even name a different resource: refuse an encoded slash outright.
+        if b"%2f" in request.scope.get("raw_path", b"").lower():
+            return JSONResponse({"reason": "invalid name: '/' is not allowed in a name part"}, status_code=400)
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return JSONResponse({"reason": "invalid Content-Length"}, status_code=400)
+            if int(length) > settings.max_request_bytes:
+                return JSONResponse(
+                    {"reason": f"request body over {settings.max_request_bytes} bytes"}, status_code=413
+                )
+        return await call_next(request)
+
+    app.include_router(health.router)
+    app.include_router(topics.router)
+    app.include_router(messages.router)
+    app.include_router(admin.router)
+    app.include_router(fallback.router)
+    return app
+
+
+def spark_session(settings: Settings):  # type: ignore[no-untyped-def]
+    return get_spark(
+        master=settings.spark_master,
+        driver_memory=settings.spark_driver_memory,
+        ui=settings.spark_ui,
+        shuffle_partitions=settings.spark_shuffle_partitions,
+    )

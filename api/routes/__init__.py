@@ -1,0 +1,1 @@
+"""One router per area: health, topics admin, compaction admin, messages."""

@@ -1,0 +1,49 @@
+"""Producing and reading messages."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from api.deps import BrokerDep, TopicDep
+from api.schemas import ProduceRequest, ProduceResponse, ReadResponse
+from ledger.entry import Entry
+
+router = APIRouter(prefix="/topics/persistent", tags=["messages"])
+
+
+@router.post("/{tenant}/{namespace}/{topic}", response_model=ProduceResponse)
+def produce(name: TopicDep, body: ProduceRequest, broker: BrokerDep) -> ProduceResponse:
+    records = [m.to_record(i) for i, m in enumerate(body.messages)]
+    ids = broker.produce(name, records)
+    return ProduceResponse(messageIds=[str(p) for p in ids])
+
+
+@router.get("/{tenant}/{namespace}/{topic}/messages", response_model=ReadResponse)
+def read_messages(
+    name: TopicDep,
+    broker: BrokerDep,
+    startMessageId: Annotated[str, Query(max_length=64)] = "earliest",
+    maxMessages: Annotated[int, Query(ge=1)] = 100,
+    readCompacted: bool = False,
+) -> JSONResponse:
+    entries, nxt = broker.read(name, startMessageId, maxMessages, read_compacted=readCompacted)
+    # Built as plain dicts: a page can hold thousands of messages, and per-message
+    # model validation would dominate the cost of a read.
+    return JSONResponse(
+        {"messages": [message_json(e) for e in entries], "nextMessageId": str(nxt) if nxt is not None else None}
+    )
+
+
+def message_json(e: Entry) -> dict[str, object]:
+    return {
+        "messageId": f"{e.ledger_id}:{e.entry_id}",
+        "key": e.key,
+        "value": base64.b64encode(e.value).decode() if e.value is not None else None,
+        "properties": e.properties,
+        "publishTime": e.publish_time,
+        "eventTime": e.event_time,
+    }

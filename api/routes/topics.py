@@ -1,0 +1,71 @@
+"""Topic administration at Pulsar's admin paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from api.deps import BrokerDep, TopicDep
+from service.names import check_part
+from service.stats import InternalStats, internal_stats
+
+router = APIRouter(prefix="/admin/v2/persistent", tags=["topics"])
+
+
+@router.get("/{tenant}/{namespace}", response_model=list[str])
+def list_topics(tenant: str, namespace: str, broker: BrokerDep) -> list[str]:
+    return broker.list_topics(check_part("tenant", tenant), check_part("namespace", namespace))
+
+
+@router.put("/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response)
+def create_topic(name: TopicDep, broker: BrokerDep) -> Response:
+    broker.create_topic(name)
+    return Response(status_code=204)
+
+
+@router.delete("/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response)
+def delete_topic(name: TopicDep, broker: BrokerDep) -> Response:
+    broker.delete_topic(name)
+    return Response(status_code=204)
+
+
+@router.get("/{tenant}/{namespace}/{topic}/internalStats")
+def get_internal_stats(name: TopicDep, broker: BrokerDep) -> dict[str, Any]:
+    return internal_stats_json(internal_stats(broker, name))
+
+
+def internal_stats_json(st: InternalStats) -> dict[str, Any]:
+    current = st.ledgers[-1] if st.ledgers else None
+    return {
+        "entriesAddedCounter": st.entries,
+        "numberOfEntries": st.entries,
+        "totalSize": st.size,
+        "currentLedgerEntries": current.entries if current else 0,
+        "currentLedgerSize": current.size_bytes if current else 0,
+        "lastConfirmedEntry": str(st.last_confirmed) if st.last_confirmed else None,
+        "ledgers": [
+            {
+                "ledgerId": i.ledger_id,
+                "entries": i.entries,
+                "size": i.size_bytes,
+                "fileSize": i.file_bytes,
+                "state": i.state,
+            }
+            for i in st.ledgers
+        ],
+        "cursors": {
+            c.name: {
+                "markDeletePosition": str(c.mark_delete) if c.mark_delete else None,
+                "properties": c.properties,
+                "readCompacted": c.read_compacted,
+            }
+            for c in st.cursors
+        },
+        "compactedLedger": {
+            "ledgerId": st.compacted_ledger.ledger_id,
+            "entries": st.compacted_ledger.entries,
+            "size": st.compacted_ledger.size,
+        },
+        "horizon": str(st.horizon) if st.horizon else None,
+    }

@@ -1,0 +1,70 @@
+"""Request and response shapes of the REST API (Pulsar's names, camelCase on the wire)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ledger.entry import Entry, Record
+from service.errors import InvalidInput
+
+
+class MessageIn(BaseModel):
+    """One message to produce; ``value`` is base64, null for a tombstone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str | None = None
+    value: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict)
+    eventTime: int | None = Field(default=None, ge=0)
+
+    def to_record(self, index: int) -> Record:
+        value: bytes | None = None
+        if self.value is not None:
+            try:
+                value = base64.b64decode(self.value, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidInput(f"messages[{index}].value is not valid base64") from None
+        return Record(key=self.key, value=value, properties=self.properties, event_time=self.eventTime)
+
+
+class ProduceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[MessageIn]
+
+
+class ProduceResponse(BaseModel):
+    messageIds: list[str]
+
+
+class MessageOut(BaseModel):
+    messageId: str
+    key: str | None
+    value: str | None
+    properties: dict[str, str]
+    publishTime: int
+    eventTime: int | None
+
+    @classmethod
+    def of(cls, e: Entry) -> MessageOut:
+        return cls(
+            messageId=f"{e.ledger_id}:{e.entry_id}",
+            key=e.key,
+            value=base64.b64encode(e.value).decode() if e.value is not None else None,
+            properties=e.properties,
+            publishTime=e.publish_time,
+            eventTime=e.event_time,
+        )
+
+
+class ReadResponse(BaseModel):
+    messages: list[MessageOut]
+    nextMessageId: str | None
+
+
+class Health(BaseModel):
+    status: str

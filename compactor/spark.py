@@ -1,0 +1,168 @@
+"""The SparkSession factory: one session per process, configured for compaction.
+
+``get_spark()`` creates the session on first use and returns the same one afterwards (the
+arguments of later calls are ignored); ``stop_spark()`` stops it at process shutdown.
+
+What the configuration does, and why:
+
+- adaptive query execution with partition coalescing: the compaction's shuffles are sized
+  from the data at run time, so small topics do not produce hundreds of tiny part files;
+- ``spark.sql.session.timeZone=UTC``: nothing here is zoned, but never depend on the host's zone;
+- no ``_SUCCESS`` markers and no ``.crc`` side files (the raw local file system): a compacted
+  ledger directory holds part files and its manifest only;
+- zstd Parquet, like the sealed ledgers;
+- in local mode: the driver binds to 127.0.0.1, the shuffle has 2 partitions per core, and
+  the JVM logs only warnings (a log4j2 configuration is handed to the driver JVM at launch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+APP_NAME = "topic-compactor"
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+
+# Handed to the driver JVM with -Dlog4j2.configurationFile. Without it Spark installs its own
+# default profile and announces so on the console, and Hadoop warns about native libraries.
+_LOG4J2_PROPERTIES = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.hadoop_native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop_native.level = error
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+logger.parquet_shaded.name = shaded.parquet
+logger.parquet_shaded.level = error
+"""
+
+
+def local_cores(master: str) -> int | None:
+    """Cores a ``local``/``local[N]``/``local[*]`` master uses; ``None`` for any other master."""
+    m = _LOCAL_MASTER.match(master.strip())
+    if m is None:
+        return None
+    n = m.group(1)
+    if n is None:
+        return 1
+    if n == "*":
+        return os.cpu_count() or 1
+    return max(1, int(n))
+
+
+def spark_conf(
+    *,
+    master: str = "local[*]",
+    driver_memory: str = "2g",
+    ui: bool = False,
+    shuffle_partitions: int | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The configuration ``get_spark`` starts a session with (without the log4j2 option)."""
+    conf: dict[str, str] = {
+        "spark.master": master,
+        "spark.app.name": APP_NAME,
+        "spark.driver.memory": driver_memory,
+        "spark.ui.enabled": str(ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        # The raw local file system writes no .crc side files.
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "spark.hadoop.fs.file.impl.disable.cache": "true",
+    }
+    cores = local_cores(master)
+    if cores is not None:
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if shuffle_partitions is None and cores is not None:
+        shuffle_partitions = 2 * cores
+    if shuffle_partitions is not None:
+        if shuffle_partitions < 1:
+            raise ValueError(f"shuffle_partitions must be >= 1, got {shuffle_partitions}")
+        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    conf.update(extra_conf or {})
+    return conf
+
+
+def get_spark(
+    *,
+    master: str = "local[*]",
+    driver_memory: str = "2g",
+    ui: bool = False,
+    shuffle_partitions: int | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """The process's SparkSession, created on the first call; later calls return it unchanged."""
+    global _session
+    with _lock:
+        if _session is not None:
+            return _session
+        conf = spark_conf(
+            master=master,
+            driver_memory=driver_memory,
+            ui=ui,
+            shuffle_partitions=shuffle_partitions,
+            extra_conf=extra_conf,
+        )
+        if local_cores(master) is not None:
+            # Read by the launcher scripts; stops Spark warning that the host name is a loopback.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        log4j_file: Path | None = None
+        java_opts = conf.get("spark.driver.extraJavaOptions", "")
+        if "log4j" not in java_opts:
+            fd, name = tempfile.mkstemp(prefix="topic-compactor-log4j2-", suffix=".properties")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(_LOG4J2_PROPERTIES)
+            log4j_file = Path(name)
+            conf["spark.driver.extraJavaOptions"] = (
+                f"{java_opts} -Dlog4j2.configurationFile={log4j_file.as_uri()}".strip()
+            )
+        try:
+            builder = SparkSession.builder
+            for k, v in conf.items():
+                builder = builder.config(k, v)
+            session = builder.getOrCreate()
+        finally:
+            # log4j reads its configuration once, when the JVM starts.
+            if log4j_file is not None:
+                log4j_file.unlink(missing_ok=True)
+        session.sparkContext.setLogLevel("WARN")
+        _session = session
+        return session
+
+
+def stop_spark() -> None:
+    """Stop the process's session (if any); a later ``get_spark`` starts a new one."""
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None
+
+
+def explain_string(df: DataFrame, mode: str = "formatted") -> str:
+    """``df.explain(mode)`` as a string (to check what a plan reads)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        df.explain(mode=mode)
+    return buf.getvalue()

@@ -1,0 +1,312 @@
+"""``TwoPhaseCompactor``: one compaction round of one topic, on Spark.
+
+The round (see DESIGN.md, "The compaction"):
+
+1. Input: the previous compacted ledger, whole, plus the rows of the sealed original ledgers
+   with ids in ``(previous_horizon, horizon]``. Both share ``ledger.schema``.
+2. Phase one reads the narrow columns only and computes, per key, the latest id and whether
+   it is a tombstone (:func:`compactor.phases.key_summary`). The result is cached: phase two
+   joins against it and the statistics read their counts from it.
+3. Phase two reads the full columns, keeps the winners (:func:`compactor.phases.phase_two`)
+   and writes them in message-id order as Parquet part files into ``<dir>.tmp``. The driver
+   fsyncs every file, writes the manifest, renames the directory into place and fsyncs the
+   parent. A reader therefore sees a complete compacted ledger or none.
+
+The compactor never touches the metadata database: it returns a :class:`CompactionResult`
+and the caller commits it. On any failure it removes what it wrote and re-raises.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from compactor.phases import NARROW_COLUMNS, RECORDS, can_pack, key_summary, phase_two
+from compactor.result import CompactionJob, CompactionResult
+from ledger.compacted_store import Manifest, write_manifest
+from ledger.entry import Position
+from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir
+from ledger.schema import COLUMNS, ENTRY_ID, KEY, LEDGER_ID, SPARK_DDL
+
+# Target row-group size of compacted part files. A reader decodes whole row groups, so
+# smaller groups make a page read cheaper; 8 MiB still compresses well.
+ROW_GROUP_BYTES = 8 * 1024 * 1024
+
+FaultHook = Callable[[str], None]
+
+
+def spark_path(path: Path) -> str:
+    """A local path as Spark should read it: always the local file system, never the
+    cluster's default one (the storage root is mounted where every executor can read it)."""
+    return "file:" + str(Path(path).absolute())
+
+
+def id_range(after: Position | None, upto: Position) -> Column:
+    """Rows with ids in ``(after, upto]`` (``after`` None: no lower bound)."""
+    lid, eid = F.col(LEDGER_ID), F.col(ENTRY_ID)
+    cond = (lid < upto.ledger_id) | ((lid == upto.ledger_id) & (eid <= upto.entry_id))
+    if after is not None:
+        cond = cond & ((lid > after.ledger_id) | ((lid == after.ledger_id) & (eid > after.entry_id)))
+    return cond
+
+
+@dataclass(frozen=True, slots=True)
+class IdBounds:
+    """The smallest and largest ledger and entry ids of a set of rows (from Parquet statistics);
+    ``EMPTY`` (min > max) when there are no rows."""
+
+    min_ledger_id: int
+    max_ledger_id: int
+    min_entry_id: int
+    max_entry_id: int
+
+    @property
+    def is_empty(self) -> bool:
+        return self.min_ledger_id > self.max_ledger_id
+
+    def union(self, other: IdBounds) -> IdBounds:
+        return IdBounds(
+            min(self.min_ledger_id, other.min_ledger_id),
+            max(self.max_ledger_id, other.max_ledger_id),
+            min(self.min_entry_id, other.min_entry_id),
+            max(self.max_entry_id, other.max_entry_id),
+        )
+
+
+EMPTY_BOUNDS = IdBounds(2**63, -1, 2**63, -1)
+
+
+def file_id_bounds(path: Path) -> IdBounds | None:
+    """Id bounds of one Parquet file from its footer; ``None`` if a row group lacks statistics
+    (then nothing may be concluded)."""
+    meta = pq.read_metadata(path)
+    cols = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    bounds = EMPTY_BOUNDS
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        if group.num_rows == 0:
+            continue
+        sl, se = (group.column(cols[name]).statistics for name in (LEDGER_ID, ENTRY_ID))
+        if sl is None or se is None or not sl.has_min_max or not se.has_min_max:
+            return None
+        bounds = bounds.union(IdBounds(int(sl.min), int(sl.max), int(se.min), int(se.max)))
+    return bounds
+
+
+def ids_packable(bounds: Sequence[IdBounds | None]) -> bool:
+    """Whether every id within these bounds packs into one BIGINT (unknown bounds: no)."""
+    return all(
+        b is not None
+        and (
+            b.is_empty
+            or can_pack(
+                b.max_ledger_id, b.max_entry_id, min_ledger_id=b.min_ledger_id, min_entry_id=b.min_entry_id
+            )
+        )
+        for b in bounds
+    )
+
+
+@dataclass(frozen=True)
+class CompactionInputs:
+    """The files a round reads, and whether its ids pack into one BIGINT."""
+
+    previous_parts: list[Path]
+    originals: list[Path]
+    packed: bool
+
+    @property
+    def files(self) -> list[Path]:
+        return [*self.previous_parts, *self.originals]
+
+    @property
+    def bytes_in(self) -> int:
+        return sum(p.stat().st_size for p in self.files)
+
+
+def _ledger_in_range(job: CompactionJob, ledger_id: int) -> bool:
+    after = job.previous_horizon
+    return ledger_id <= job.horizon.ledger_id and (after is None or ledger_id >= after.ledger_id)
+
+
+def _may_hold_new_rows(job: CompactionJob, bounds: IdBounds | None) -> bool:
+    """Whether a sealed ledger with these id bounds can hold rows in ``(previous_horizon, horizon]``."""
+    after = job.previous_horizon
+    if bounds is None:
+        return True  # no statistics: read it, the filter decides
+    if bounds.is_empty:
+        return False
+    if bounds.min_ledger_id != bounds.max_ledger_id:
+        return True
+    lo = Position(bounds.min_ledger_id, bounds.min_entry_id)
+    hi = Position(bounds.max_ledger_id, bounds.max_entry_id)
+    return lo <= job.horizon and (after is None or hi > after)
+
+
+def plan_inputs(job: CompactionJob) -> CompactionInputs:
+    """Which files ``job`` reads: the previous compacted ledger's parts (from its manifest) and
+    the sealed ledgers that may hold rows in ``(previous_horizon, horizon]`` (by ledger id and
+    footer statistics). Reads only the manifest and Parquet footers."""
+    previous: list[Path] = []
+    if job.previous_compacted is not None:
+        directory = Path(job.previous_compacted)
+        previous = [directory / p.name for p in Manifest.load(directory).parts]
+    bounds: list[IdBounds | None] = [file_id_bounds(p) for p in previous]
+    originals: list[Path] = []
+    for path, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
+        if not _ledger_in_range(job, ledger_id):
+            continue  # not even its footer is needed
+        b = file_id_bounds(Path(path))
+        if _may_hold_new_rows(job, b):
+            originals.append(Path(path))
+            bounds.append(b)
+    return CompactionInputs(previous_parts=previous, originals=originals, packed=ids_packable(bounds))
+
+
+def _ms_since(t0: float) -> int:
+    return int((time.perf_counter() - t0) * 1000)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class TwoPhaseCompactor:
+    """Runs compaction rounds on ``spark``. ``fault_hook(phase)`` is called before each phase
+    (``"phase_one"``, ``"phase_two"``); tests make it raise to inject failures."""
+
+    def __init__(self, spark: SparkSession, *, fault_hook: FaultHook | None = None) -> None:
+        self.spark = spark
+        self.fault_hook = fault_hook
+
+    # ------------------------------------------------------------------ inputs
+
+    def inputs(self, job: CompactionJob) -> CompactionInputs:
+        """The files ``job`` reads (see :func:`plan_inputs`)."""
+        return plan_inputs(job)
+
+    def read_input(
+        self, job: CompactionJob, columns: Sequence[str] = COLUMNS, *, inputs: CompactionInputs | None = None
+    ) -> DataFrame:
+        """The round's input rows (previous compacted ledger + new original rows), ``columns`` only."""
+        inputs = inputs if inputs is not None else self.inputs(job)
+        reader = self.spark.read.schema(SPARK_DDL)
+        frames: list[DataFrame] = []
+        if inputs.previous_parts:
+            # Taken whole: every record of the previous compacted ledger is <= the previous horizon.
+            frames.append(reader.parquet(*(spark_path(p) for p in inputs.previous_parts)))
+        if inputs.originals:
+            frames.append(
+                reader.parquet(*(spark_path(p) for p in inputs.originals)).where(
+                    id_range(job.previous_horizon, job.horizon)
+                )
+            )
+        if not frames:
+            frames.append(self.spark.createDataFrame([], schema=SPARK_DDL))
+        df = frames[0]
+        for other in frames[1:]:
+            df = df.unionByName(other)
+        return df.select(*columns)
+
+    def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:
+        """Phase one of ``job`` as a DataFrame (the keyless rows as one group with key NULL)."""
+        inputs = inputs if inputs is not None else self.inputs(job)
+        return key_summary(self.read_input(job, NARROW_COLUMNS, inputs=inputs), packed=inputs.packed)
+
+    # ------------------------------------------------------------------ the round
+
+    def compact(self, job: CompactionJob) -> CompactionResult:
+        final = compacted_dir(Path(job.topic_root), job.output_ledger_id)
+        tmp = final.with_name(final.name + TMP_SUFFIX)
+        if final.exists():
+            raise FileExistsError(f"compacted ledger {job.output_ledger_id} already exists: {final}")
+        renamed = False
+        summary: DataFrame | None = None
+        try:
+            if tmp.exists():  # left by a crashed attempt at this same ledger id
+                shutil.rmtree(tmp)
+            inputs = self.inputs(job)
+            bytes_in = inputs.bytes_in
+
+            self._fault("phase_one")
+            t0 = time.perf_counter()
+            with self._job_description(f"compaction {job.output_ledger_id}: phase one"):
+                summary = self.phase_one_frame(job, inputs=inputs).persist(StorageLevel.MEMORY_AND_DISK)
+                # Materialises the cache; the count of rows read comes from it, not another pass.
+                totals = summary.agg(F.sum(RECORDS).alias(RECORDS)).first()
+                entries_read = int(totals[RECORDS] or 0) if totals is not None else 0
+            phase_one_ms = _ms_since(t0)
+
+            self._fault("phase_two")
+            t1 = time.perf_counter()
+            with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
+                latest = summary.where(F.col(KEY).isNotNull())
+                kept = phase_two(
+                    self.read_input(job, inputs=inputs), latest, retain_null_key=job.retain_null_key
+                )
+                (
+                    kept.write.mode("errorifexists")
+                    .option("compression", "zstd")
+                    .option("parquet.block.size", str(ROW_GROUP_BYTES))
+                    .parquet(spark_path(tmp))
+                )
+            tmp.mkdir(parents=True, exist_ok=True)
+            for path in sorted(tmp.iterdir()):
+                if path.is_file():
+                    _fsync_file(path)
+            manifest = write_manifest(tmp)  # fsyncs the manifest and the directory
+            os.rename(tmp, final)
+            renamed = True
+            fsync_dir(final.parent)
+            phase_two_ms = _ms_since(t1)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if renamed:
+                shutil.rmtree(final, ignore_errors=True)
+            raise
+        finally:
+            if summary is not None:
+                summary.unpersist()
+
+        return CompactionResult(
+            horizon=job.horizon,
+            ledger_id=job.output_ledger_id,
+            directory=final,
+            entries_read=entries_read,
+            records_kept=manifest.entries,
+            records_removed=entries_read - manifest.entries,
+            bytes_in=bytes_in,
+            bytes_out=manifest.size_bytes,
+            phase_one_ms=phase_one_ms,
+            phase_two_ms=phase_two_ms,
+            manifest=manifest,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _fault(self, phase: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(phase)
+
+    @contextmanager
+    def _job_description(self, text: str) -> Iterator[None]:
+        sc = self.spark.sparkContext
+        sc.setJobDescription(text)
+        try:
+            yield
+        finally:
+            sc.setJobDescription(None)  # type: ignore[arg-type]

@@ -1,0 +1,110 @@
+"""Producing and reading over REST, and every bad input getting its 4xx with nothing changed."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from fastapi.testclient import TestClient
+
+ADMIN = "/admin/v2/persistent/t/ns"
+TOPICS = "/topics/persistent/t/ns"
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+@pytest.fixture
+def topic(client: TestClient) -> str:
+    assert client.put(f"{ADMIN}/orders").status_code == 204
+    r = client.post(f"{TOPICS}/orders", json={"messages": [{"key": "a", "value": b64(b"1")}, {"key": "b", "value": None}]})
+    assert r.status_code == 200
+    return "orders"
+
+
+def snapshot(client: TestClient) -> tuple[object, object]:
+    stats = client.get(f"{ADMIN}/orders/internalStats").json()
+    msgs = client.get(f"{TOPICS}/orders/messages", params={"maxMessages": 1000}).json()
+    return stats["ledgers"], msgs
+
+
+def test_health(client: TestClient) -> None:
+    assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_produce_returns_ids_in_request_order_and_read_returns_them(client: TestClient, topic: str) -> None:
+    r = client.post(
+        f"{TOPICS}/{topic}",
+        json={"messages": [{"key": None, "value": b64(b"x"), "properties": {"p": "q"}, "eventTime": 42}] * 3},
+    )
+    ids = r.json()["messageIds"]
+    body = client.get(f"{TOPICS}/{topic}/messages", params={"startMessageId": ids[0]}).json()
+    assert [m["messageId"] for m in body["messages"]] == ids
+    assert body["messages"][0] | {"publishTime": 0} == {
+        "messageId": ids[0], "key": None, "value": b64(b"x"), "properties": {"p": "q"}, "publishTime": 0, "eventTime": 42
+    }
+    # The next page starts after the last message; reading it now returns nothing yet.
+    nxt = body["nextMessageId"]
+    assert client.get(f"{TOPICS}/{topic}/messages", params={"startMessageId": nxt}).json()["messages"] == []
+    latest = client.get(f"{TOPICS}/{topic}/messages", params={"startMessageId": "latest"}).json()
+    assert latest["messages"] == [] and latest["nextMessageId"] == nxt
+
+
+def test_topic_create_conflict_list_delete(client: TestClient, topic: str) -> None:
+    assert client.put(f"{ADMIN}/{topic}").status_code == 409
+    assert client.get(ADMIN).json() == ["persistent://t/ns/orders"]
+    assert client.delete(f"{ADMIN}/{topic}").status_code == 204
+    assert client.get(ADMIN).json() == []
+    assert client.delete(f"{ADMIN}/{topic}").status_code == 404
+    # A re-created topic starts empty.
+    assert client.put(f"{ADMIN}/{topic}").status_code == 204
+    assert client.get(f"{TOPICS}/{topic}/messages").json()["messages"] == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status"),
+    [
+        ("put", f"{ADMIN}/%2E%2E", {}, 400),
+        ("put", "/admin/v2/persistent/t/%2E%2E/x", {}, 400),
+        ("put", f"{ADMIN}/a%20b", {}, 400),
+        ("put", f"{ADMIN}/" + "x" * 129, {}, 400),
+        ("post", f"{TOPICS}/%2E%2E", {"json": {"messages": [{"key": "k", "value": "AA=="}]}}, 400),
+        ("get", f"{TOPICS}/%2E/messages", {}, 400),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "not base64!"}]}}, 400),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AAA"}]}}, 400),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": []}}, 400),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": 5, "value": "AA=="}]}}, 422),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AA==", "eventTime": -1}]}}, 422),
+        ("post", f"{TOPICS}/orders", {"json": {"msgs": []}}, 422),
+        ("post", f"{TOPICS}/orders", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 422),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"value": b64(b"x" * (5 * 1024 * 1024 + 1))}]}}, 413),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"value": "AA=="}, {"value": b64(b"x" * (5 * 1024 * 1024 + 1))}]}}, 413),
+        ("post", f"{TOPICS}/missing", {"json": {"messages": [{"key": "k", "value": "AA=="}]}}, 404),
+        ("get", f"{TOPICS}/missing/messages", {}, 404),
+        ("get", f"{ADMIN}/missing/internalStats", {}, 404),
+        ("get", f"{TOPICS}/orders/messages", {"params": {"startMessageId": "1:x"}}, 400),
+        ("get", f"{TOPICS}/orders/messages", {"params": {"startMessageId": "99999999999999999999:0"}}, 400),
+        ("get", f"{TOPICS}/orders/messages", {"params": {"maxMessages": 0}}, 422),
+        ("get", f"{TOPICS}/orders/messages", {"params": {"maxMessages": -5}}, 422),
+        ("get", f"{TOPICS}/orders/messages", {"params": {"readCompacted": "maybe"}}, 422),
+    ],
+)
+def test_bad_input_gets_4xx_json_reason_and_changes_nothing(
+    client: TestClient, topic: str, method: str, path: str, kwargs: dict, status: int  # type: ignore[type-arg]
+) -> None:
+    before = snapshot(client)
+    r = getattr(client, method)(path, **kwargs)
+    assert r.status_code == status, r.text
+    assert isinstance(r.json()["reason"], str) and r.json()["reason"]
+    assert snapshot(client) == before
+    assert client.get(ADMIN).json() == ["persistent://t/ns/orders"]
+
+
+def test_oversize_request_body_is_refused_before_it_is_read(client: TestClient, topic: str, settings) -> None:  # type: ignore[no-untyped-def]
+    r = client.post(
+        f"{TOPICS}/{topic}",
+        content=b"x" * 10,
+        headers={"content-type": "application/json", "content-length": str(settings.max_request_bytes + 1)},
+    )
+    assert r.status_code == 413

@@ -1,0 +1,407 @@
+"""The TwoPhaseCompactor end to end on real files (after Pulsar's CompactionTest)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
+from compactor.phases import NARROW_COLUMNS, phase_one
+from compactor.spark import explain_string, get_spark, local_cores, spark_conf
+from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
+from ledger.entry import Position
+from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
+from ledger.schema import ARROW_SCHEMA
+
+pytestmark = pytest.mark.spark
+
+Msg = tuple[str | None, bytes | None]  # key, value (None = tombstone)
+Kept = tuple[Position, str | None, bytes | None]
+
+
+# ------------------------------------------------------------------ factories
+
+
+@dataclass
+class Topic:
+    """A topic directory whose sealed ledgers are written with pyarrow, as the broker seals them."""
+
+    root: Path
+    ledgers: dict[int, Path] = field(default_factory=dict)
+
+    def seal(self, ledger_id: int, messages: Sequence[Msg]) -> Path:
+        rows = [
+            {
+                "ledger_id": ledger_id,
+                "entry_id": i,
+                "key": key,
+                "value": value,
+                "is_tombstone": value is None,
+                "properties": [("seq", str(i))],
+                "publish_time": 1_000 + i,
+                "event_time": None,
+            }
+            for i, (key, value) in enumerate(messages)
+        ]
+        path = sealed_path(self.root, ledger_id)
+        pq.write_table(pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), path, row_group_size=4)
+        self.ledgers[ledger_id] = path
+        return path
+
+    def job(
+        self,
+        output_ledger_id: int,
+        *,
+        horizon: Position,
+        ledger_ids: Sequence[int] | None = None,
+        previous: CompactionResult | None = None,
+        retain_null_key: bool = False,
+    ) -> CompactionJob:
+        ids = sorted(self.ledgers) if ledger_ids is None else list(ledger_ids)
+        return CompactionJob(
+            topic_root=self.root,
+            inputs=[self.ledgers[i] for i in ids],
+            input_ledger_ids=ids,
+            previous_compacted=previous.directory if previous else None,
+            previous_horizon=previous.horizon if previous else None,
+            horizon=horizon,
+            output_ledger_id=output_ledger_id,
+            retain_null_key=retain_null_key,
+        )
+
+
+@pytest.fixture
+def topic(tmp_path: Path) -> Topic:
+    root = tmp_path / "ledgers" / "public" / "default" / "t"
+    root.mkdir(parents=True)
+    return Topic(root)
+
+
+@pytest.fixture
+def compactor(spark: SparkSession) -> TwoPhaseCompactor:
+    return TwoPhaseCompactor(spark)
+
+
+def kept(result: CompactionResult | Path) -> list[Kept]:
+    """What a reader of the compacted ledger sees, via the Spark-free reader."""
+    directory = result if isinstance(result, Path) else result.directory
+    entries, nxt = CompactedLedger(directory).read(Position(0, 0), 1_000_000)
+    assert nxt is None
+    return [(e.position, e.key, e.value) for e in entries]
+
+
+def leftovers(topic: Topic) -> list[str]:
+    return sorted(p.name for p in topic.root.iterdir() if not p.name.endswith(".parquet"))
+
+
+@contextmanager
+def session_conf(spark: SparkSession, **conf: str) -> Iterator[None]:
+    old = {k: spark.conf.get(k) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            spark.conf.set(k, v)  # type: ignore[arg-type]
+
+
+P = Position
+
+
+# ------------------------------------------------------------------ what is kept
+
+
+def test_latest_value_per_key_keeps_its_original_id(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0"), ("b", b"b0"), ("a", b"a1"), ("c", b"c0"), ("b", b"b1")])
+    result = compactor.compact(topic.job(2, horizon=P(1, 4)))
+
+    assert kept(result) == [(P(1, 2), "a", b"a1"), (P(1, 3), "c", b"c0"), (P(1, 4), "b", b"b1")]
+    assert result.directory == compacted_dir(topic.root, 2)
+    assert (result.ledger_id, result.horizon) == (2, P(1, 4))
+    assert (result.entries_read, result.records_kept, result.records_removed) == (5, 3, 2)
+    assert result.bytes_in == topic.ledgers[1].stat().st_size
+    assert result.bytes_out == result.manifest.size_bytes > 0
+    assert result.phase_one_ms >= 0 and result.phase_two_ms >= 0
+    # Nothing but part files and the manifest; no temporary directory left.
+    names = sorted(p.name for p in result.directory.iterdir())
+    assert names[0] == MANIFEST_NAME
+    assert all(n.startswith("part-") and n.endswith(".parquet") for n in names[1:])
+    assert leftovers(topic) == [result.directory.name]
+    # Properties and times come through untouched.
+    first = CompactedLedger(result.directory).read(P(1, 2), 1)[0][0]
+    assert (first.properties, first.publish_time, first.event_time) == ({"seq": "2"}, 1_002, None)
+
+
+def test_tombstone_removes_its_key(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0"), ("b", b"b0"), ("a", None), ("c", b"c0")])
+    assert kept(compactor.compact(topic.job(2, horizon=P(1, 3)))) == [
+        (P(1, 1), "b", b"b0"),
+        (P(1, 3), "c", b"c0"),
+    ]
+
+
+def test_last_key_deleted(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0"), ("b", b"b0"), ("b", None)])
+    assert kept(compactor.compact(topic.job(2, horizon=P(1, 2)))) == [(P(1, 0), "a", b"a0")]
+
+
+def test_key_written_again_after_its_tombstone(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0"), ("a", None), ("a", b"a2")])
+    assert kept(compactor.compact(topic.job(2, horizon=P(1, 2)))) == [(P(1, 2), "a", b"a2")]
+
+
+def test_only_tombstones_give_an_empty_compacted_ledger(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", None), ("b", None)])
+    result = compactor.compact(topic.job(2, horizon=P(1, 1)))
+    assert kept(result) == []
+    assert result.manifest.parts == ()
+    assert (result.entries_read, result.records_kept, result.records_removed) == (2, 0, 2)
+    ledger = CompactedLedger(result.directory)
+    assert (ledger.entries, ledger.size_bytes, ledger.first_position) == (0, 0, None)
+
+
+def test_no_input_at_all_gives_an_empty_compacted_ledger(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    result = compactor.compact(topic.job(5, horizon=P(4, 0), ledger_ids=[]))
+    assert kept(result) == []
+    assert (result.entries_read, result.bytes_in, result.bytes_out) == (0, 0, 0)
+
+
+def test_keyless_messages_dropped_by_default(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [(None, b"n0"), ("a", b"a0"), (None, b"n1")])
+    result = compactor.compact(topic.job(2, horizon=P(1, 2)))
+    assert kept(result) == [(P(1, 1), "a", b"a0")]
+    assert (result.entries_read, result.records_removed) == (3, 2)
+
+
+def test_keyless_messages_kept_in_order_with_retain_null_key(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    topic.seal(1, [(None, b"n0"), ("a", b"a0"), (None, b"n1"), ("a", b"a1"), (None, None)])
+    topic.seal(2, [(None, b"n2"), ("b", b"b0")])
+    result = compactor.compact(topic.job(3, horizon=P(2, 1), retain_null_key=True))
+    assert kept(result) == [
+        (P(1, 0), None, b"n0"),
+        (P(1, 2), None, b"n1"),
+        (P(1, 3), "a", b"a1"),
+        (P(2, 0), None, b"n2"),
+        (P(2, 1), "b", b"b0"),
+    ]
+
+
+# ------------------------------------------------------------------ rounds and horizons
+
+
+def test_second_round_merges_with_the_previous_compacted_ledger(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    topic.seal(1, [("once", b"long ago"), ("a", b"a0"), ("gone", b"g0")])
+    first = compactor.compact(topic.job(2, horizon=P(1, 2)))
+    topic.seal(3, [("a", b"a1"), ("gone", None), ("new", b"n0")])
+    # Ledger 1 is still passed: its rows are at or before the previous horizon and must not count twice.
+    second = compactor.compact(topic.job(4, horizon=P(3, 2), previous=first, ledger_ids=[1, 3]))
+
+    assert kept(second) == [(P(1, 0), "once", b"long ago"), (P(3, 0), "a", b"a1"), (P(3, 2), "new", b"n0")]
+    assert second.entries_read == 3 + 3  # previous compacted ledger + the new ledger
+    assert second.bytes_in == first.manifest.size_bytes + topic.ledgers[3].stat().st_size
+    # The previous compacted ledger is the caller's to delete; the compactor left it alone.
+    assert kept(first) == [(P(1, 0), "once", b"long ago"), (P(1, 1), "a", b"a0"), (P(1, 2), "gone", b"g0")]
+
+    topic.seal(5, [("new", None)])
+    third = compactor.compact(topic.job(6, horizon=P(5, 0), previous=second, ledger_ids=[5]))
+    assert kept(third) == [(P(1, 0), "once", b"long ago"), (P(3, 0), "a", b"a1")]
+
+
+def test_rows_after_the_horizon_are_left_for_the_next_round(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    topic.seal(1, [("a", b"a0"), ("b", b"b0"), ("a", None), ("b", b"b1")])
+    first = compactor.compact(topic.job(2, horizon=P(1, 1)))
+    assert kept(first) == [(P(1, 0), "a", b"a0"), (P(1, 1), "b", b"b0")]
+    assert first.entries_read == 2
+
+    # Same ledger, horizon moved to its end: only (1,1] .. (1,3] are new.
+    second = compactor.compact(topic.job(3, horizon=P(1, 3), previous=first))
+    assert kept(second) == [(P(1, 3), "b", b"b1")]
+    assert second.entries_read == 2 + 2
+
+
+def test_ledgers_past_the_horizon_are_not_read(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0")])
+    topic.seal(2, [("a", b"a1")])
+    result = compactor.compact(topic.job(3, horizon=P(1, 0)))
+    assert kept(result) == [(P(1, 0), "a", b"a0")]
+    assert result.bytes_in == topic.ledgers[1].stat().st_size
+
+
+def test_large_ledger_ids_fall_back_to_struct_ids(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    small, big = 7, 2**31 + 5
+    msgs: list[Msg] = [("a", b"a0"), ("b", b"b0"), ("a", None), ("c", b"c0"), (None, b"n")]
+    later: list[Msg] = [("b", b"b1"), ("c", None), ("d", b"d0")]
+
+    topic.seal(small, msgs)
+    topic.seal(small + 1, later)
+    assert compactor.inputs(topic.job(100, horizon=P(small + 1, 2))).packed
+    expected_small = kept(compactor.compact(topic.job(100, horizon=P(small + 1, 2), retain_null_key=True)))
+
+    other = Topic(topic.root.with_name("big"))
+    other.root.mkdir()
+    other.seal(big, msgs)
+    other.seal(big + 1, later)
+    job = other.job(big + 2, horizon=P(big + 1, 2), retain_null_key=True)
+    assert not compactor.inputs(job).packed
+    got = kept(compactor.compact(job))
+    shift = big - small
+    assert got == [(P(p.ledger_id + shift, p.entry_id), k, v) for p, k, v in expected_small]
+    assert got == [(P(big, 4), None, b"n"), (P(big + 1, 0), "b", b"b1"), (P(big + 1, 2), "d", b"d0")]
+
+
+# ------------------------------------------------------------------ layout and plans
+
+
+def test_output_spread_over_many_parts_stays_in_id_order(
+    spark: SparkSession, topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    for lid in range(1, 5):
+        topic.seal(lid, [(f"k{(lid * 7 + i) % 40}", f"{lid}:{i}".encode()) for i in range(30)])
+    with session_conf(spark, **{"spark.sql.adaptive.coalescePartitions.enabled": "false"}):
+        result = compactor.compact(topic.job(9, horizon=P(4, 29)))
+    assert len(result.manifest.parts) > 1
+    rows = kept(result)
+    assert [p for p, _, _ in rows] == sorted(p for p, _, _ in rows)
+    assert len({k for _, k, _ in rows}) == len(rows) == 40
+    # Every key's last write wins.
+    last: dict[str, Position] = {}
+    for lid in range(1, 5):
+        for i in range(30):
+            last[f"k{(lid * 7 + i) % 40}"] = P(lid, i)
+    assert sorted(p for p, _, _ in rows) == sorted(last.values())
+    # Page through all parts with a small page size: nothing lost, nothing repeated.
+    ledger, start, paged = CompactedLedger(result.directory), P(0, 0), []
+    while start is not None:
+        page, start = ledger.read(start, 3)
+        paged.extend(e.position for e in page)
+    assert paged == [p for p, _, _ in rows]
+
+
+def test_phase_one_reads_only_the_narrow_columns(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0"), ("a", b"a1")])
+    first = compactor.compact(topic.job(2, horizon=P(1, 1)))
+    topic.seal(3, [("b", b"b0")])
+    job = topic.job(4, horizon=P(3, 0), previous=first, ledger_ids=[3])
+    for df in (compactor.phase_one_frame(job), phase_one(compactor.read_input(job, NARROW_COLUMNS))):
+        plan = explain_string(df)
+        read_schemas = [line for line in plan.splitlines() if line.strip().startswith("ReadSchema:")]
+        assert len(read_schemas) == 2  # the previous compacted ledger and the new sealed ledger
+        for line in read_schemas:
+            assert "value:" not in line and "properties" not in line, line
+            assert "key:string" in line and "is_tombstone" in line
+    # Phase two does read everything.
+    assert "value:binary" in explain_string(compactor.read_input(job))
+
+
+def test_compacted_parts_use_zstd_and_bounded_row_groups(
+    topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("compactor.two_phase.ROW_GROUP_BYTES", 64 * 1024)
+    topic.seal(1, [(f"k{i}", bytes([i % 251]) * 1000 + str(i).encode()) for i in range(400)])
+    result = compactor.compact(topic.job(2, horizon=P(1, 399)))
+    metas = [pq.read_metadata(p) for p in CompactedLedger(result.directory).part_paths()]
+    assert all(m.row_group(0).column(0).compression == "ZSTD" for m in metas)
+    assert sum(m.num_row_groups for m in metas) > 1
+    ledger = CompactedLedger(result.directory)
+    assert [e.entry_id for e in ledger.read(P(1, 150), 120)[0]] == list(range(150, 270))
+
+
+# ------------------------------------------------------------------ the session
+
+
+def test_one_session_per_process(spark: SparkSession) -> None:
+    assert get_spark() is spark
+    assert get_spark(master="local[1]", shuffle_partitions=99) is spark  # later arguments are ignored
+    conf = spark.conf
+    assert conf.get("spark.sql.session.timeZone") == "UTC"
+    assert conf.get("spark.sql.adaptive.enabled") == "true"
+    assert conf.get("spark.sql.shuffle.partitions") == "4"
+    assert spark.sparkContext.appName == "topic-compactor"
+
+
+def test_session_configuration_defaults() -> None:
+    assert local_cores("local") == 1
+    assert local_cores("local[3]") == 3
+    assert local_cores("local[2, 4]") == 2
+    assert local_cores("local[*]") == (os.cpu_count() or 1)
+    assert local_cores("spark://master:7077") is None
+    conf = spark_conf(master="local[3]")
+    assert conf["spark.sql.shuffle.partitions"] == "6"
+    assert conf["spark.driver.host"] == "127.0.0.1"
+    assert conf["spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"] == "false"
+    cluster = spark_conf(master="spark://master:7077", extra_conf={"spark.executor.memory": "8g"})
+    assert "spark.sql.shuffle.partitions" not in cluster and "spark.driver.host" not in cluster
+    assert cluster["spark.executor.memory"] == "8g"
+    with pytest.raises(ValueError):
+        spark_conf(shuffle_partitions=0)
+
+
+# ------------------------------------------------------------------ failures
+
+
+@pytest.mark.parametrize("phase", ["phase_one", "phase_two"])
+def test_fault_in_a_phase_leaves_nothing_behind(spark: SparkSession, topic: Topic, phase: str) -> None:
+    topic.seal(1, [("a", b"a0"), ("b", b"b0")])
+    seen: list[str] = []
+
+    def hook(name: str) -> None:
+        seen.append(name)
+        if name == phase:
+            raise RuntimeError(f"injected failure in {name}")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        TwoPhaseCompactor(spark, fault_hook=hook).compact(topic.job(2, horizon=P(1, 1)))
+    assert seen[-1] == phase
+    assert leftovers(topic) == []
+    # The topic is as it was: a retry with the same ledger id succeeds.
+    assert kept(TwoPhaseCompactor(spark).compact(topic.job(2, horizon=P(1, 1)))) == [
+        (P(1, 0), "a", b"a0"),
+        (P(1, 1), "b", b"b0"),
+    ]
+
+
+def test_failure_while_writing_removes_the_temporary_directory(
+    topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic.seal(1, [("a", b"a0")])
+
+    def broken(directory: Path) -> None:
+        assert directory.name.endswith(TMP_SUFFIX) and any(directory.iterdir())
+        raise OSError("disk full")
+
+    monkeypatch.setattr("compactor.two_phase.write_manifest", broken)
+    with pytest.raises(OSError, match="disk full"):
+        compactor.compact(topic.job(2, horizon=P(1, 0)))
+    assert leftovers(topic) == []
+
+
+def test_stale_temporary_directory_is_replaced(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0")])
+    stale = compacted_dir(topic.root, 2).with_name(compacted_dir(topic.root, 2).name + TMP_SUFFIX)
+    stale.mkdir()
+    (stale / "part-00000-stale.parquet").write_bytes(b"garbage")
+    assert kept(compactor.compact(topic.job(2, horizon=P(1, 0)))) == [(P(1, 0), "a", b"a0")]
+    assert leftovers(topic) == [compacted_dir(topic.root, 2).name]
+
+
+def test_existing_output_is_never_overwritten(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    topic.seal(1, [("a", b"a0")])
+    compactor.compact(topic.job(2, horizon=P(1, 0)))
+    with pytest.raises(FileExistsError):
+        compactor.compact(topic.job(2, horizon=P(1, 0)))
+    assert kept(compacted_dir(topic.root, 2)) == [(P(1, 0), "a", b"a0")]

@@ -1,0 +1,238 @@
+"""Compacted ledgers on disk: the manifest, and reads by message id against a list model."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.compacted_store import (
+    MANIFEST_NAME,
+    CompactedLedger,
+    CompactedLedgerError,
+    Manifest,
+    write_manifest,
+)
+from ledger.entry import Entry, Position
+from ledger.schema import ARROW_SCHEMA, entries_to_table
+
+# ------------------------------------------------------------------ factories
+
+
+def entry(ledger_id: int, entry_id: int, *, key: str | None = None, value: bytes | None = b"v") -> Entry:
+    return Entry(
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        key=key if key is not None else f"k{ledger_id}-{entry_id}",
+        value=value,
+        properties={"at": f"{ledger_id}:{entry_id}"} if entry_id % 2 else {},
+        publish_time=1_000 + entry_id,
+        event_time=entry_id if entry_id % 3 == 0 else None,
+    )
+
+
+def write_parts(directory: Path, parts: list[list[Entry]], *, row_group_size: int = 3) -> None:
+    """Part files as the compactor leaves them (before its manifest); empty parts allowed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, rows in enumerate(parts):
+        table = entries_to_table(rows) if rows else ARROW_SCHEMA.empty_table()
+        pq.write_table(
+            table, directory / f"part-{i:05d}-abc-c000.zstd.parquet", row_group_size=row_group_size
+        )
+
+
+def make_ledger(directory: Path, parts: list[list[Entry]], *, row_group_size: int = 3) -> CompactedLedger:
+    write_parts(directory, parts, row_group_size=row_group_size)
+    write_manifest(directory)
+    return CompactedLedger(directory)
+
+
+def sparse_entries() -> list[Entry]:
+    """Sparse ids over three ledgers, as a compaction leaves them."""
+    ids = [(3, 0), (3, 2), (3, 3), (3, 7), (3, 8), (3, 9), (3, 15), (5, 1), (5, 4), (5, 5), (5, 6)]
+    ids += [(9, e) for e in range(0, 40, 3)]
+    return [entry(lid, eid) for lid, eid in ids]
+
+
+def split(entries: list[Entry], sizes: list[int]) -> list[list[Entry]]:
+    out, i = [], 0
+    for n in sizes:
+        out.append(entries[i : i + n])
+        i += n
+    assert i == len(entries)
+    return out
+
+
+def model_read(model: list[Entry], start: Position, max_entries: int) -> tuple[list[Entry], Position | None]:
+    rest = [e for e in model if e.position >= start]
+    page = rest[:max_entries]
+    return page, (rest[max_entries].position if len(rest) > max_entries else None)
+
+
+def candidate_starts(model: list[Entry]) -> list[Position]:
+    """Every present id, the ids right before and after each, ids between ledgers, and far ends."""
+    starts = {Position(0, 0), Position(1, 5), Position(2**62, 0)}
+    for e in model:
+        starts |= {e.position, Position(e.ledger_id, e.entry_id + 1), Position(e.ledger_id + 1, 0)}
+        if e.entry_id > 0:
+            starts.add(Position(e.ledger_id, e.entry_id - 1))
+    return sorted(starts)
+
+
+# ------------------------------------------------------------------ manifest
+
+
+def test_manifest_lists_parts_in_order_and_skips_empty_ones(tmp_path: Path) -> None:
+    model = sparse_entries()
+    parts = split(model, [4, 0, 7, 1, 13])
+    write_parts(tmp_path, parts)
+    manifest = write_manifest(tmp_path)
+
+    assert [p.rows for p in manifest.parts] == [4, 7, 1, 13]
+    assert [p.name for p in manifest.parts] == sorted(p.name for p in manifest.parts)
+    assert [(p.first, p.last) for p in manifest.parts] == [
+        (rows[0].position, rows[-1].position) for rows in parts if rows
+    ]
+    assert manifest.entries == len(model)
+    assert manifest.size_bytes == sum((tmp_path / p.name).stat().st_size for p in manifest.parts)
+    assert manifest.first_position == model[0].position
+    assert manifest.last_position == model[-1].position
+    # Written atomically (no temporary left) and readable back.
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("part-")) == [MANIFEST_NAME]
+    assert Manifest.load(tmp_path) == manifest
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["parts"][0]["first"] == "3:0"
+
+
+def test_part_order_is_numeric_past_five_digits(tmp_path: Path) -> None:
+    model = sparse_entries()
+    tmp_path.mkdir(exist_ok=True)
+    pq.write_table(entries_to_table(model[:5]), tmp_path / "part-99999-x-c000.zstd.parquet")
+    pq.write_table(entries_to_table(model[5:]), tmp_path / "part-100000-x-c000.zstd.parquet")
+    write_manifest(tmp_path)
+    ledger = CompactedLedger(tmp_path)
+    assert [p.name for p in ledger.manifest.parts][0].startswith("part-99999")
+    assert ledger.read(Position(0, 0), 1000) == (model, None)
+
+
+def test_overlapping_parts_are_refused(tmp_path: Path) -> None:
+    model = sparse_entries()
+    write_parts(tmp_path, [model[5:10], model[0:5]])
+    with pytest.raises(CompactedLedgerError, match="not after"):
+        write_manifest(tmp_path)
+    assert not (tmp_path / MANIFEST_NAME).exists()
+
+
+def test_a_ledger_without_manifest_is_incomplete(tmp_path: Path) -> None:
+    write_parts(tmp_path, [sparse_entries()])
+    with pytest.raises(CompactedLedgerError, match="incomplete"):
+        CompactedLedger(tmp_path)
+
+
+def test_empty_ledger(tmp_path: Path) -> None:
+    ledger = make_ledger(tmp_path, [[]])
+    assert ledger.entries == 0
+    assert ledger.size_bytes == 0
+    assert ledger.first_position is None and ledger.last_position is None
+    assert ledger.part_paths() == []
+    assert ledger.read(Position(0, 0), 10) == ([], None)
+
+
+# ------------------------------------------------------------------ reads
+
+
+@pytest.mark.parametrize("sizes", [[25], [4, 7, 1, 13], [1] * 25])
+@pytest.mark.parametrize("row_group_size", [1, 3, 100])
+def test_read_from_every_start_equals_the_model(
+    tmp_path: Path, sizes: list[int], row_group_size: int
+) -> None:
+    model = sparse_entries()
+    ledger = make_ledger(tmp_path, split(model, sizes), row_group_size=row_group_size)
+    assert ledger.entries == len(model)
+    for start in candidate_starts(model):
+        for max_entries in (0, 1, 2, 5, 1000):
+            assert ledger.read(start, max_entries) == model_read(model, start, max_entries), (
+                start,
+                max_entries,
+            )
+        assert ledger.seek(start) == model_read(model, start, 0)[1]
+
+
+@pytest.mark.parametrize("page", [1, 2, 3, 4, 7, 26, 27])
+def test_pages_stitch_together(tmp_path: Path, page: int) -> None:
+    model = sparse_entries()
+    ledger = make_ledger(tmp_path, split(model, [4, 7, 1, 13]))
+    got: list[Entry] = []
+    start: Position | None = Position(0, 0)
+    while start is not None:
+        entries, start = ledger.read(start, page)
+        assert len(entries) <= page
+        got.extend(entries)
+    assert got == model
+
+
+def test_values_properties_and_tombstones_round_trip(tmp_path: Path) -> None:
+    rows = [
+        entry(1, 0, key="a", value=b""),
+        entry(1, 1, key="b", value=None),
+        Entry(1, 2, None, b"\x00\xff", {"x": "y", "": ""}, 5, None),
+    ]
+    ledger = make_ledger(tmp_path, [rows])
+    entries, nxt = ledger.read(Position(1, 0), 10)
+    assert entries == rows and nxt is None
+    assert entries[1].value is None and entries[0].value == b""
+    assert entries[2].properties == {"x": "y", "": ""}
+
+
+def test_reading_from_a_part_start_needs_no_id_columns(tmp_path: Path) -> None:
+    model = sparse_entries()
+    parts = split(model, [4, 7, 1, 13])
+    ledger = make_ledger(tmp_path, parts)
+    ledger.read(parts[1][0].position, 3)
+    assert len(ledger._ids) == 1  # only the part the page ends in, to name the next id
+    ledger.close()
+    ledger.read(parts[2][0].position, 1)
+    assert len(ledger._ids) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ids=st.lists(st.tuples(st.integers(1, 6), st.integers(0, 30)), min_size=0, max_size=40, unique=True).map(
+        sorted
+    ),
+    cuts=st.lists(st.integers(0, 40), max_size=4),
+    row_group_size=st.integers(1, 5),
+    start=st.tuples(st.integers(0, 7), st.integers(0, 32)),
+    max_entries=st.integers(0, 12),
+)
+def test_read_matches_model_property(
+    ids: list[tuple[int, int]], cuts: list[int], row_group_size: int, start: tuple[int, int], max_entries: int
+) -> None:
+    model = [entry(lid, eid) for lid, eid in ids]
+    bounds = sorted({0, len(model), *(min(c, len(model)) for c in cuts)})
+    parts = [model[a:b] for a, b in zip(bounds, bounds[1:], strict=False)] or [[]]
+    with tempfile.TemporaryDirectory() as d:
+        ledger = make_ledger(Path(d), parts, row_group_size=row_group_size)
+        pos = Position(*start)
+        assert ledger.read(pos, max_entries) == model_read(model, pos, max_entries)
+
+
+def test_negative_page_size_is_refused(tmp_path: Path) -> None:
+    ledger = make_ledger(tmp_path, [sparse_entries()])
+    with pytest.raises(ValueError):
+        ledger.read(Position(0, 0), -1)
+
+
+def test_spark_style_nullable_schema_reads_the_same(tmp_path: Path) -> None:
+    """Spark writes every column nullable; the reader must not care."""
+    model = sparse_entries()[:6]
+    nullable = pa.schema([f.with_nullable(True) for f in ARROW_SCHEMA])
+    tmp_path.mkdir(exist_ok=True)
+    pq.write_table(entries_to_table(model).cast(nullable), tmp_path / "part-00000-s-c000.zstd.parquet")
+    write_manifest(tmp_path)
+    assert CompactedLedger(tmp_path).read(Position(0, 0), 100) == (model, None)
