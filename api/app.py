@@ -33,7 +33,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         broker = Broker(settings=settings, db=db)
         broker.start()
         compaction = CompactionService(
-            broker=broker, compactor=lambda: TwoPhaseCompactor(spark_session(settings)), workers=settings.compaction_workers
+            broker=broker,
+            compactor=lambda: TwoPhaseCompactor(spark_session(settings)),
+            workers=settings.compaction_workers,
         )
         compaction.start()
         app.state.settings = settings
@@ -58,7 +60,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Routing sees the decoded path, so "a%2Fb" would reach a route as two segments and
         # could even name a different resource: refuse an encoded slash outright.
         if b"%2f" in request.scope.get("raw_path", b"").lower():
-            return JSONResponse({"reason": "invalid name: '/' is not allowed in a name part"}, status_code=400)
+            return JSONResponse(
+                {"reason": "invalid name: '/' is not allowed in a name part"}, status_code=400
+            )
         length = request.headers.get("content-length")
         if length is not None:
             if not length.isdigit():

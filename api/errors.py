@@ -40,9 +40,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        return JSONResponse(
-            {"reason": _describe(list(errors)), "detail": _jsonable(errors)}, status_code=422
-        )
+        return JSONResponse({"reason": _describe(list(errors)), "detail": _jsonable(errors)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

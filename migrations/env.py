@@ -21,9 +21,7 @@ def run_offline() -> None:
 
 
 def run_online() -> None:
-    connectable = engine_from_config(
-        {"sqlalchemy.url": url}, prefix="sqlalchemy.", poolclass=pool.NullPool
-    )
+    connectable = engine_from_config({"sqlalchemy.url": url}, prefix="sqlalchemy.", poolclass=pool.NullPool)
     with connectable.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,12 +22,12 @@ def _env(name: str, value: object) -> None:
 
 @app.command()
 def serve(
-    host: Annotated[Optional[str], typer.Option(help="Address to listen on [COMPACTOR_HOST].")] = None,  # noqa: UP045
-    port: Annotated[Optional[int], typer.Option(help="Port [COMPACTOR_PORT].")] = None,  # noqa: UP045
-    data_dir: Annotated[Optional[Path], typer.Option(help="Storage root [COMPACTOR_DATA_DIR].")] = None,  # noqa: UP045
-    database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL [COMPACTOR_DATABASE_URL].")] = None,  # noqa: UP045
-    fsync: Annotated[Optional[str], typer.Option(help="always|interval|never [COMPACTOR_FSYNC].")] = None,  # noqa: UP045
-    spark_master: Annotated[Optional[str], typer.Option(help="Spark master [COMPACTOR_SPARK_MASTER].")] = None,  # noqa: UP045
+    host: Annotated[str | None, typer.Option(help="Address to listen on [COMPACTOR_HOST].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [COMPACTOR_PORT].")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Storage root [COMPACTOR_DATA_DIR].")] = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL [COMPACTOR_DATABASE_URL].")] = None,
+    fsync: Annotated[str | None, typer.Option(help="always|interval|never [COMPACTOR_FSYNC].")] = None,
+    spark_master: Annotated[str | None, typer.Option(help="Spark master [COMPACTOR_SPARK_MASTER].")] = None,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "info",
 ) -> None:
     """Apply pending migrations, recover every topic, and serve the REST API."""

@@ -168,7 +168,9 @@ class CompactionService:
 
     def _new_run(self, topic: ManagedTopic, trigger: str) -> int:
         with self.db.session() as s:
-            run = models.CompactionRun(topic_id=topic.topic_id, trigger=trigger, status=RUNNING, started_at=now_ms())
+            run = models.CompactionRun(
+                topic_id=topic.topic_id, trigger=trigger, status=RUNNING, started_at=now_ms()
+            )
             s.add(run)
             s.flush()
             return run.id
@@ -264,7 +266,11 @@ class CompactionService:
             cursor.mark_delete_entry = result.horizon.entry_id
             prop = s.get(models.CursorProperty, (cursor.id, COMPACTED_LEDGER_PROPERTY))
             if prop is None:
-                s.add(models.CursorProperty(cursor_id=cursor.id, name=COMPACTED_LEDGER_PROPERTY, value=result.ledger_id))
+                s.add(
+                    models.CursorProperty(
+                        cursor_id=cursor.id, name=COMPACTED_LEDGER_PROPERTY, value=result.ledger_id
+                    )
+                )
             else:
                 prop.value = result.ledger_id
             run = s.get(models.CompactionRun, run_id)
@@ -294,7 +300,9 @@ class CompactionService:
         except Exception:  # the start-up sweep removes it if this fails too
             log.exception("could not mark compacted ledger %s deleted", ledger_id)
 
-    def _finish(self, run_id: int, status: str, *, horizon: Position | None = None, error: str | None = None) -> None:
+    def _finish(
+        self, run_id: int, status: str, *, horizon: Position | None = None, error: str | None = None
+    ) -> None:
         with self.db.session() as s:
             run = s.get(models.CompactionRun, run_id)
             if run is None:  # the topic was deleted meanwhile

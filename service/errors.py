@@ -1,10 +1,10 @@
 """Domain exceptions. ``api/`` maps each to one HTTP status; nothing here knows HTTP.
 
-    ServiceError
-    ├── InvalidInput          (400) a value the client sent is malformed
-    ├── NotFound              (404) topic, subscription, ledger
-    ├── Conflict              (409) exists already, compaction running, consumer active
-    └── TooLarge              (413) message or request over its size limit
+ServiceError
+├── InvalidInput          (400) a value the client sent is malformed
+├── NotFound              (404) topic, subscription, ledger
+├── Conflict              (409) exists already, compaction running, consumer active
+└── TooLarge              (413) message or request over its size limit
 """
 
 from __future__ import annotations

@@ -105,7 +105,11 @@ class ManagedLedger:
                 infos.append(_new_ledger_row(s, topic_id))
         for info in infos[:-1]:
             if info.state == models.OPEN:  # cannot happen through roll-over; repair rather than lose data
-                log.warning("ledger %s of topic %s was left OPEN behind a newer one; sealing it", info.ledger_id, topic_id)
+                log.warning(
+                    "ledger %s of topic %s was left OPEN behind a newer one; sealing it",
+                    info.ledger_id,
+                    topic_id,
+                )
                 wal = _open_wal(root, info.ledger_id, settings)
                 _seal_and_close(db, root, info, wal, successor=None)
             wal_file = paths.wal_path(root, info.ledger_id)
@@ -135,7 +139,10 @@ class ManagedLedger:
         positions: list[Position] = []
         with self._lock:
             self._check_open()
-            if self._current.entries and now_ms() - self._current.created_at >= self._settings.max_ledger_age_ms:
+            if (
+                self._current.entries
+                and now_ms() - self._current.created_at >= self._settings.max_ledger_age_ms
+            ):
                 self._roll_over_locked()
             i = 0
             wal, token = self._wal, -1

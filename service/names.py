@@ -31,7 +31,9 @@ class TopicName:
 
     @classmethod
     def of(cls, tenant: str, namespace: str, topic: str) -> TopicName:
-        return cls(check_part("tenant", tenant), check_part("namespace", namespace), check_part("topic", topic))
+        return cls(
+            check_part("tenant", tenant), check_part("namespace", namespace), check_part("topic", topic)
+        )
 
     @classmethod
     def parse(cls, text: str) -> TopicName:

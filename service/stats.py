@@ -56,13 +56,17 @@ def internal_stats(broker: Broker, name: TopicName) -> InternalStats:
         ).all()
         props: dict[int, dict[str, int]] = {}
         for p in s.scalars(
-            select(models.CursorProperty).where(models.CursorProperty.cursor_id.in_([c.id for c in cursor_rows]))
+            select(models.CursorProperty).where(
+                models.CursorProperty.cursor_id.in_([c.id for c in cursor_rows])
+            )
         ):
             props.setdefault(p.cursor_id, {})[p.name] = p.value
         cursors = [
             CursorStats(
                 name=c.name,
-                mark_delete=Position(c.mark_delete_ledger, c.mark_delete_entry) if c.mark_delete_ledger >= 0 else None,
+                mark_delete=Position(c.mark_delete_ledger, c.mark_delete_entry)
+                if c.mark_delete_ledger >= 0
+                else None,
                 properties=props.get(c.id, {}),
                 read_compacted=c.read_compacted,
             )
@@ -73,5 +77,7 @@ def internal_stats(broker: Broker, name: TopicName) -> InternalStats:
     if view is not None:
         stats.horizon = view.horizon
         if view.ledger is not None:
-            stats.compacted_ledger = CompactedLedgerStats(view.ledger_id, view.ledger.entries, view.ledger.size_bytes)
+            stats.compacted_ledger = CompactedLedgerStats(
+                view.ledger_id, view.ledger.entries, view.ledger.size_bytes
+            )
     return stats

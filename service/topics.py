@@ -64,7 +64,9 @@ class Broker:
             rows = s.scalars(select(models.Topic).order_by(models.Topic.id)).all()
             topics = [(r.id, TopicName(r.tenant, r.namespace, r.name)) for r in rows]
         for topic_id, name in topics:
-            ml = ManagedLedger.recover(topic_id=topic_id, root=self._root(name), db=self.db, settings=self.settings)
+            ml = ManagedLedger.recover(
+                topic_id=topic_id, root=self._root(name), db=self.db, settings=self.settings
+            )
             self._topics[name] = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
         self._remove_orphan_dirs()
 
@@ -156,7 +158,13 @@ class Broker:
         topic = self.topic(name)
         publish_time = now_ms()
         stamped = [
-            Record(key=r.key, value=r.value, properties=r.properties, publish_time=publish_time, event_time=r.event_time)
+            Record(
+                key=r.key,
+                value=r.value,
+                properties=r.properties,
+                publish_time=publish_time,
+                event_time=r.event_time,
+            )
             for r in records
         ]
         return topic.ledger.append(stamped)

@@ -89,7 +89,9 @@ class Server:
             **self.extra_env,
         }
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([script, "serve", "--log-level", "warning"], env=env, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(
+                [script, "serve", "--log-level", "warning"], env=env, stdout=log, stderr=log
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

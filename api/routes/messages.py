@@ -34,7 +34,10 @@ def read_messages(
     # Built as plain dicts: a page can hold thousands of messages, and per-message
     # model validation would dominate the cost of a read.
     return JSONResponse(
-        {"messages": [message_json(e) for e in entries], "nextMessageId": str(nxt) if nxt is not None else None}
+        {
+            "messages": [message_json(e) for e in entries],
+            "nextMessageId": str(nxt) if nxt is not None else None,
+        }
     )
 
 

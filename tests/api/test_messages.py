@@ -18,7 +18,9 @@ def b64(b: bytes) -> str:
 @pytest.fixture
 def topic(client: TestClient) -> str:
     assert client.put(f"{ADMIN}/orders").status_code == 204
-    r = client.post(f"{TOPICS}/orders", json={"messages": [{"key": "a", "value": b64(b"1")}, {"key": "b", "value": None}]})
+    r = client.post(
+        f"{TOPICS}/orders", json={"messages": [{"key": "a", "value": b64(b"1")}, {"key": "b", "value": None}]}
+    )
     assert r.status_code == 200
     return "orders"
 
@@ -42,7 +44,12 @@ def test_produce_returns_ids_in_request_order_and_read_returns_them(client: Test
     body = client.get(f"{TOPICS}/{topic}/messages", params={"startMessageId": ids[0]}).json()
     assert [m["messageId"] for m in body["messages"]] == ids
     assert body["messages"][0] | {"publishTime": 0} == {
-        "messageId": ids[0], "key": None, "value": b64(b"x"), "properties": {"p": "q"}, "publishTime": 0, "eventTime": 42
+        "messageId": ids[0],
+        "key": None,
+        "value": b64(b"x"),
+        "properties": {"p": "q"},
+        "publishTime": 0,
+        "eventTime": 42,
     }
     # The next page starts after the last message; reading it now returns nothing yet.
     nxt = body["nextMessageId"]
@@ -75,11 +82,31 @@ def test_topic_create_conflict_list_delete(client: TestClient, topic: str) -> No
         ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AAA"}]}}, 400),
         ("post", f"{TOPICS}/orders", {"json": {"messages": []}}, 400),
         ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": 5, "value": "AA=="}]}}, 422),
-        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AA==", "eventTime": -1}]}}, 422),
+        (
+            "post",
+            f"{TOPICS}/orders",
+            {"json": {"messages": [{"key": "k", "value": "AA==", "eventTime": -1}]}},
+            422,
+        ),
         ("post", f"{TOPICS}/orders", {"json": {"msgs": []}}, 422),
-        ("post", f"{TOPICS}/orders", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 422),
-        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"value": b64(b"x" * (5 * 1024 * 1024 + 1))}]}}, 413),
-        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"value": "AA=="}, {"value": b64(b"x" * (5 * 1024 * 1024 + 1))}]}}, 413),
+        (
+            "post",
+            f"{TOPICS}/orders",
+            {"content": b"{not json", "headers": {"content-type": "application/json"}},
+            422,
+        ),
+        (
+            "post",
+            f"{TOPICS}/orders",
+            {"json": {"messages": [{"value": b64(b"x" * (5 * 1024 * 1024 + 1))}]}},
+            413,
+        ),
+        (
+            "post",
+            f"{TOPICS}/orders",
+            {"json": {"messages": [{"value": "AA=="}, {"value": b64(b"x" * (5 * 1024 * 1024 + 1))}]}},
+            413,
+        ),
         ("post", f"{TOPICS}/missing", {"json": {"messages": [{"key": "k", "value": "AA=="}]}}, 404),
         ("get", f"{TOPICS}/missing/messages", {}, 404),
         ("get", f"{ADMIN}/missing/internalStats", {}, 404),
@@ -91,7 +118,12 @@ def test_topic_create_conflict_list_delete(client: TestClient, topic: str) -> No
     ],
 )
 def test_bad_input_gets_4xx_json_reason_and_changes_nothing(
-    client: TestClient, topic: str, method: str, path: str, kwargs: dict, status: int  # type: ignore[type-arg]
+    client: TestClient,
+    topic: str,
+    method: str,
+    path: str,
+    kwargs: dict,
+    status: int,  # type: ignore[type-arg]
 ) -> None:
     before = snapshot(client)
     r = getattr(client, method)(path, **kwargs)

@@ -49,7 +49,13 @@ def test_curl_create_produce_read_in_order(server) -> None:  # type: ignore[no-u
     msgs = [{"key": f"k{i}", "value": b64(f"v{i}"), "properties": {"n": str(i)}} for i in range(5)]
     msgs.append({"key": "k0", "value": None})
     code, body = curl(
-        "-X", "POST", "-H", "Content-Type: application/json", "-d", json.dumps({"messages": msgs}), server.url + PRODUCE
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        json.dumps({"messages": msgs}),
+        server.url + PRODUCE,
     )
     assert code == 200
     ids = json.loads(body)["messageIds"]
@@ -100,7 +106,9 @@ def test_torn_write_ahead_tail_recovers_after_kill(server_factory, tmp_path: Pat
     srv = server_factory(data)
     srv.start()
     assert httpx.put(srv.url + TOPIC).status_code == 204
-    r = httpx.post(srv.url + PRODUCE, json={"messages": [{"key": f"k{i}", "value": b64(str(i))} for i in range(10)]})
+    r = httpx.post(
+        srv.url + PRODUCE, json={"messages": [{"key": f"k{i}", "value": b64(str(i))} for i in range(10)]}
+    )
     ids = r.json()["messageIds"]
     srv.kill()
 
@@ -134,3 +142,23 @@ def test_path_traversal_in_a_name_is_refused(server, path: str) -> None:  # type
     assert code == 400, body
     assert "invalid" in json.loads(body)["reason"]
     assert not (server.data_dir / "ledgers").exists() or not any((server.data_dir / "ledgers").rglob("*.wal"))
+
+
+@pytest.mark.spark
+def test_compaction_through_the_running_service(server) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    assert httpx.put(server.url + TOPIC).status_code == 204
+    msgs = [{"key": f"k{i % 3}", "value": b64(f"v{i}")} for i in range(9)] + [{"key": "k1", "value": None}]
+    assert httpx.post(server.url + PRODUCE, json={"messages": msgs}).status_code == 200
+    code, _ = curl("-X", "PUT", server.url + TOPIC + "/compaction")
+    assert code == 204
+    deadline = time.monotonic() + 180
+    while (status := httpx.get(server.url + TOPIC + "/compaction").json())["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert status == {"status": "SUCCESS", "lastError": None}
+    r = httpx.get(f"{server.url}{PRODUCE}/messages", params={"readCompacted": "true"})
+    assert [(m["key"], m["value"]) for m in r.json()["messages"]] == [("k2", b64("v8")), ("k0", b64("v6"))] or [
+        (m["key"], m["value"]) for m in r.json()["messages"]
+    ] == [("k0", b64("v6")), ("k2", b64("v8"))]

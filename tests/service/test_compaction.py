@@ -21,6 +21,7 @@ from service.topics import Broker
 pytestmark = pytest.mark.spark
 
 NAME = TopicName("t", "ns", "table")
+EARLIEST = Position(0, 0)
 
 
 @pytest.fixture
@@ -65,7 +66,9 @@ class Model:
     def add(self, ids: list[Position], pairs: list[tuple[str | None, bytes | None]]) -> None:
         self.log.extend((p, k, v) for p, (k, v) in zip(ids, pairs, strict=True))
 
-    def compacted(self, horizon: Position, retain_null_key: bool = False) -> list[tuple[Position, str | None, bytes | None]]:
+    def compacted(
+        self, horizon: Position, retain_null_key: bool = False
+    ) -> list[tuple[Position, str | None, bytes | None]]:
         latest: dict[str, tuple[Position, bytes | None]] = {}
         keyless = []
         for p, k, v in self.log:
@@ -79,7 +82,9 @@ class Model:
         rows = [(p, k, v) for k, (p, v) in latest.items() if v is not None] + keyless
         return sorted(rows, key=lambda r: r[0])
 
-    def expected_read_compacted(self, horizon: Position, start: Position = Position(0, 0)) -> list[tuple[Position, str | None, bytes | None]]:
+    def expected_read_compacted(
+        self, horizon: Position, start: Position = EARLIEST
+    ) -> list[tuple[Position, str | None, bytes | None]]:
         if start > horizon:
             return [r for r in self.log if r[0] >= start]
         return [r for r in self.compacted(horizon) if r[0] >= start] + [r for r in self.log if r[0] > horizon]
@@ -103,7 +108,11 @@ def test_latest_value_per_key_kept_with_its_original_message_id(broker, compacti
     st = compaction.compact_now(topic)
     assert st.status == "SUCCESS", st.last_error
     got = read(broker, compacted=True)
-    assert [(e.position, e.key, e.value) for e in got] == [(ids[3], "c", b"1"), (ids[4], "b", b"2"), (ids[5], "a", b"3")]
+    assert [(e.position, e.key, e.value) for e in got] == [
+        (ids[3], "c", b"1"),
+        (ids[4], "b", b"2"),
+        (ids[5], "a", b"3"),
+    ]
     # The full log is still there for readCompacted=false.
     assert len(read(broker, compacted=False)) == 6
 
@@ -212,11 +221,16 @@ def test_read_compacted_from_every_start_id(broker, compaction, topic) -> None: 
     after = [("k1", b"after"), (None, b"keyless"), ("k2", None)]
     model.add(produce(broker, *after), after)
     horizon = horizon_of(broker)
-    assert [(e.position, e.key, e.value) for e in read(broker, compacted=True)] == model.expected_read_compacted(horizon)
+    assert [
+        (e.position, e.key, e.value) for e in read(broker, compacted=True)
+    ] == model.expected_read_compacted(horizon)
     for p, _, _ in model.log:
         for page in (1, 4):
             got = read(broker, compacted=True, start=str(p), page=page)
-            assert [(e.position, e.key, e.value) for e in got] == model.expected_read_compacted(horizon, p), (p, page)
+            assert [(e.position, e.key, e.value) for e in got] == model.expected_read_compacted(horizon, p), (
+                p,
+                page,
+            )
 
 
 # ---------------------------------------------------------------- failures
@@ -252,7 +266,9 @@ def test_failure_leaves_topic_as_it_was_then_next_run_succeeds(broker, compactio
     assert len([p for p in root.iterdir() if p.name.startswith("compacted-")]) == 1
 
 
-def test_restart_removes_unreferenced_compacted_ledgers_and_keeps_the_view(broker, compaction, topic, settings, db, spark) -> None:  # type: ignore[no-untyped-def]
+def test_restart_removes_unreferenced_compacted_ledgers_and_keeps_the_view(
+    broker, compaction, topic, settings, db, spark
+) -> None:  # type: ignore[no-untyped-def]
     produce(broker, ("a", b"1"), ("a", b"2"))
     compaction.compact_now(topic)
     root = broker.topic(topic).ledger.root

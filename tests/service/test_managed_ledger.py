@@ -45,7 +45,9 @@ def small(settings: Settings) -> Settings:
     return settings
 
 
-def test_roll_over_by_entries_makes_sealed_parquet_ledgers_and_reads_are_seamless(small, broker: Broker) -> None:  # type: ignore[no-untyped-def]
+def test_roll_over_by_entries_makes_sealed_parquet_ledgers_and_reads_are_seamless(
+    small, broker: Broker
+) -> None:  # type: ignore[no-untyped-def]
     broker.create_topic(NAME)
     ids: list[Position] = []
     for _ in range(7):
