@@ -7,15 +7,18 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from api import errors
-from api.routes import admin, fallback, health, messages, topics
+from api.routes import admin, consumers, fallback, health, messages, policies, subscriptions, topics
 from compactor import TwoPhaseCompactor
 from compactor.spark import get_spark
 from service.compaction import CompactionService
+from service.cursors import SubscriptionService
 from service.db import Database, upgrade
+from service.policies import PolicyStore
 from service.settings import Settings
 from service.topics import Broker
 
@@ -38,6 +41,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             workers=settings.compaction_workers,
         )
         compaction.start()
+        subs = SubscriptionService(broker=broker, consumer_timeout_ms=settings.consumer_timeout_ms)
+        subs.start()
+        app.state.subscriptions = subs
+        app.state.policies = PolicyStore(db=db, settings=settings)
+        # Long-polling receives each hold a worker thread; allow plenty of them.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         app.state.settings = settings
         app.state.db = db
         app.state.broker = broker
@@ -77,6 +86,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(messages.router)
     app.include_router(admin.router)
+    app.include_router(subscriptions.router)
+    app.include_router(consumers.router)
+    app.include_router(policies.router)
     app.include_router(fallback.router)
     return app
 

@@ -264,6 +264,14 @@ class CompactedLedger:
                 part, row = part + 1, 0
         return out, self._position_of(part, row)
 
+    def count_from(self, start: Position) -> int:
+        """How many records have an id >= ``start`` (for backlogs), by binary search."""
+        part = bisect.bisect_left(self._lasts, (start.ledger_id, start.entry_id))
+        if part == len(self._parts):
+            return 0
+        rest = sum(p.rows for p in self._parts[part + 1 :])
+        return rest + self._parts[part].rows - self._locate(part, start)
+
     def seek(self, start: Position) -> Position | None:
         """The id of the first record with id >= ``start``, or ``None``."""
         return self.read(start, 0)[1]

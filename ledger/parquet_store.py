@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ledger.entry import Entry
 from ledger.paths import TMP_SUFFIX, fsync_dir
-from ledger.schema import ARROW_SCHEMA, entries_to_table, table_to_entries
+from ledger.schema import ARROW_SCHEMA, PUBLISH_TIME, entries_to_table, table_to_entries
 
 # Small enough that reading one page touches little data, large enough for good compression.
 ROW_GROUP_SIZE = 8192
@@ -67,6 +67,7 @@ class SealedLedger:
         self.entries = n
         self.file_bytes = path.stat().st_size
         self._lock = threading.Lock()
+        self._publish_times: list[int] | None = None
 
     def read(self, start: int, max_entries: int) -> list[Entry]:
         """Entries ``start`` .. ``start + max_entries - 1`` that exist, in order."""
@@ -79,6 +80,15 @@ class SealedLedger:
             table = self._file.read_row_groups(list(range(first_rg, last_rg + 1)))
         offset = start - self._starts[first_rg]
         return table_to_entries(table.slice(offset, end - start))
+
+    def first_entry_at_or_after(self, publish_time: int) -> int:
+        """Id of the first entry published at or after ``publish_time`` (``entries`` if none).
+        Reads only the publish_time column, once."""
+        with self._lock:
+            if self._publish_times is None:
+                self._publish_times = self._file.read(columns=[PUBLISH_TIME]).column(0).to_pylist()
+            times = self._publish_times
+        return bisect.bisect_left(times, publish_time)
 
     def close(self) -> None:
         self._file.close()

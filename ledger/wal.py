@@ -18,6 +18,7 @@ The byte layout is in :mod:`ledger.format`. This module adds the rules around it
 from __future__ import annotations
 
 import logging
+import bisect
 import os
 import threading
 import time
@@ -550,6 +551,12 @@ class WriteAheadLog:
         """Publish time of entry 0 if it is readable; for roll-over by age."""
         with self._cond:
             return self._publish_times[0] if self._entries else None
+
+    def first_entry_at_or_after(self, publish_time: int) -> int:
+        """Id of the first readable entry published at or after ``publish_time`` (``entries``
+        if none is). Publish times are stamped in append order, so they do not decrease."""
+        with self._cond:
+            return bisect.bisect_left(self._publish_times, publish_time, 0, self._entries)
 
     @property
     def last_publish_time(self) -> int | None:

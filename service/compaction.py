@@ -29,13 +29,13 @@ from ledger.entry import Position
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
+from service.cursors import COMPACTION_CURSOR
 from service.errors import Conflict
 from service.names import TopicName
 from service.topics import Broker, ManagedTopic
 
 log = logging.getLogger(__name__)
 
-COMPACTION_CURSOR = "__compaction"
 COMPACTED_LEDGER_PROPERTY = "CompactedTopicLedger"
 
 NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"

@@ -70,6 +70,8 @@ class ManagedLedger:
         self._ledgers = ledgers
         self._wal = wal
         self._lock = threading.RLock()
+        # Notified when entries become readable: long-polling consumers wait on it.
+        self._appended = threading.Condition(self._lock)
         self._sealed: dict[int, SealedLedger] = {}
         self._closed = False
         # Tests simulate a crash at a named point of the roll-over ("sealed", "committed").
@@ -164,7 +166,15 @@ class ManagedLedger:
         with self._lock:
             if wal is self._wal:
                 _refresh_open(self._current, wal)
+            self._appended.notify_all()
         return positions
+
+    def wait_for_entries(self, after: Position, timeout: float) -> bool:
+        """Block until an entry after ``after`` is readable or ``timeout`` seconds pass."""
+        with self._appended:
+            return self._appended.wait_for(
+                lambda: self._closed or (self.last_position() or Position(-1, -1)) > after, timeout
+            )
 
     def roll_over(self) -> Position | None:
         """Close the open ledger if it has entries; returns the last position of the log."""
@@ -246,6 +256,34 @@ class ManagedLedger:
                 break
         return out, pos
 
+    def find_by_publish_time(self, publish_time: int) -> Position:
+        """The first entry published at or after ``publish_time``; the end position if none."""
+        with self._lock:
+            snapshot = list(self._ledgers)
+            for info in snapshot:
+                if info.state == models.OPEN:
+                    return Position(info.ledger_id, self._wal.first_entry_at_or_after(publish_time))
+                if not info.entries or (info.last_publish_time or 0) < publish_time:
+                    continue
+                break
+            else:
+                return self.end_position()
+        return Position(
+            info.ledger_id, self._sealed_ledger(info.ledger_id).first_entry_at_or_after(publish_time)
+        )
+
+    def backlog(self, start: Position) -> tuple[int, int]:
+        """Entries with id >= ``start`` and their payload bytes (prorated inside a ledger)."""
+        entries = size = 0
+        for info in self.ledgers():
+            if info.ledger_id < start.ledger_id or not info.entries:
+                continue
+            first = start.entry_id if info.ledger_id == start.ledger_id else 0
+            n = max(0, info.entries - max(first, 0))
+            entries += n
+            size += info.size_bytes * n // info.entries
+        return entries, size
+
     def _sealed_ledger(self, ledger_id: int) -> SealedLedger:
         with self._lock:
             reader = self._sealed.get(ledger_id)
@@ -282,6 +320,7 @@ class ManagedLedger:
             if self._closed:
                 return
             self._closed = True
+            self._appended.notify_all()
             self._wal.close()
             for reader in self._sealed.values():
                 reader.close()

@@ -35,6 +35,13 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
     max_read_messages: int = Field(default=10_000, ge=1, description="Cap on one read page.")
 
+    consumer_timeout_ms: int = Field(
+        default=30_000, ge=1, description="A consumer silent this long is detached; its messages redelivered."
+    )
+    worker_threads: int = Field(
+        default=200, ge=8, description="Threads serving blocking requests and long polls."
+    )
+
     spark_master: str = "local[*]"
     spark_driver_memory: str = "2g"
     spark_ui: bool = False

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import delete, select
 
@@ -42,6 +43,8 @@ class ManagedTopic:
     # Serialises compaction rounds and deletion of this topic.
     admin_lock: threading.Lock = field(default_factory=threading.Lock)
     view: CompactedView | None = None
+    # Durable subscriptions by name (service.cursors.Subscription), loaded at start.
+    subscriptions: dict[str, Any] = field(default_factory=dict)
 
     def compacted_view(self) -> CompactedView | None:
         return self.view
@@ -195,7 +198,13 @@ class Broker:
             raise InvalidInput("maxMessages must be at least 1")
         topic = self.topic(name)
         pos = self.resolve_start(topic, start)
-        limit = min(max_messages, self.settings.max_read_messages)
+        return self.read_at(topic, pos, min(max_messages, self.settings.max_read_messages), read_compacted)
+
+    @staticmethod
+    def read_at(
+        topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
+    ) -> tuple[list[Entry], Position]:
+        """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts."""
         view = topic.view if read_compacted else None
         if view is None or pos > view.horizon:
             return topic.ledger.read(pos, limit)

@@ -50,7 +50,7 @@ def broker(settings: Settings, db: Database) -> Iterator[Broker]:
 
 
 @pytest.fixture(scope="session")
-def spark():  # type: ignore[no-untyped-def]
+def spark():
     from compactor.spark import get_spark
 
     return get_spark(master="local[2]", shuffle_partitions=4)

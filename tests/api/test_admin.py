@@ -19,20 +19,24 @@ def b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
 
-def wait_status(client: TestClient, topic: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
+def wait_status(client: TestClient, topic: str, timeout: float = 120) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         body = client.get(f"{ADMIN}/{topic}/compaction").json()
         if body["status"] != "RUNNING" or time.monotonic() > deadline:
-            return body  # type: ignore[no-any-return]
+            return body
         time.sleep(0.05)
 
 
 @pytest.fixture
-def client(client: TestClient, spark) -> TestClient:  # type: ignore[no-untyped-def]
+def client(client: TestClient, spark) -> TestClient:
     # The app reuses the test session's SparkSession (one per process).
     assert client.put(f"{ADMIN}/prices").status_code == 204
-    msgs = [{"key": "a", "value": b64(b"1")}, {"key": "b", "value": b64(b"2")}, {"key": "a", "value": b64(b"3")}]
+    msgs = [
+        {"key": "a", "value": b64(b"1")},
+        {"key": "b", "value": b64(b"2")},
+        {"key": "a", "value": b64(b"3")},
+    ]
     assert client.post(f"{TOPICS}/prices", json={"messages": msgs}).status_code == 200
     return client
 
@@ -62,7 +66,7 @@ def test_unknown_topic_is_404_and_running_compaction_is_409(client: TestClient) 
     assert client.put(f"{ADMIN}/nope/compaction").status_code == 404
     assert client.get(f"{ADMIN}/nope/compaction").status_code == 404
 
-    compaction = client.app.state.compaction  # type: ignore[attr-defined]
+    compaction = client.app.state.compaction
     gate = threading.Event()
     compaction.fault_hook = lambda at: gate.wait(60) if at == "phase_one" else None
     try:
@@ -78,7 +82,7 @@ def test_unknown_topic_is_404_and_running_compaction_is_409(client: TestClient) 
 
 
 def test_failed_compaction_reports_error_and_the_next_succeeds(client: TestClient) -> None:
-    compaction = client.app.state.compaction  # type: ignore[attr-defined]
+    compaction = client.app.state.compaction
 
     def fail(at: str) -> None:
         if at == "phase_two":

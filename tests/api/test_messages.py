@@ -123,7 +123,7 @@ def test_bad_input_gets_4xx_json_reason_and_changes_nothing(
     method: str,
     path: str,
     kwargs: dict,
-    status: int,  # type: ignore[type-arg]
+    status: int,
 ) -> None:
     before = snapshot(client)
     r = getattr(client, method)(path, **kwargs)
@@ -133,7 +133,7 @@ def test_bad_input_gets_4xx_json_reason_and_changes_nothing(
     assert client.get(ADMIN).json() == ["persistent://t/ns/orders"]
 
 
-def test_oversize_request_body_is_refused_before_it_is_read(client: TestClient, topic: str, settings) -> None:  # type: ignore[no-untyped-def]
+def test_oversize_request_body_is_refused_before_it_is_read(client: TestClient, topic: str, settings) -> None:
     r = client.post(
         f"{TOPICS}/{topic}",
         content=b"x" * 10,

@@ -28,8 +28,8 @@ def b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
-def read_all(url: str, start: str = "earliest", page: int = 7) -> list[dict]:  # type: ignore[type-arg]
-    out: list[dict] = []  # type: ignore[type-arg]
+def read_all(url: str, start: str = "earliest", page: int = 7) -> list[dict]:
+    out: list[dict] = []
     while True:
         r = httpx.get(f"{url}{PRODUCE}/messages", params={"startMessageId": start, "maxMessages": page})
         r.raise_for_status()
@@ -40,7 +40,7 @@ def read_all(url: str, start: str = "earliest", page: int = 7) -> list[dict]:  #
         start = body["nextMessageId"]
 
 
-def test_curl_create_produce_read_in_order(server) -> None:  # type: ignore[no-untyped-def]
+def test_curl_create_produce_read_in_order(server) -> None:
     code, _ = curl("-X", "PUT", server.url + TOPIC)
     assert code == 204
     code, body = curl(server.url + "/admin/v2/persistent/public/default")
@@ -75,7 +75,7 @@ def test_curl_create_produce_read_in_order(server) -> None:  # type: ignore[no-u
     assert [m["messageId"] for m in json.loads(body)["messages"]] == ids[3:5]
 
 
-def test_acknowledged_messages_survive_sigkill_and_restart(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_acknowledged_messages_survive_sigkill_and_restart(server_factory, tmp_path: Path) -> None:
     # Small ledgers so that the kill finds sealed ledgers and an open one with entries.
     srv = server_factory(tmp_path / "data", env={"COMPACTOR_MAX_ENTRIES_PER_LEDGER": "40"})
     srv.start()
@@ -101,7 +101,7 @@ def test_acknowledged_messages_survive_sigkill_and_restart(server_factory, tmp_p
     assert read_all(srv.url)[-1]["key"] == "after"
 
 
-def test_torn_write_ahead_tail_recovers_after_kill(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_torn_write_ahead_tail_recovers_after_kill(server_factory, tmp_path: Path) -> None:
     data = tmp_path / "data"
     srv = server_factory(data)
     srv.start()
@@ -137,7 +137,7 @@ def test_torn_write_ahead_tail_recovers_after_kill(server_factory, tmp_path: Pat
         "/topics/persistent/public/default/../messages",
     ],
 )
-def test_path_traversal_in_a_name_is_refused(server, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_path_traversal_in_a_name_is_refused(server, path: str) -> None:
     code, body = curl("--path-as-is", "-X", "PUT", server.url + path)
     assert code == 400, body
     assert "invalid" in json.loads(body)["reason"]
@@ -145,7 +145,7 @@ def test_path_traversal_in_a_name_is_refused(server, path: str) -> None:  # type
 
 
 @pytest.mark.spark
-def test_compaction_through_the_running_service(server) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_through_the_running_service(server) -> None:
     import time
 
     assert httpx.put(server.url + TOPIC).status_code == 204
@@ -159,6 +159,7 @@ def test_compaction_through_the_running_service(server) -> None:  # type: ignore
         time.sleep(0.2)
     assert status == {"status": "SUCCESS", "lastError": None}
     r = httpx.get(f"{server.url}{PRODUCE}/messages", params={"readCompacted": "true"})
-    assert [(m["key"], m["value"]) for m in r.json()["messages"]] == [("k2", b64("v8")), ("k0", b64("v6"))] or [
-        (m["key"], m["value"]) for m in r.json()["messages"]
-    ] == [("k0", b64("v6")), ("k2", b64("v8"))]
+    assert [(m["key"], m["value"]) for m in r.json()["messages"]] == [
+        ("k2", b64("v8")),
+        ("k0", b64("v6")),
+    ] or [(m["key"], m["value"]) for m in r.json()["messages"]] == [("k0", b64("v6")), ("k2", b64("v8"))]

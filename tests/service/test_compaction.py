@@ -25,7 +25,7 @@ EARLIEST = Position(0, 0)
 
 
 @pytest.fixture
-def compaction(broker: Broker, spark) -> Iterator[CompactionService]:  # type: ignore[no-untyped-def]
+def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
     svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark))
     svc.start()
     yield svc
@@ -103,7 +103,7 @@ def checksums(root: Path) -> dict[str, str]:
 # ---------------------------------------------------------------- Pulsar's scenarios
 
 
-def test_latest_value_per_key_kept_with_its_original_message_id(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_latest_value_per_key_kept_with_its_original_message_id(broker, compaction, topic) -> None:
     ids = produce(broker, ("a", b"1"), ("b", b"1"), ("a", b"2"), ("c", b"1"), ("b", b"2"), ("a", b"3"))
     st = compaction.compact_now(topic)
     assert st.status == "SUCCESS", st.last_error
@@ -123,7 +123,7 @@ def test_latest_value_per_key_kept_with_its_original_message_id(broker, compacti
     assert stats.compacted_ledger.entries == 3 and stats.compacted_ledger.size > 0
 
 
-def test_tombstone_removes_its_key_and_last_key_deleted(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_tombstone_removes_its_key_and_last_key_deleted(broker, compaction, topic) -> None:
     produce(broker, ("a", b"1"), ("b", b"1"), ("a", None), ("b", b"2"))
     compaction.compact_now(topic)
     assert kv(read(broker, compacted=True)) == [("b", b"2")]
@@ -133,14 +133,14 @@ def test_tombstone_removes_its_key_and_last_key_deleted(broker, compaction, topi
     assert internal_stats(broker, topic).compacted_ledger.entries == 0
 
 
-def test_topic_of_only_tombstones(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_topic_of_only_tombstones(broker, compaction, topic) -> None:
     produce(broker, ("a", None), ("b", None), ("a", None))
     assert compaction.compact_now(topic).status == "SUCCESS"
     assert read(broker, compacted=True) == []
     assert internal_stats(broker, topic).compacted_ledger.entries == 0
 
 
-def test_empty_topic_is_a_quick_success(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_empty_topic_is_a_quick_success(broker, compaction, topic) -> None:
     assert compaction.status(topic).status == "NOT_RUN"
     st = compaction.compact_now(topic)
     assert st.status == "SUCCESS"
@@ -150,7 +150,7 @@ def test_empty_topic_is_a_quick_success(broker, compaction, topic) -> None:  # t
 
 
 @pytest.mark.parametrize("retain", [False, True])
-def test_keyless_messages_dropped_or_kept_in_order(broker, compaction, topic, retain: bool) -> None:  # type: ignore[no-untyped-def]
+def test_keyless_messages_dropped_or_kept_in_order(broker, compaction, topic, retain: bool) -> None:
     broker.settings.retain_null_key = retain
     ids = produce(broker, (None, b"x1"), ("a", b"1"), (None, b"x2"), ("a", b"2"), (None, None))
     compaction.compact_now(topic)
@@ -161,7 +161,7 @@ def test_keyless_messages_dropped_or_kept_in_order(broker, compaction, topic, re
         assert got == [(ids[3], "a", b"2")]
 
 
-def test_second_compaction_without_new_messages(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_second_compaction_without_new_messages(broker, compaction, topic) -> None:
     produce(broker, ("a", b"1"), ("a", b"2"))
     compaction.compact_now(topic)
     first = internal_stats(broker, topic)
@@ -171,7 +171,7 @@ def test_second_compaction_without_new_messages(broker, compaction, topic) -> No
     assert kv(read(broker, compacted=True)) == [("a", b"2")]
 
 
-def test_ten_rounds_equal_one_compaction_of_the_whole_log(broker, compaction, topic, spark) -> None:  # type: ignore[no-untyped-def]
+def test_ten_rounds_equal_one_compaction_of_the_whole_log(broker, compaction, topic, spark) -> None:
     rng = random.Random(7)
     model = Model()
     once = [("once", b"written-once-before-round-one")]
@@ -197,7 +197,7 @@ def test_ten_rounds_equal_one_compaction_of_the_whole_log(broker, compaction, to
 # ---------------------------------------------------------------- the original log, readers
 
 
-def test_original_log_unchanged_and_full_reader_sees_everything(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_original_log_unchanged_and_full_reader_sees_everything(broker, compaction, topic) -> None:
     pairs = [(f"k{i % 4}", b"%d" % i) for i in range(30)] + [("k1", None)]
     ids = produce(broker, *pairs)
     broker.topic(topic).ledger.roll_over()
@@ -213,7 +213,7 @@ def test_original_log_unchanged_and_full_reader_sees_everything(broker, compacti
     assert [e.position for e in full][: len(ids)] == ids and kv(full) == pairs + [("k0", b"later")]
 
 
-def test_read_compacted_from_every_start_id(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_read_compacted_from_every_start_id(broker, compaction, topic) -> None:
     model = Model()
     pairs = [(f"k{i % 5}", None if i % 7 == 3 else b"%d" % i) for i in range(40)]
     model.add(produce(broker, *pairs), pairs)
@@ -237,7 +237,7 @@ def test_read_compacted_from_every_start_id(broker, compaction, topic) -> None: 
 
 
 @pytest.mark.parametrize("point", ["phase_one", "phase_two", "before_commit"])
-def test_failure_leaves_topic_as_it_was_then_next_run_succeeds(broker, compaction, topic, point: str) -> None:  # type: ignore[no-untyped-def]
+def test_failure_leaves_topic_as_it_was_then_next_run_succeeds(broker, compaction, topic, point: str) -> None:
     produce(broker, ("a", b"1"), ("b", b"1"), ("a", b"2"))
     compaction.compact_now(topic)
     produce(broker, ("b", b"2"), ("c", b"1"))
@@ -268,7 +268,7 @@ def test_failure_leaves_topic_as_it_was_then_next_run_succeeds(broker, compactio
 
 def test_restart_removes_unreferenced_compacted_ledgers_and_keeps_the_view(
     broker, compaction, topic, settings, db, spark
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     produce(broker, ("a", b"1"), ("a", b"2"))
     compaction.compact_now(topic)
     root = broker.topic(topic).ledger.root
@@ -291,7 +291,7 @@ def test_restart_removes_unreferenced_compacted_ledgers_and_keeps_the_view(
 # ---------------------------------------------------------------- concurrency
 
 
-def test_producing_while_compaction_runs_loses_nothing(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_producing_while_compaction_runs_loses_nothing(broker, compaction, topic) -> None:
     model = Model()
     first = [(f"k{i % 10}", b"%d" % i) for i in range(50)]
     model.add(produce(broker, *first), first)
@@ -320,7 +320,7 @@ def test_producing_while_compaction_runs_loses_nothing(broker, compaction, topic
     assert [(e.position, e.key, e.value) for e in read(broker, compacted=False, page=50)] == model.log
 
 
-def test_second_trigger_while_running_is_a_conflict(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_second_trigger_while_running_is_a_conflict(broker, compaction, topic) -> None:
     from service.errors import Conflict
 
     produce(broker, ("a", b"1"))
@@ -340,7 +340,7 @@ def test_second_trigger_while_running_is_a_conflict(broker, compaction, topic) -
 # ---------------------------------------------------------------- model-based
 
 
-def test_random_sequences_match_a_dict_model(broker, compaction, topic) -> None:  # type: ignore[no-untyped-def]
+def test_random_sequences_match_a_dict_model(broker, compaction, topic) -> None:
     rng = random.Random(20261121)
     model = Model()
     keys = [f"key-{i}" for i in range(300)]

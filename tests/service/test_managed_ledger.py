@@ -22,7 +22,7 @@ def records(n: int, prefix: str = "k", size: int = 3) -> list[Record]:
     return [Record(key=f"{prefix}{i}", value=(f"{i}".encode() * size)[:size] or b"x") for i in range(n)]
 
 
-def read_everything(broker: Broker, page: int) -> list:  # type: ignore[type-arg]
+def read_everything(broker: Broker, page: int) -> list:
     out, start = [], "earliest"
     while True:
         got, nxt = broker.read(NAME, start, page)
@@ -47,7 +47,7 @@ def small(settings: Settings) -> Settings:
 
 def test_roll_over_by_entries_makes_sealed_parquet_ledgers_and_reads_are_seamless(
     small, broker: Broker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     broker.create_topic(NAME)
     ids: list[Position] = []
     for _ in range(7):
@@ -75,7 +75,7 @@ def test_roll_over_by_entries_makes_sealed_parquet_ledgers_and_reads_are_seamles
     assert [e.position for e in got] == ids[10:12]
 
 
-def test_a_batch_larger_than_a_ledger_is_split_across_ledgers(small, broker: Broker) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_larger_than_a_ledger_is_split_across_ledgers(small, broker: Broker) -> None:
     broker.create_topic(NAME)
     ids = broker.produce(NAME, records(25))
     assert [p.entry_id for p in ids] == list(range(10)) * 2 + list(range(5))
@@ -98,7 +98,7 @@ def test_roll_over_by_size_and_by_age(settings: Settings, broker: Broker) -> Non
     assert [e.key for e in read_everything(broker, 10)] == ["a", "b", "c", "d"]
 
 
-def test_messages_survive_restart_including_the_open_ledger(small, broker: Broker, db: Database) -> None:  # type: ignore[no-untyped-def]
+def test_messages_survive_restart_including_the_open_ledger(small, broker: Broker, db: Database) -> None:
     broker.create_topic(NAME)
     ids = broker.produce(NAME, records(23))
     broker = restart(broker, small, db)
@@ -109,7 +109,7 @@ def test_messages_survive_restart_including_the_open_ledger(small, broker: Broke
 
 
 @pytest.mark.parametrize("point", ["sealed", "committed"])
-def test_crash_during_roll_over_recovers_every_message(small, settings, db: Database, point: str) -> None:  # type: ignore[no-untyped-def]
+def test_crash_during_roll_over_recovers_every_message(small, settings, db: Database, point: str) -> None:
     broker = Broker(settings=settings, db=db)
     broker.start()
     broker.create_topic(NAME)
@@ -145,7 +145,7 @@ def test_crash_during_roll_over_recovers_every_message(small, settings, db: Data
     b2.stop()
 
 
-def test_torn_wal_tail_is_truncated_and_quarantined_on_start(broker: Broker, settings, db) -> None:  # type: ignore[no-untyped-def]
+def test_torn_wal_tail_is_truncated_and_quarantined_on_start(broker: Broker, settings, db) -> None:
     broker.create_topic(NAME)
     broker.produce(NAME, records(5))
     root = broker.topic(NAME).ledger.root

@@ -1,0 +1,105 @@
+"""Consumers of a subscription: attach, receive (long poll), ack, redeliver, seek, close."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import TopicDep
+from api.routes.messages import message_json
+from api.routes.subscriptions import SubscriptionsDep
+from ledger.entry import Position
+from service.errors import InvalidInput
+
+router = APIRouter(prefix="/topics/persistent", tags=["consumers"])
+
+BASE = "/{tenant}/{namespace}/{topic}/subscription/{sub}/consumers"
+
+
+class AttachRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    consumerName: Annotated[str | None, Field(max_length=256)] = None
+    ackTimeoutMs: Annotated[int, Field(ge=0)] = 0
+
+
+class AttachResponse(BaseModel):
+    consumerId: str
+    readCompacted: bool
+
+
+class ReceiveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    maxMessages: Annotated[int, Field(ge=1)] = 100
+    timeoutMs: Annotated[int, Field(ge=0)] = 0
+
+
+class AckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messageIds: Annotated[list[str], Field(min_length=1, max_length=100_000)]
+    cumulative: bool = False
+
+
+class SeekRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messageId: str | None = None
+    publishTime: Annotated[int | None, Field(ge=0)] = None
+
+
+@router.post(BASE, response_model=AttachResponse)
+def attach(
+    name: TopicDep, sub: str, subs: SubscriptionsDep, body: AttachRequest | None = None
+) -> AttachResponse:
+    body = body or AttachRequest()
+    info = subs.attach(name, sub, consumer_name=body.consumerName, ack_timeout_ms=body.ackTimeoutMs)
+    return AttachResponse(consumerId=info.consumer_id, readCompacted=subs.get(name, sub).read_compacted)
+
+
+@router.delete(BASE + "/{consumer_id}", status_code=204, response_class=Response)
+def detach(name: TopicDep, sub: str, consumer_id: str, subs: SubscriptionsDep) -> Response:
+    subs.detach(name, sub, consumer_id)
+    return Response(status_code=204)
+
+
+@router.post(BASE + "/{consumer_id}/receive")
+async def receive(
+    name: TopicDep, sub: str, consumer_id: str, subs: SubscriptionsDep, body: ReceiveRequest | None = None
+) -> dict[str, Any]:
+    body = body or ReceiveRequest()
+    # A long poll blocks a worker thread for up to 30 s; the app raises the thread limit.
+    delivered = await run_in_threadpool(
+        subs.receive, name, sub, consumer_id, max_messages=body.maxMessages, timeout_ms=body.timeoutMs
+    )
+    return {"messages": [message_json(d.entry) | {"redeliveryCount": d.redelivery_count} for d in delivered]}
+
+
+@router.post(BASE + "/{consumer_id}/ack", status_code=204, response_class=Response)
+def ack(name: TopicDep, sub: str, consumer_id: str, body: AckRequest, subs: SubscriptionsDep) -> Response:
+    ids = [_parse_id(m) for m in body.messageIds]
+    subs.ack(name, sub, consumer_id, ids, cumulative=body.cumulative)
+    return Response(status_code=204)
+
+
+@router.post(BASE + "/{consumer_id}/redeliver", status_code=204, response_class=Response)
+def redeliver(name: TopicDep, sub: str, consumer_id: str, subs: SubscriptionsDep) -> Response:
+    subs.redeliver(name, sub, consumer_id)
+    return Response(status_code=204)
+
+
+@router.post(BASE + "/{consumer_id}/seek", status_code=204, response_class=Response)
+def seek(name: TopicDep, sub: str, consumer_id: str, body: SeekRequest, subs: SubscriptionsDep) -> Response:
+    subs.seek(name, sub, message_id=body.messageId, publish_time=body.publishTime, consumer_id=consumer_id)
+    return Response(status_code=204)
+
+
+def _parse_id(text: str) -> Position:
+    try:
+        return Position.parse(text)
+    except ValueError as e:
+        raise InvalidInput(str(e)) from None

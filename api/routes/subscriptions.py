@@ -1,0 +1,101 @@
+"""Subscriptions at Pulsar's admin paths, and the topic's stats with each one's backlog."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict
+
+from api.deps import BrokerDep, TopicDep
+from service.cursors import COMPACTION_CURSOR, SubscriptionService, backlog_of
+from service.topics import LATEST
+
+router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])
+
+
+def get_subscriptions(request: Request) -> SubscriptionService:
+    return request.app.state.subscriptions  # type: ignore[no-any-return]
+
+
+SubscriptionsDep = Annotated[SubscriptionService, Depends(get_subscriptions)]
+
+
+class ResetCursor(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messageId: str
+
+
+@router.get("/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str])
+def list_subscriptions(name: TopicDep, subs: SubscriptionsDep) -> list[str]:
+    return subs.list(name)
+
+
+@router.put("/{tenant}/{namespace}/{topic}/subscription/{sub}", status_code=204, response_class=Response)
+def create_subscription(
+    name: TopicDep,
+    sub: str,
+    subs: SubscriptionsDep,
+    initialPosition: Literal["earliest", "latest"] = LATEST,
+    readCompacted: bool = False,
+) -> Response:
+    subs.create(name, sub, initial_position=initialPosition, read_compacted=readCompacted)
+    return Response(status_code=204)
+
+
+@router.delete("/{tenant}/{namespace}/{topic}/subscription/{sub}", status_code=204, response_class=Response)
+def delete_subscription(name: TopicDep, sub: str, subs: SubscriptionsDep) -> Response:
+    subs.delete(name, sub)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor/{timestamp}",
+    status_code=204,
+    response_class=Response,
+)
+def reset_cursor_by_time(name: TopicDep, sub: str, timestamp: int, subs: SubscriptionsDep) -> Response:
+    subs.seek(name, sub, publish_time=timestamp)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor", status_code=204, response_class=Response
+)
+def reset_cursor(name: TopicDep, sub: str, body: ResetCursor, subs: SubscriptionsDep) -> Response:
+    subs.seek(name, sub, message_id=body.messageId)
+    return Response(status_code=204)
+
+
+@router.get("/{tenant}/{namespace}/{topic}/stats")
+def topic_stats(name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep) -> dict[str, Any]:
+    topic = broker.topic(name)
+    ledgers = topic.ledger.ledgers()
+    out: dict[str, Any] = {}
+    for st in subs.stats(name):
+        out[st.name] = {
+            "msgBacklog": st.backlog,
+            "backlogSize": st.backlog_bytes,
+            "readCompacted": st.read_compacted,
+            "unackedMessages": st.unacked,
+            "markDeletePosition": str(st.mark_delete) if st.mark_delete else None,
+            "consumers": [{"consumerId": cid, "consumerName": cname} for cid, cname in st.consumers],
+        }
+    if topic.view is not None:
+        entries, size = backlog_of(topic, topic.view.horizon, read_compacted=False)
+        out[COMPACTION_CURSOR] = {
+            "msgBacklog": entries,
+            "backlogSize": size,
+            "readCompacted": False,
+            "unackedMessages": 0,
+            "markDeletePosition": str(topic.view.horizon),
+            "consumers": [],
+        }
+    compacted = topic.view.ledger.size_bytes if topic.view is not None else 0
+    return {
+        "msgInCounter": sum(i.entries for i in ledgers),
+        "bytesInCounter": sum(i.size_bytes for i in ledgers),
+        "storageSize": sum(i.file_bytes for i in ledgers) + compacted,
+        "subscriptions": out,
+    }

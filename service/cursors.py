@@ -1,0 +1,409 @@
+"""Durable subscriptions: cursors with a mark-delete position, individual acks and properties,
+and the in-memory delivery state of the one consumer attached to each (Pulsar's Exclusive).
+
+Invariants of a subscription:
+- every id at or before ``mark_delete`` is consumed; ``acked`` holds the ids beyond it that
+  were acknowledged individually; both are persisted before an ack is answered;
+- every id the reader can see in ``(mark_delete, read_pos)`` is either in ``acked`` or in
+  ``pending`` (delivered, not yet acknowledged), so the mark-delete position can advance to
+  the greatest acked id below the smallest pending one;
+- redelivery (explicit, ack timeout, a new consumer, a restart) rewinds ``read_pos`` to just
+  after ``mark_delete``; reading skips ids in ``acked``, so acknowledged messages never come back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from sqlalchemy import delete, select
+
+from ledger.entry import Entry, Position
+from service import models
+from service.clock import now_ms
+from service.errors import Conflict, InvalidInput, NotFound
+from service.names import TopicName
+from service.topics import EARLIEST, LATEST, Broker, ManagedTopic
+
+COMPACTION_CURSOR = "__compaction"
+RESERVED_PREFIX = "__"
+NOTHING = Position(-1, -1)
+MAX_WAIT_MS = 30_000
+
+
+def before(pos: Position) -> Position:
+    """The mark-delete position that makes ``pos`` the next message to read."""
+    return Position(pos.ledger_id, pos.entry_id - 1)
+
+
+def check_subscription_name(name: str) -> str:
+    if not name or len(name) > 256 or any(c in name for c in "/\\\x00") or name in (".", ".."):
+        raise InvalidInput(f"invalid subscription name {name!r}")
+    return name
+
+
+@dataclass
+class ConsumerInfo:
+    consumer_id: str
+    name: str
+    ack_timeout_ms: int
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Delivered:
+    entry: Entry
+    redelivery_count: int
+    deadline: float | None
+
+
+class Subscription:
+    """One durable cursor and the state of its delivery. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        cursor_id: int,
+        name: str,
+        topic: ManagedTopic,
+        read_compacted: bool,
+        mark_delete: Position,
+        acked: set[Position],
+    ) -> None:
+        self.cursor_id = cursor_id
+        self.name = name
+        self.topic = topic
+        self.read_compacted = read_compacted
+        self.mark_delete = mark_delete
+        self.acked = acked
+        self.read_pos = mark_delete.next()
+        self.pending: dict[Position, Delivered] = {}
+        self.deliveries: dict[Position, int] = {}
+        self.consumer: ConsumerInfo | None = None
+        self.lock = threading.RLock()
+
+    def rewind(self) -> None:
+        """Deliver every unacknowledged message again, in order."""
+        with self.lock:
+            self.pending.clear()
+            self.read_pos = self.mark_delete.next()
+
+    def expire_ack_timeouts(self) -> None:
+        now = time.monotonic()
+        if any(d.deadline is not None and d.deadline <= now for d in self.pending.values()):
+            self.rewind()
+
+    def advance_mark_delete(self) -> None:
+        floor = min([*self.pending, self.read_pos])
+        below = [a for a in self.acked if a < floor]
+        if below:
+            self.mark_delete = max(self.mark_delete, max(below))
+        self.acked = {a for a in self.acked if a > self.mark_delete}
+        self.deliveries = {p: n for p, n in self.deliveries.items() if p > self.mark_delete}
+
+
+class SubscriptionService:
+    """The verbs of subscriptions and consumers, over the broker's topics."""
+
+    def __init__(self, *, broker: Broker, consumer_timeout_ms: int = 30_000) -> None:
+        self.broker = broker
+        self.db = broker.db
+        self.consumer_timeout_s = consumer_timeout_ms / 1000
+        self._lock = threading.Lock()  # creation and deletion of subscriptions
+
+    # ---------------------------------------------------------------- loading
+
+    def start(self) -> None:
+        """Load every durable subscription; reading resumes just after its mark-delete position."""
+        for topic in self.broker.topics():
+            with self.db.session() as s:
+                cursors = s.scalars(
+                    select(models.Cursor).where(
+                        models.Cursor.topic_id == topic.topic_id, models.Cursor.name != COMPACTION_CURSOR
+                    )
+                ).all()
+                for c in cursors:
+                    acks = s.execute(
+                        select(models.CursorAck.ledger_id, models.CursorAck.entry_id).where(
+                            models.CursorAck.cursor_id == c.id
+                        )
+                    ).all()
+                    topic.subscriptions[c.name] = Subscription(
+                        cursor_id=c.id,
+                        name=c.name,
+                        topic=topic,
+                        read_compacted=c.read_compacted,
+                        mark_delete=Position(c.mark_delete_ledger, c.mark_delete_entry),
+                        acked={Position(lid, eid) for lid, eid in acks},
+                    )
+
+    # ---------------------------------------------------------------- admin
+
+    def create(
+        self, name: TopicName, sub: str, *, initial_position: str = LATEST, read_compacted: bool = False
+    ) -> None:
+        check_subscription_name(sub)
+        if sub.startswith(RESERVED_PREFIX):
+            raise Conflict(f"subscription name {sub!r} is reserved")
+        if initial_position not in (EARLIEST, LATEST):
+            raise InvalidInput("initialPosition must be 'earliest' or 'latest'")
+        topic = self.broker.topic(name)
+        with self._lock:
+            if sub in topic.subscriptions:
+                raise Conflict(f"subscription {sub!r} already exists on {name}")
+            md = NOTHING if initial_position == EARLIEST else before(topic.ledger.end_position())
+            with self.db.session() as s:
+                row = models.Cursor(
+                    topic_id=topic.topic_id,
+                    name=sub,
+                    mark_delete_ledger=md.ledger_id,
+                    mark_delete_entry=md.entry_id,
+                    read_compacted=read_compacted,
+                    created_at=now_ms(),
+                )
+                s.add(row)
+                s.flush()
+                cursor_id = row.id
+            topic.subscriptions[sub] = Subscription(
+                cursor_id=cursor_id,
+                name=sub,
+                topic=topic,
+                read_compacted=read_compacted,
+                mark_delete=md,
+                acked=set(),
+            )
+
+    def delete(self, name: TopicName, sub: str) -> None:
+        if sub == COMPACTION_CURSOR:
+            raise Conflict("the __compaction cursor belongs to the compactor and cannot be deleted")
+        state = self.get(name, sub)
+        with self._lock:
+            state.topic.subscriptions.pop(sub, None)
+        with self.db.session() as s:
+            s.execute(delete(models.Cursor).where(models.Cursor.id == state.cursor_id))
+
+    def list(self, name: TopicName) -> list[str]:
+        return sorted(self.broker.topic(name).subscriptions)
+
+    def get(self, name: TopicName, sub: str) -> Subscription:
+        state = self.broker.topic(name).subscriptions.get(sub)
+        if state is None:
+            if sub == COMPACTION_CURSOR:
+                raise Conflict("the __compaction cursor belongs to the compactor; clients cannot use it")
+            raise NotFound(f"subscription {sub!r} not found on {name}")
+        return state
+
+    # ---------------------------------------------------------------- consumers
+
+    def attach(
+        self, name: TopicName, sub: str, *, consumer_name: str | None = None, ack_timeout_ms: int = 0
+    ) -> ConsumerInfo:
+        """Attach the subscription's one consumer; 409 while another is active."""
+        if ack_timeout_ms < 0:
+            raise InvalidInput("ackTimeoutMs must be >= 0")
+        state = self.get(name, sub)
+        with state.lock:
+            current = state.consumer
+            if current is not None and time.monotonic() - current.last_seen < self.consumer_timeout_s:
+                raise Conflict(
+                    f"subscription {sub!r} already has an active consumer ({current.name}); it is exclusive"
+                )
+            info = ConsumerInfo(
+                consumer_id=uuid.uuid4().hex, name=consumer_name or "consumer", ack_timeout_ms=ack_timeout_ms
+            )
+            state.consumer = info
+            state.rewind()  # a new consumer gets every unacknowledged message
+            return info
+
+    def detach(self, name: TopicName, sub: str, consumer_id: str) -> None:
+        state = self.get(name, sub)
+        with state.lock:
+            self._consumer(state, consumer_id)
+            state.consumer = None
+            state.rewind()
+
+    def _consumer(self, state: Subscription, consumer_id: str) -> ConsumerInfo:
+        c = state.consumer
+        if c is None or c.consumer_id != consumer_id:
+            raise NotFound(f"consumer {consumer_id!r} is not attached to subscription {state.name!r}")
+        now = time.monotonic()
+        if now - c.last_seen >= self.consumer_timeout_s:
+            state.consumer = None
+            state.rewind()
+            raise NotFound(
+                f"consumer {consumer_id!r} expired after {self.consumer_timeout_s:g} s without a call"
+            )
+        c.last_seen = now
+        return c
+
+    def receive(
+        self, name: TopicName, sub: str, consumer_id: str, *, max_messages: int = 100, timeout_ms: int = 0
+    ) -> list[Delivered]:
+        """Deliver up to ``max_messages``; waits up to ``timeout_ms`` for the first one."""
+        if max_messages < 1:
+            raise InvalidInput("maxMessages must be at least 1")
+        if timeout_ms < 0:
+            raise InvalidInput("timeoutMs must be >= 0")
+        state = self.get(name, sub)
+        limit = min(max_messages, self.broker.settings.max_read_messages)
+        deadline = time.monotonic() + min(timeout_ms, MAX_WAIT_MS) / 1000
+        while True:
+            with state.lock:
+                consumer = self._consumer(state, consumer_id)
+                state.expire_ack_timeouts()
+                seen = state.topic.ledger.last_position() or NOTHING
+                out = self._deliver(state, consumer, limit)
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                return out
+            state.topic.ledger.wait_for_entries(seen, remaining)
+
+    def _deliver(self, state: Subscription, consumer: ConsumerInfo, limit: int) -> list[Delivered]:
+        out: list[Delivered] = []
+        deadline = time.monotonic() + consumer.ack_timeout_ms / 1000 if consumer.ack_timeout_ms else None
+        while len(out) < limit:
+            entries, nxt = self.broker.read_at(
+                state.topic, state.read_pos, limit - len(out), state.read_compacted
+            )
+            if not entries:
+                break
+            for e in entries:
+                pos = e.position
+                if pos <= state.mark_delete or pos in state.acked:
+                    continue
+                count = state.deliveries.get(pos, 0)
+                state.deliveries[pos] = count + 1
+                d = Delivered(entry=e, redelivery_count=count, deadline=deadline)
+                state.pending[pos] = d
+                out.append(d)
+            state.read_pos = nxt
+        return out
+
+    def ack(
+        self, name: TopicName, sub: str, consumer_id: str, ids: list[Position], *, cumulative: bool
+    ) -> None:
+        """Acknowledge delivered messages; persisted before it returns. 400 for an id never delivered."""
+        if not ids:
+            raise InvalidInput("messageIds must not be empty")
+        state = self.get(name, sub)
+        with state.lock:
+            self._consumer(state, consumer_id)
+            for pos in ids:
+                if pos > state.mark_delete and pos not in state.deliveries:
+                    raise InvalidInput(f"message {pos} was not delivered to this subscription")
+            if cumulative:
+                upto = max(ids)
+                state.mark_delete = max(state.mark_delete, upto)
+                state.pending = {p: d for p, d in state.pending.items() if p > upto}
+            else:
+                for pos in ids:
+                    if pos > state.mark_delete:
+                        state.acked.add(pos)
+                        state.pending.pop(pos, None)
+            state.advance_mark_delete()
+            self._persist(state)
+
+    def redeliver(self, name: TopicName, sub: str, consumer_id: str) -> None:
+        state = self.get(name, sub)
+        with state.lock:
+            self._consumer(state, consumer_id)
+            state.rewind()
+
+    def seek(
+        self,
+        name: TopicName,
+        sub: str,
+        *,
+        message_id: str | None = None,
+        publish_time: int | None = None,
+        consumer_id: str | None = None,
+    ) -> None:
+        """Reset the cursor: the next message delivered is the first at or after the target."""
+        if (message_id is None) == (publish_time is None):
+            raise InvalidInput("give exactly one of messageId and publishTime")
+        state = self.get(name, sub)
+        topic = state.topic
+        if publish_time is not None:
+            if publish_time < 0:
+                raise InvalidInput("publishTime must be >= 0")
+            target = topic.ledger.find_by_publish_time(publish_time)
+        else:
+            assert message_id is not None
+            target = self.broker.resolve_start(topic, message_id)
+        with state.lock:
+            if consumer_id is not None:
+                self._consumer(state, consumer_id)
+            state.mark_delete = before(target)
+            state.acked = set()
+            state.deliveries = {}
+            state.rewind()
+            self._persist(state)
+
+    def _persist(self, state: Subscription) -> None:
+        with self.db.session() as s:
+            row = s.get(models.Cursor, state.cursor_id)
+            if row is None:
+                raise NotFound(f"subscription {state.name!r} was deleted")
+            row.mark_delete_ledger = state.mark_delete.ledger_id
+            row.mark_delete_entry = state.mark_delete.entry_id
+            s.execute(delete(models.CursorAck).where(models.CursorAck.cursor_id == state.cursor_id))
+            s.add_all(
+                models.CursorAck(cursor_id=state.cursor_id, ledger_id=p.ledger_id, entry_id=p.entry_id)
+                for p in sorted(state.acked)
+            )
+
+    # ---------------------------------------------------------------- stats
+
+    def backlog(self, state: Subscription) -> tuple[int, int]:
+        """Messages (and bytes) the subscription has yet to acknowledge."""
+        return backlog_of(state.topic, state.mark_delete, state.read_compacted, len(state.acked))
+
+    def stats(self, name: TopicName) -> list[SubscriptionStats]:
+        topic = self.broker.topic(name)
+        out = []
+        for _, st in sorted(topic.subscriptions.items()):
+            with st.lock:
+                entries, size = self.backlog(st)
+                consumers = [st.consumer] if st.consumer is not None else []
+                out.append(
+                    SubscriptionStats(
+                        name=st.name,
+                        backlog=entries,
+                        backlog_bytes=size,
+                        read_compacted=st.read_compacted,
+                        unacked=len(st.pending),
+                        mark_delete=st.mark_delete if st.mark_delete != NOTHING else None,
+                        consumers=[(c.consumer_id, c.name) for c in consumers],
+                    )
+                )
+        return out
+
+
+@dataclass
+class SubscriptionStats:
+    name: str
+    backlog: int
+    backlog_bytes: int
+    read_compacted: bool
+    unacked: int
+    mark_delete: Position | None
+    consumers: list[tuple[str, str]]
+
+
+def backlog_of(
+    topic: ManagedTopic, mark_delete: Position, read_compacted: bool, acked: int = 0
+) -> tuple[int, int]:
+    """Entries after ``mark_delete`` (as a reader of that kind sees them) and their bytes."""
+    view = topic.view if read_compacted else None
+    start = mark_delete.next()
+    if view is None or start > view.horizon:
+        n, size = topic.ledger.backlog(start)
+    else:
+        with view.lease():
+            c = view.ledger.count_from(start)
+            c_size = view.ledger.size_bytes * c // view.ledger.entries if view.ledger.entries else 0
+        n, size = topic.ledger.backlog(view.horizon.next())
+        n, size = n + c, size + c_size
+    return max(0, n - acked), size
