@@ -19,14 +19,60 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from ledger.entry import Position
-from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID
+from ledger.schema import (
+    COLUMNS,
+    ENTRY_ID,
+    EVENT_TIME,
+    IS_TOMBSTONE,
+    KEY,
+    LEDGER_ID,
+    PROPERTIES,
+    PUBLISH_TIME,
+)
 
-# Columns phase one reads.
-NARROW_COLUMNS = (LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE)
+# Columns phase one reads (the offset strategy; see ``narrow_columns`` for the others).
+NARROW_COLUMNS = (LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE, PUBLISH_TIME)
+
+OFFSET = "offset"
+EVENT_TIME_STRATEGY = "eventTime"
+PROPERTY_PREFIX = "property:"
+
+
+def narrow_columns(strategy: str = OFFSET) -> tuple[str, ...]:
+    """The columns phase one needs under ``strategy``: never the values."""
+    if strategy == EVENT_TIME_STRATEGY:
+        return (*NARROW_COLUMNS, EVENT_TIME)
+    if strategy.startswith(PROPERTY_PREFIX):
+        return (*NARROW_COLUMNS, PROPERTIES)
+    return NARROW_COLUMNS
+
+
+def rank_col(strategy: str) -> Column | None:
+    """What decides the winner of a key before the message id (None: the id alone).
+
+    ``eventTime``: the event time (publish time when a message has none). ``property:<name>``:
+    the property's numeric value; a message without a numeric value ranks lowest, except a
+    tombstone without one, which always wins (an unversioned delete deletes). Ties, and the
+    offset strategy, go to the latest message id.
+    """
+    if strategy == OFFSET:
+        return None
+    if strategy == EVENT_TIME_STRATEGY:
+        return F.coalesce(F.col(EVENT_TIME), F.col(PUBLISH_TIME)).cast("double")
+    if strategy.startswith(PROPERTY_PREFIX):
+        value = F.col(PROPERTIES).getItem(strategy[len(PROPERTY_PREFIX) :]).try_cast("double")
+        return (
+            F.when(value.isNotNull() & ~F.isnan(value), value)
+            .when(F.col(IS_TOMBSTONE), F.lit(float("inf")))
+            .otherwise(F.lit(float("-inf")))
+        )
+    raise ValueError(f"unknown compaction strategy {strategy!r}")
+
 
 # Columns of phase one's result.
 LATEST_ID = "latest_id"
 LATEST_IS_TOMBSTONE = "latest_is_tombstone"
+LATEST_PUBLISH_TIME = "latest_publish_time"
 RECORDS = "records"
 
 # The message id of an input row (packed BIGINT or struct), internal to the phases.
@@ -68,28 +114,38 @@ def message_id_col(*, packed: bool) -> Column:
     return packed_id_col() if packed else struct_id_col()
 
 
-def key_summary(narrow: DataFrame, *, packed: bool = True) -> DataFrame:
-    """Per key (keyless rows form one group with ``key`` NULL): the latest id, whether it is a
-    tombstone, and how many records the key has. Phase one, plus the keyless count.
-
-    The compactor caches this so that its statistics (rows read) need no extra pass.
+def key_summary(narrow: DataFrame, *, packed: bool = True, strategy: str = OFFSET) -> DataFrame:
+    """Per key (keyless rows form one group with ``key`` NULL): the winning id, whether it is
+    a tombstone, its publish time, and how many records the key has. Phase one, plus the
+    keyless count. The compactor caches this so that its statistics need no extra pass.
     """
-    ids = narrow.select(F.col(KEY), F.col(IS_TOMBSTONE), message_id_col(packed=packed).alias(MESSAGE_ID))
+    mid = message_id_col(packed=packed).alias(MESSAGE_ID)
+    rank = rank_col(strategy)
+    cols = [F.col(KEY), F.col(IS_TOMBSTONE), F.col(PUBLISH_TIME), mid]
+    if rank is None:
+        order = F.col(MESSAGE_ID)
+        ids = narrow.select(*cols)
+        latest = F.max(MESSAGE_ID)
+    else:
+        ids = narrow.select(*cols, rank.alias("_rank"))
+        order = F.struct(F.col("_rank"), F.col(MESSAGE_ID))
+        latest = F.max_by(MESSAGE_ID, order)
     return ids.groupBy(KEY).agg(
-        F.max(MESSAGE_ID).alias(LATEST_ID),
-        F.max_by(IS_TOMBSTONE, MESSAGE_ID).alias(LATEST_IS_TOMBSTONE),
+        latest.alias(LATEST_ID),
+        F.max_by(IS_TOMBSTONE, order).alias(LATEST_IS_TOMBSTONE),
+        F.max_by(PUBLISH_TIME, order).alias(LATEST_PUBLISH_TIME),
         F.count(F.lit(1)).alias(RECORDS),
     )
 
 
-def phase_one(narrow: DataFrame, *, packed: bool = True) -> DataFrame:
+def phase_one(narrow: DataFrame, *, packed: bool = True, strategy: str = OFFSET) -> DataFrame:
     """For every key: ``key``, ``latest_id``, ``latest_is_tombstone``, ``records``.
 
     ``narrow`` needs the columns ledger_id, entry_id, key, is_tombstone; keyless rows are
     ignored. ``latest_id`` is packed (BIGINT) or a struct, as ``packed`` says.
     """
     # The filter is on the grouping column, so Spark applies it before the aggregation.
-    return key_summary(narrow, packed=packed).where(F.col(KEY).isNotNull())
+    return key_summary(narrow, packed=packed, strategy=strategy).where(F.col(KEY).isNotNull())
 
 
 def is_packed(latest: DataFrame) -> bool:
@@ -97,17 +153,26 @@ def is_packed(latest: DataFrame) -> bool:
     return isinstance(latest.schema[LATEST_ID].dataType, LongType)
 
 
-def phase_two(full: DataFrame, latest: DataFrame, *, retain_null_key: bool) -> DataFrame:
+def phase_two(
+    full: DataFrame,
+    latest: DataFrame,
+    *,
+    retain_null_key: bool,
+    keep_tombstones_since: int | None = None,
+) -> DataFrame:
     """The rows a compacted ledger keeps, with exactly the ledger columns, in message-id order.
 
-    A keyed row stays if its id is the latest of its key and that latest is not a tombstone
-    (so a deleted key vanishes entirely). Keyless rows are dropped, or with
+    A keyed row stays if its id is the winner of its key and that winner is not a tombstone
+    (so a deleted key vanishes entirely), or is a tombstone published at or after
+    ``keep_tombstones_since`` (ms). Keyless rows are dropped, or with
     ``retain_null_key`` all kept except tombstones: they are never deduplicated.
     """
     packed = is_packed(latest)
-    keep_ids = latest.where(F.col(KEY).isNotNull() & ~F.col(LATEST_IS_TOMBSTONE)).select(
-        F.col(LATEST_ID).alias(MESSAGE_ID)
-    )
+    live = ~F.col(LATEST_IS_TOMBSTONE)
+    if keep_tombstones_since is not None:
+        # Kafka's delete.retention.ms: a recent delete stays visible to slow readers.
+        live = live | (F.col(LATEST_PUBLISH_TIME) >= F.lit(keep_tombstones_since))
+    keep_ids = latest.where(F.col(KEY).isNotNull() & live).select(F.col(LATEST_ID).alias(MESSAGE_ID))
     with_id = full.withColumn(MESSAGE_ID, message_id_col(packed=packed))
     if retain_null_key:
         # One pass over the input: a left join marks the winners, keyless rows pass by themselves.

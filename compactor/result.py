@@ -27,12 +27,19 @@ class CompactionJob:
     horizon: Position
     output_ledger_id: int
     retain_null_key: bool = False
+    # Which record of a key wins: "offset" (latest id), "eventTime", or "property:<name>".
+    strategy: str = "offset"
+    # A winning tombstone published within this many ms before ``now_ms`` is kept (0: dropped).
+    delete_retention_ms: int = 0
+    now_ms: int = 0
 
     def __post_init__(self) -> None:
         if len(self.inputs) != len(self.input_ledger_ids):
             raise ValueError("inputs and input_ledger_ids must have the same length")
         if self.previous_horizon is not None and self.horizon < self.previous_horizon:
             raise ValueError(f"horizon {self.horizon} is before the previous horizon {self.previous_horizon}")
+        if self.delete_retention_ms < 0:
+            raise ValueError("delete_retention_ms must be >= 0")
         if self.output_ledger_id <= 0:
             raise ValueError(f"output_ledger_id must be positive, got {self.output_ledger_id}")
 

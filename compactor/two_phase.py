@@ -31,7 +31,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compactor.phases import NARROW_COLUMNS, RECORDS, can_pack, key_summary, phase_two
+from compactor.phases import RECORDS, can_pack, key_summary, narrow_columns, phase_two
 from compactor.result import CompactionJob, CompactionResult
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
@@ -225,7 +225,11 @@ class TwoPhaseCompactor:
     def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:
         """Phase one of ``job`` as a DataFrame (the keyless rows as one group with key NULL)."""
         inputs = inputs if inputs is not None else self.inputs(job)
-        return key_summary(self.read_input(job, NARROW_COLUMNS, inputs=inputs), packed=inputs.packed)
+        return key_summary(
+            self.read_input(job, narrow_columns(job.strategy), inputs=inputs),
+            packed=inputs.packed,
+            strategy=job.strategy,
+        )
 
     # ------------------------------------------------------------------ the round
 
@@ -256,7 +260,12 @@ class TwoPhaseCompactor:
             with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
                 latest = summary.where(F.col(KEY).isNotNull())
                 kept = phase_two(
-                    self.read_input(job, inputs=inputs), latest, retain_null_key=job.retain_null_key
+                    self.read_input(job, inputs=inputs),
+                    latest,
+                    retain_null_key=job.retain_null_key,
+                    keep_tombstones_since=job.now_ms - job.delete_retention_ms
+                    if job.delete_retention_ms
+                    else None,
                 )
                 (
                     kept.write.mode("errorifexists")

@@ -105,7 +105,7 @@ def test_packed_id_column_matches_python(spark: SparkSession) -> None:
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "struct"])
 def test_phase_one_latest_id_per_key(spark: SparkSession, packed: bool) -> None:
-    latest = phase_one(narrow(full_df(spark, BASIC)), packed=packed)
+    latest = phase_one(narrow(full_df(spark, BASIC)), packed=packed).drop("latest_publish_time")
     expected = spark.createDataFrame(
         [
             ("a", latest_value(1, 3, packed=packed), False, 2),
@@ -194,3 +194,57 @@ def test_phases_match_the_model_on_random_input(spark: SparkSession, seed: int) 
         for retain in (False, True):
             got = [tuple(r) for r in phase_two(full, latest, retain_null_key=retain).collect()]
             assert got == model(specs, retain_null_key=retain), (packed, retain)
+
+
+# ------------------------------------------------------------------ strategies and delete retention
+
+
+def row(lid: int, eid: int, key: str, value: bytes | None, *, props=None, event_time=None, publish=1_000):
+    return (lid, eid, key, value, value is None, props or {}, publish, event_time)
+
+
+def kept_values(spark: SparkSession, rows, strategy: str, **kw) -> list[tuple[str, bytes | None]]:
+    from compactor.phases import narrow_columns
+
+    full = spark.createDataFrame(rows, SPARK_DDL)
+    latest = phase_one(full.select(*narrow_columns(strategy)), strategy=strategy)
+    return [(r["key"], r["value"]) for r in phase_two(full, latest, retain_null_key=False, **kw).collect()]
+
+
+def test_event_time_strategy_keeps_the_latest_event_not_the_latest_arrival(spark: SparkSession) -> None:
+    rows = [
+        row(1, 0, "a", b"t=5", event_time=5),
+        row(1, 1, "a", b"t=9", event_time=9),
+        row(1, 2, "a", b"t=7 late arrival", event_time=7),  # arrives last, happened earlier
+        row(1, 3, "b", b"t=3", event_time=3),
+        row(1, 4, "b", b"t=3 again", event_time=3),  # a tie: the later id wins
+    ]
+    assert kept_values(spark, rows, "eventTime") == [("a", b"t=9"), ("b", b"t=3 again")]
+    assert kept_values(spark, rows, "offset") == [("a", b"t=7 late arrival"), ("b", b"t=3 again")]
+
+
+def test_property_strategy_keeps_the_highest_version(spark: SparkSession) -> None:
+    rows = [
+        row(1, 0, "a", b"v2", props={"version": "2"}),
+        row(1, 1, "a", b"v10", props={"version": "10"}),  # numeric, not lexical, order
+        row(1, 2, "a", b"v3", props={"version": "3"}),
+        row(1, 3, "b", b"v1", props={"version": "1"}),
+        row(1, 4, "b", b"no version"),  # ranks below any versioned record
+        row(1, 5, "c", b"v5", props={"version": "5"}),
+        row(1, 6, "c", None),  # an unversioned delete always wins
+        row(1, 7, "d", b"v5", props={"version": "5"}),
+        row(1, 8, "d", None, props={"version": "4"}),  # a stale versioned delete loses
+    ]
+    assert kept_values(spark, rows, "property:version") == [("a", b"v10"), ("b", b"v1"), ("d", b"v5")]
+
+
+def test_delete_retention_keeps_recent_tombstones(spark: SparkSession) -> None:
+    rows = [
+        row(1, 0, "a", b"1", publish=100),
+        row(1, 1, "a", None, publish=500),  # deleted recently
+        row(1, 2, "b", b"1", publish=100),
+        row(1, 3, "b", None, publish=200),  # deleted long ago
+    ]
+    assert kept_values(spark, rows, "offset", keep_tombstones_since=400) == [("a", None)]
+    assert kept_values(spark, rows, "offset", keep_tombstones_since=600) == []
+    assert kept_values(spark, rows, "offset") == []

@@ -111,7 +111,7 @@ def session_conf(spark: SparkSession, **conf: str) -> Iterator[None]:
         yield
     finally:
         for k, v in old.items():
-            spark.conf.set(k, v)  # type: ignore[arg-type]
+            spark.conf.set(k, v)
 
 
 P = Position
