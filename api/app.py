@@ -19,6 +19,7 @@ from service.compaction import CompactionService
 from service.cursors import SubscriptionService
 from service.db import Database, upgrade
 from service.policies import PolicyStore
+from service.scheduler import CompactionScheduler
 from service.settings import Settings
 from service.topics import Broker
 
@@ -35,16 +36,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         db = Database(settings.database_url)
         broker = Broker(settings=settings, db=db)
         broker.start()
+        policy_store = PolicyStore(db=db, settings=settings)
         compaction = CompactionService(
             broker=broker,
             compactor=lambda: TwoPhaseCompactor(spark_session(settings)),
             workers=settings.compaction_workers,
+            policies=policy_store,
         )
         compaction.start()
         subs = SubscriptionService(broker=broker, consumer_timeout_ms=settings.consumer_timeout_ms)
         subs.start()
         app.state.subscriptions = subs
-        app.state.policies = PolicyStore(db=db, settings=settings)
+        app.state.policies = policy_store
+        scheduler = CompactionScheduler(
+            broker=broker,
+            compaction=compaction,
+            policies=policy_store,
+            interval_s=settings.compaction_monitor_interval_seconds,
+        )
+        scheduler.start()
         # Long-polling receives each hold a worker thread; allow plenty of them.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         app.state.settings = settings
@@ -57,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            scheduler.stop()
             compaction.stop()
             broker.stop()
             db.dispose()

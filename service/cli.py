@@ -9,9 +9,12 @@ from typing import Annotated
 
 import typer
 
+from api.cli import topics_app
+
 app = typer.Typer(help="A Pulsar-style topic compaction service.", no_args_is_help=True)
 db_app = typer.Typer(help="The metadata database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(topics_app, name="topics")
 
 
 def _env(name: str, value: object) -> None:

@@ -32,6 +32,7 @@ from service.compacted_view import CompactedView
 from service.cursors import COMPACTION_CURSOR
 from service.errors import Conflict
 from service.names import TopicName
+from service.policies import PolicyStore
 from service.topics import Broker, ManagedTopic
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,12 @@ class CompactionService:
         broker: Broker,
         compactor: Callable[[], TwoPhaseCompactor],
         workers: int = 1,
+        policies: PolicyStore | None = None,
         fault_hook: Callable[[str], None] | None = None,
     ) -> None:
         self.broker = broker
+        self.policies = policies or PolicyStore(db=broker.db, settings=broker.settings)
+        self.workers = workers
         self.db = broker.db
         self._compactor = compactor
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compaction")
@@ -147,6 +151,11 @@ class CompactionService:
         self._run_and_release(topic, run_id)
         return self.status(name)
 
+    def running(self) -> int:
+        """Rounds queued or running now."""
+        with self._lock:
+            return sum(1 for f in self._futures.values() if not f.done())
+
     def wait(self, name: TopicName, timeout: float | None = None) -> None:
         with self._lock:
             future = self._futures.get(name)
@@ -186,10 +195,12 @@ class CompactionService:
     def _run(self, topic: ManagedTopic, run_id: int) -> None:
         new_ledger_id: int | None = None
         try:
-            horizon = topic.ledger.roll_over()
+            policy = self.policies.effective(topic.name)
+            now = now_ms()
+            horizon = self._horizon(topic, topic.ledger.roll_over(), policy.minCompactionLagMs or 0, now)
             previous = topic.view
             if horizon is None or (previous is not None and horizon <= previous.horizon):
-                # Nothing new since the last horizon (or an empty topic): a quick success.
+                # Nothing new since the last horizon (or nothing old enough): a quick success.
                 self._finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
                 return
             new_ledger_id = self._allocate_ledger(topic)
@@ -203,7 +214,10 @@ class CompactionService:
                 previous_horizon=previous_horizon,
                 horizon=horizon,
                 output_ledger_id=new_ledger_id,
-                retain_null_key=self.broker.settings.retain_null_key,
+                retain_null_key=bool(policy.retainNullKey),
+                strategy=policy.compactionStrategy or "offset",
+                delete_retention_ms=policy.deleteRetentionMs or 0,
+                now_ms=now,
             )
             compactor = self._compactor()
             compactor.fault_hook = self.fault_hook
@@ -221,6 +235,32 @@ class CompactionService:
         topic.view = view
         if previous is not None:
             previous.retire()
+
+    @staticmethod
+    def _horizon(topic: ManagedTopic, last: Position | None, min_lag_ms: int, now: int) -> Position | None:
+        """The last entry this round may compact: the end of the log, or with a minimum
+        compaction lag the last entry published at least that long ago (None: no such entry)."""
+        if last is None or min_lag_ms <= 0:
+            return last
+        first_young = topic.ledger.find_by_publish_time(now - min_lag_ms + 1)
+        horizon = min(last, Position(first_young.ledger_id, first_young.entry_id - 1))
+        first, _ = topic.ledger.read(Position(0, 0), 1)
+        if not first or first[0].position > horizon:
+            return None
+        return horizon
+
+    def history(self, name: TopicName, limit: int = 100) -> list[models.CompactionRun]:
+        """The topic's runs, newest first."""
+        topic = self.broker.topic(name)
+        with self.db.session() as s:
+            return list(
+                s.scalars(
+                    select(models.CompactionRun)
+                    .where(models.CompactionRun.topic_id == topic.topic_id)
+                    .order_by(models.CompactionRun.id.desc())
+                    .limit(limit)
+                )
+            )
 
     def _allocate_ledger(self, topic: ManagedTopic) -> int:
         with self.db.session() as s:

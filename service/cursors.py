@@ -184,7 +184,7 @@ class SubscriptionService:
         with self.db.session() as s:
             s.execute(delete(models.Cursor).where(models.Cursor.id == state.cursor_id))
 
-    def list(self, name: TopicName) -> list[str]:
+    def names(self, name: TopicName) -> list[str]:
         return sorted(self.broker.topic(name).subscriptions)
 
     def get(self, name: TopicName, sub: str) -> Subscription:

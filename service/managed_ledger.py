@@ -118,11 +118,15 @@ class ManagedLedger:
             if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
                 wal_file.unlink()
                 paths.fsync_dir(root)
-        current = infos[-1]
-        stale = paths.sealed_path(root, current.ledger_id)
-        if stale.exists():  # crashed after sealing, before CLOSED was committed: re-seal later
-            stale.unlink()
+        # A sealed file of no CLOSED ledger: the open ledger sealed just before a crash (it is
+        # sealed again at its roll-over), or a ledger deleted by retention before its unlink.
+        live = {paths.sealed_path(root, i.ledger_id).name for i in infos if i.state == models.CLOSED}
+        stale = [f for f in root.glob("*.parquet") if f.name not in live]
+        for sealed_file in stale:
+            sealed_file.unlink()
+        if stale:
             paths.fsync_dir(root)
+        current = infos[-1]
         wal = _open_wal(root, current.ledger_id, settings)
         if wal.recovery.truncated_bytes:
             log.warning(
@@ -243,7 +247,14 @@ class ManagedLedger:
                     chunk = self._wal.read(pos.entry_id, max_entries - len(out))
                     ledger_entries = self._wal.entries
             if not is_open:
-                chunk = self._sealed_ledger(info.ledger_id).read(pos.entry_id, max_entries - len(out))
+                try:
+                    chunk = self._sealed_ledger(info.ledger_id).read(pos.entry_id, max_entries - len(out))
+                except Exception:
+                    with self._lock:
+                        if info in self._ledgers:
+                            raise
+                    pos = Position(info.ledger_id + 1, 0)  # deleted by retention under us
+                    continue
                 ledger_entries = info.entries
             out.extend(chunk)
             if chunk:
@@ -283,6 +294,27 @@ class ManagedLedger:
             entries += n
             size += info.size_bytes * n // info.entries
         return entries, size
+
+    def delete_ledgers(self, ledger_ids: set[int]) -> None:
+        """Remove sealed ledgers (retention): metadata first, then the files, so a crash in
+        between leaves only files that recovery sweeps away, never a ledger without its file."""
+        with self._lock:
+            doomed = [i for i in self._ledgers if i.ledger_id in ledger_ids and i.state == models.CLOSED]
+            if not doomed:
+                return
+            with self._db.session() as s:
+                for info in doomed:
+                    row = s.get(models.Ledger, info.ledger_id)
+                    if row is not None:
+                        row.state = models.DELETED
+            self._ledgers = [i for i in self._ledgers if i not in doomed]
+            for info in doomed:
+                reader = self._sealed.pop(info.ledger_id, None)
+                if reader is not None:
+                    reader.close()
+        for info in doomed:
+            paths.sealed_path(self.root, info.ledger_id).unlink(missing_ok=True)
+        paths.fsync_dir(self.root)
 
     def _sealed_ledger(self, ledger_id: int) -> SealedLedger:
         with self._lock:

@@ -1,4 +1,6 @@
-"""Compaction thresholds at Pulsar's paths (topic and namespace level)."""
+"""Compaction policies: thresholds at Pulsar's paths, and the whole policy document, at topic
+and namespace level. ``?applied=true`` on a topic's GET gives the effective value (topic over
+namespace over the service default), as Pulsar's ``applied`` flag does."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Request, Response
 
 from api.deps import BrokerDep, TopicDep
-from service.policies import PolicyStore, Scope
+from service.errors import InvalidInput
+from service.policies import FIELDS, Policy, PolicyStore, Scope, validate
 
 router = APIRouter(tags=["policies"])
 
@@ -17,13 +20,18 @@ def get_policies(request: Request) -> PolicyStore:
 
 
 PoliciesDep = Annotated[PolicyStore, Depends(get_policies)]
+PolicyBody = Annotated[dict[str, Any], Body()]
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 
 @router.get(TOPIC + "/compactionThreshold")
-def get_topic_threshold(name: TopicDep, policies: PoliciesDep, broker: BrokerDep) -> int | None:
+def get_topic_threshold(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, applied: bool = False
+) -> int | None:
     broker.topic(name)
+    if applied:
+        return policies.effective(name).compactionThreshold
     return policies.get(Scope.topic_of(name)).compactionThreshold
 
 
@@ -60,3 +68,57 @@ def set_namespace_threshold(
 def remove_namespace_threshold(tenant: str, namespace: str, policies: PoliciesDep) -> Response:
     policies.remove(Scope.namespace_of(tenant, namespace), "compactionThreshold")
     return Response(status_code=204)
+
+
+@router.get(TOPIC + "/compactionPolicy")
+def get_topic_policy(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, applied: bool = False
+) -> Policy:
+    broker.topic(name)
+    return policies.effective(name) if applied else policies.get(Scope.topic_of(name))
+
+
+@router.post(TOPIC + "/compactionPolicy", response_model=Policy)
+def set_topic_policy(name: TopicDep, policies: PoliciesDep, broker: BrokerDep, body: PolicyBody) -> Policy:
+    broker.topic(name)
+    return _update(policies, Scope.topic_of(name), body)
+
+
+@router.delete(TOPIC + "/compactionPolicy", status_code=204, response_class=Response)
+def remove_topic_policy(name: TopicDep, policies: PoliciesDep, broker: BrokerDep) -> Response:
+    broker.topic(name)
+    policies.remove(Scope.topic_of(name))
+    return Response(status_code=204)
+
+
+@router.get(NAMESPACE + "/compactionPolicy")
+def get_namespace_policy(tenant: str, namespace: str, policies: PoliciesDep) -> Policy:
+    return policies.get(Scope.namespace_of(tenant, namespace))
+
+
+@router.post(NAMESPACE + "/compactionPolicy", response_model=Policy)
+def set_namespace_policy(tenant: str, namespace: str, policies: PoliciesDep, body: PolicyBody) -> Policy:
+    return _update(policies, Scope.namespace_of(tenant, namespace), body)
+
+
+@router.delete(NAMESPACE + "/compactionPolicy", status_code=204, response_class=Response)
+def remove_namespace_policy(tenant: str, namespace: str, policies: PoliciesDep) -> Response:
+    policies.remove(Scope.namespace_of(tenant, namespace))
+    return Response(status_code=204)
+
+
+def _update(policies: PolicyStore, scope: Scope, body: dict[str, Any]) -> Policy:
+    """Fields given are set; a field given as null is unset. Checked whole before any change."""
+    to_set = {k: v for k, v in body.items() if v is not None}
+    to_unset = [k for k, v in body.items() if v is None]
+    for k in to_unset:
+        if k not in FIELDS:
+            raise InvalidInput(f"unknown policy field {k!r}")
+    for k, v in to_set.items():
+        if k not in FIELDS:
+            raise InvalidInput(f"unknown policy field {k!r}")
+        validate(k, v)
+    policies.set(scope, **to_set)
+    if to_unset:
+        policies.remove(scope, *to_unset)
+    return policies.get(scope)

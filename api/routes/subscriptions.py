@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict
 
 from api.deps import BrokerDep, TopicDep
 from service.cursors import COMPACTION_CURSOR, SubscriptionService, backlog_of
-from service.topics import LATEST
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])
 
@@ -29,7 +28,7 @@ class ResetCursor(BaseModel):
 
 @router.get("/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str])
 def list_subscriptions(name: TopicDep, subs: SubscriptionsDep) -> list[str]:
-    return subs.list(name)
+    return subs.names(name)
 
 
 @router.put("/{tenant}/{namespace}/{topic}/subscription/{sub}", status_code=204, response_class=Response)
@@ -37,7 +36,7 @@ def create_subscription(
     name: TopicDep,
     sub: str,
     subs: SubscriptionsDep,
-    initialPosition: Literal["earliest", "latest"] = LATEST,
+    initialPosition: Literal["earliest", "latest"] = "latest",
     readCompacted: bool = False,
 ) -> Response:
     subs.create(name, sub, initial_position=initialPosition, read_compacted=readCompacted)

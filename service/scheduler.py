@@ -1,0 +1,139 @@
+"""Automatic compaction and retention, checked every ``compactionMonitorIntervalSeconds``.
+
+Each tick, for every topic, in order:
+1. retention: delete sealed original ledgers the policy lets go (see ``apply_retention``);
+2. compaction: start a round when a rule of the effective policy fires (see ``due``), at most
+   as many at once as the compaction pool has workers, never two on one topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ledger.entry import Position
+from service.clock import now_ms
+from service.compaction import CompactionService
+from service.errors import Conflict, NotFound
+from service.policies import Policy, PolicyStore
+from service.topics import Broker, ManagedTopic
+
+log = logging.getLogger(__name__)
+
+THRESHOLD, DIRTY_RATIO, MAX_LAG = "threshold", "dirtyRatio", "maxCompactionLag"
+
+
+def due(topic: ManagedTopic, policy: Policy, now: int) -> str | None:
+    """Which rule, if any, says ``topic`` needs compacting now.
+
+    - ``threshold`` (Pulsar): the ``__compaction`` cursor's backlog in bytes exceeds it;
+    - ``dirtyRatio`` (Kafka's min.cleanable.dirty.ratio): uncompacted messages / (messages in the
+      compacted ledger + uncompacted messages) reaches it;
+    - ``maxCompactionLag`` (Kafka): the oldest uncompacted message is older than it.
+    Nothing is due while every uncompacted message is younger than ``minCompactionLagMs``.
+    """
+    view = topic.view
+    start = view.horizon.next() if view is not None else Position(0, 0)
+    dirty, dirty_bytes = topic.ledger.backlog(start)
+    if dirty == 0:
+        return None
+    oldest, _ = topic.ledger.read(start, 1)
+    if not oldest:
+        return None
+    age = now - oldest[0].publish_time
+    if policy.minCompactionLagMs and age < policy.minCompactionLagMs:
+        return None
+    if policy.compactionThreshold and dirty_bytes > policy.compactionThreshold:
+        return THRESHOLD
+    if policy.minCleanableDirtyRatio is not None:
+        clean = view.ledger.entries if view is not None else 0
+        if dirty / (clean + dirty) >= policy.minCleanableDirtyRatio:
+            return DIRTY_RATIO
+    if policy.maxCompactionLagMs is not None and age > policy.maxCompactionLagMs:
+        return MAX_LAG
+    return None
+
+
+def apply_retention(topic: ManagedTopic, policy: Policy, now: int) -> list[int]:
+    """Delete the oldest sealed original ledgers that are past ``retentionTimeMs`` or keep the
+    log over ``retentionSizeBytes``, and that may go: every entry in them is at or before the
+    compaction horizon (the compacted ledger keeps each key's latest value) and consumed by
+    every durable subscription. Returns the deleted ledger ids."""
+    if policy.retentionTimeMs is None and policy.retentionSizeBytes is None:
+        return []
+    view = topic.view
+    if view is None:
+        return []  # nothing is compacted: the original log is the only copy
+    floor = view.horizon
+    for sub in list(topic.subscriptions.values()):
+        floor = min(floor, sub.mark_delete)
+    ledgers = topic.ledger.ledgers()
+    total = sum(i.file_bytes for i in ledgers)
+    doomed: set[int] = set()
+    for info in ledgers[:-1]:  # never the open ledger
+        if info.state != "CLOSED" or not info.entries or Position(info.ledger_id, info.entries - 1) > floor:
+            break
+        too_old = (
+            policy.retentionTimeMs is not None
+            and info.last_publish_time is not None
+            and info.last_publish_time < now - policy.retentionTimeMs
+        )
+        too_big = policy.retentionSizeBytes is not None and total > policy.retentionSizeBytes
+        if not (too_old or too_big):
+            break
+        doomed.add(info.ledger_id)
+        total -= info.file_bytes
+    if doomed:
+        log.info("retention: deleting ledgers %s of %s", sorted(doomed), topic.name)
+        topic.ledger.delete_ledgers(doomed)
+    return sorted(doomed)
+
+
+class CompactionScheduler:
+    """The background thread that applies retention and starts due compactions."""
+
+    def __init__(
+        self, *, broker: Broker, compaction: CompactionService, policies: PolicyStore, interval_s: float
+    ) -> None:
+        self.broker = broker
+        self.compaction = compaction
+        self.policies = policies
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="compaction-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.tick()
+            except Exception:  # one bad tick must not end automatic compaction for good
+                log.exception("compaction scheduler tick failed")
+
+    def tick(self) -> list[tuple[str, str]]:
+        """One pass over every topic; returns the (topic, rule) rounds it started."""
+        started: list[tuple[str, str]] = []
+        now = now_ms()
+        for topic in self.broker.topics():
+            if self._stop.is_set():
+                break
+            try:
+                policy = self.policies.effective(topic.name)
+                apply_retention(topic, policy, now)
+                if self.compaction.running() >= self.compaction.workers:
+                    continue
+                rule = due(topic, policy, now)
+                if rule is not None:
+                    self.compaction.trigger(topic.name, trigger=rule)
+                    started.append((str(topic.name), rule))
+            except (Conflict, NotFound):
+                continue  # already compacting, or deleted meanwhile
+        return started
