@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ledger.entry import Entry
@@ -38,15 +39,22 @@ def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROU
     for i, e in enumerate(entries):
         if e.entry_id != i:
             raise ValueError(f"sealed ledger rows must be entries 0..n-1; row {i} is entry {e.entry_id}")
+    return seal_table(entries_to_table(entries), path, row_group_size=row_group_size)
+
+
+def seal_table(table: pa.Table, path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
+    """Write an Arrow table in ``ARROW_SCHEMA`` (entries 0..n-1 in order) as a sealed ledger:
+    temporary name, fsync, rename, directory fsync."""
+    if table.schema != ARROW_SCHEMA:
+        table = table.cast(ARROW_SCHEMA)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    table = entries_to_table(entries)
     with open(tmp, "wb") as f:
         pq.write_table(table, f, row_group_size=row_group_size, compression="zstd")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
-    return SealInfo(entries=len(entries), file_bytes=path.stat().st_size)
+    return SealInfo(entries=table.num_rows, file_bytes=path.stat().st_size)
 
 
 class SealedLedger:
