@@ -20,6 +20,10 @@ from ledger.entry import Position
 log = logging.getLogger(__name__)
 
 
+class RetiredView(Exception):
+    """The view was replaced before the lease was taken: read the topic's current view."""
+
+
 class CompactedView:
     """Compacted ledger ``ledger_id`` holding the latest record of every key up to ``horizon``."""
 
@@ -34,7 +38,11 @@ class CompactedView:
 
     @contextmanager
     def lease(self) -> Iterator[CompactedView]:
+        """Hold the files for the duration of a read. Raises ``RetiredView`` if the view is
+        already replaced (its files may be gone): the caller takes the topic's new view."""
         with self._lock:
+            if self._retired:
+                raise RetiredView(self.ledger_id)
             self._leases += 1
         try:
             yield self

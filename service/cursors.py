@@ -23,6 +23,7 @@ from sqlalchemy import delete, select
 from ledger.entry import Entry, Position
 from service import models
 from service.clock import now_ms
+from service.compacted_view import RetiredView
 from service.errors import Conflict, InvalidInput, NotFound
 from service.names import TopicName
 from service.topics import EARLIEST, LATEST, Broker, ManagedTopic
@@ -396,14 +397,19 @@ def backlog_of(
     topic: ManagedTopic, mark_delete: Position, read_compacted: bool, acked: int = 0
 ) -> tuple[int, int]:
     """Entries after ``mark_delete`` (as a reader of that kind sees them) and their bytes."""
-    view = topic.view if read_compacted else None
     start = mark_delete.next()
-    if view is None or start > view.horizon:
-        n, size = topic.ledger.backlog(start)
-    else:
-        with view.lease():
-            c = view.ledger.count_from(start)
-            c_size = view.ledger.size_bytes * c // view.ledger.entries if view.ledger.entries else 0
+    while True:
+        view = topic.view if read_compacted else None
+        if view is None or start > view.horizon:
+            n, size = topic.ledger.backlog(start)
+            break
+        try:
+            with view.lease():
+                c = view.ledger.count_from(start)
+                c_size = view.ledger.size_bytes * c // view.ledger.entries if view.ledger.entries else 0
+        except RetiredView:
+            continue
         n, size = topic.ledger.backlog(view.horizon.next())
         n, size = n + c, size + c_size
+        break
     return max(0, n - acked), size

@@ -20,7 +20,7 @@ from ledger import paths
 from ledger.entry import Entry, Position, Record, record_size
 from service import models
 from service.clock import now_ms
-from service.compacted_view import CompactedView
+from service.compacted_view import CompactedView, RetiredView
 from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound, TooLarge
 from service.managed_ledger import ManagedLedger
@@ -205,12 +205,16 @@ class Broker:
         topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
     ) -> tuple[list[Entry], Position]:
         """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts."""
-        view = topic.view if read_compacted else None
-        if view is None or pos > view.horizon:
-            return topic.ledger.read(pos, limit)
-        with view.lease():
-            out, nxt = view.ledger.read(pos, limit)
-        if nxt is not None:
-            return out, nxt
-        rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))
-        return out + rest, nxt_pos
+        while True:
+            view = topic.view if read_compacted else None
+            if view is None or pos > view.horizon:
+                return topic.ledger.read(pos, limit)
+            try:
+                with view.lease():
+                    out, nxt = view.ledger.read(pos, limit)
+            except RetiredView:
+                continue  # a compaction committed meanwhile: read its ledger instead
+            if nxt is not None:
+                return out, nxt
+            rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))
+            return out + rest, nxt_pos

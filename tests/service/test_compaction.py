@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -379,3 +380,38 @@ def test_random_sequences_match_a_dict_model(broker, compaction, topic) -> None:
                 else:
                     truth[k] = v
             assert state == truth
+
+
+def test_readers_never_fail_while_compactions_replace_the_compacted_ledger(broker, compaction, topic) -> None:
+    produce(broker, *[(f"k{i % 20}", b"%d" % i) for i in range(60)])
+    compaction.compact_now(topic)
+    errors: list[BaseException] = []
+    reads = 0
+    stop = threading.Event()
+
+    def reader() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            try:
+                got = read(broker, compacted=True, page=4)
+                positions = [e.position for e in got]
+                assert positions == sorted(positions) and len({e.key for e in got}) == 20
+                reads += 1
+                time.sleep(0.02)  # leave CPU to the compaction: this test is about correctness
+            except BaseException as e:  # noqa: BLE001 - surfaced below
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for round_ in range(3):
+        produce(broker, *[(f"k{i}", b"round%d" % round_) for i in range(20)])
+        assert compaction.compact_now(topic).status == "SUCCESS"
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert reads > 0
+    # Replaced ledgers are gone once no read holds them.
+    assert len(list(broker.topic(topic).ledger.root.glob("compacted-*"))) == 1
