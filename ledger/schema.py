@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from ledger.entry import Entry
+from ledger.entry import Entry, Record
 
 LEDGER_ID = "ledger_id"
 ENTRY_ID = "entry_id"
@@ -86,3 +86,21 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
             strict=True,
         )
     ]
+
+
+def records_to_table(ledger_id: int, records: Sequence[Record]) -> pa.Table:
+    """The Arrow table of a ledger whose entries 0..n-1 are ``records``, in order."""
+    n = len(records)
+    return pa.table(
+        {
+            LEDGER_ID: pa.array([ledger_id] * n, pa.int64()),
+            ENTRY_ID: pa.array(range(n), pa.int64()),
+            KEY: [r.key for r in records],
+            VALUE: [r.value for r in records],
+            IS_TOMBSTONE: [r.value is None for r in records],
+            PROPERTIES: [list(r.properties.items()) for r in records],
+            PUBLISH_TIME: [r.publish_time for r in records],
+            EVENT_TIME: [r.event_time for r in records],
+        },
+        schema=ARROW_SCHEMA,
+    )

@@ -256,9 +256,16 @@ class SubscriptionService:
                 state.expire_ack_timeouts()
                 seen = state.topic.ledger.last_position() or NOTHING
                 out = self._deliver(state, consumer, limit)
-            remaining = deadline - time.monotonic()
+                # An ack timeout due before the deadline must wake us: it makes messages due.
+                due = min(
+                    (d.deadline for d in state.pending.values() if d.deadline is not None), default=None
+                )
+            now = time.monotonic()
+            remaining = deadline - now
             if out or remaining <= 0:
                 return out
+            if due is not None:
+                remaining = min(remaining, max(0.0, due - now) + 0.001)
             state.topic.ledger.wait_for_entries(seen, remaining)
 
     def _deliver(self, state: Subscription, consumer: ConsumerInfo, limit: int) -> list[Delivered]:

@@ -6,18 +6,20 @@ Invariants:
 - an entry is readable only once it is acknowledged (durable under the fsync policy);
 - entry ids of a ledger run 0..n-1, and ``n <= max_entries_per_ledger``.
 
-Roll-over seals the open ledger in this order, and every crash point recovers (see ``recover``):
-fsync the write-ahead file, write the Parquet file (temporary name, fsync, rename, directory
-fsync), mark the ledger CLOSED and create the next one in one metadata transaction, and only
-then remove the write-ahead file.
+Roll-over switches appends to a new ledger at once (its metadata row committed first) and
+seals the old one in the background, so producers never wait for Parquet: fsync the old
+write-ahead file, write the Parquet file (temporary name, fsync, rename, directory fsync),
+mark the ledger CLOSED in the metadata, and only then remove the write-ahead file. Until it is
+CLOSED the old ledger is read from its write-ahead file. Every crash point recovers (see
+``recover``): a ledger left OPEN behind a newer one is sealed at start-up.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +27,8 @@ from sqlalchemy import select
 
 from ledger import paths
 from ledger.entry import Entry, Position, Record
-from ledger.parquet_store import SealedLedger, seal
+from ledger.parquet_store import SealedLedger, seal_table
+from ledger.schema import entries_to_table, records_to_table
 from ledger.wal import WriteAheadLog
 from service import models
 from service.clock import now_ms
@@ -34,6 +37,11 @@ from service.errors import NotFound
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# In memory only: closed for appends, sealing in the background (OPEN in the metadata).
+SEALING = "SEALING"
+# Records of the open ledger kept in memory for its sealing, up to this many payload bytes.
+SEAL_CACHE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -62,6 +70,7 @@ class ManagedLedger:
         settings: Settings,
         ledgers: list[LedgerInfo],
         wal: WriteAheadLog,
+        sealer: Executor,
     ) -> None:
         self.topic_id = topic_id
         self.root = root
@@ -73,6 +82,14 @@ class ManagedLedger:
         # Notified when entries become readable: long-polling consumers wait on it.
         self._appended = threading.Condition(self._lock)
         self._sealed: dict[int, SealedLedger] = {}
+        # Ledgers closed for appends whose sealing runs in the background, by id.
+        self._sealing: dict[int, WriteAheadLog] = {}
+        self._seal_errors: dict[int, BaseException] = {}
+        self._sealer = sealer
+        self._sealed_cv = threading.Condition(self._lock)
+        # The open ledger's records as appended, so sealing need not decode the file again.
+        self._cache: list[Record] | None = [] if not wal.written_entries else None
+        self._cache_bytes = 0
         self._closed = False
         # Tests simulate a crash at a named point of the roll-over ("sealed", "committed").
         self.fault_hook: Callable[[str], None] | None = None
@@ -80,16 +97,22 @@ class ManagedLedger:
     # ---------------------------------------------------------------- opening
 
     @classmethod
-    def create(cls, *, topic_id: int, root: Path, db: Database, settings: Settings) -> ManagedLedger:
+    def create(
+        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, sealer: Executor
+    ) -> ManagedLedger:
         """Open a brand-new topic's log with its first (empty) ledger."""
         root.mkdir(parents=True, exist_ok=True)
         with db.session() as s:
             info = _new_ledger_row(s, topic_id)
         wal = _open_wal(root, info.ledger_id, settings)
-        return cls(topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal)
+        return cls(
+            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal, sealer=sealer
+        )
 
     @classmethod
-    def recover(cls, *, topic_id: int, root: Path, db: Database, settings: Settings) -> ManagedLedger:
+    def recover(
+        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, sealer: Executor
+    ) -> ManagedLedger:
         """Open an existing topic's log after a clean stop or a crash at any point."""
         root.mkdir(parents=True, exist_ok=True)
         for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
@@ -106,14 +129,14 @@ class ManagedLedger:
             if not infos or infos[-1].state != models.OPEN:
                 infos.append(_new_ledger_row(s, topic_id))
         for info in infos[:-1]:
-            if info.state == models.OPEN:  # cannot happen through roll-over; repair rather than lose data
-                log.warning(
-                    "ledger %s of topic %s was left OPEN behind a newer one; sealing it",
-                    info.ledger_id,
-                    topic_id,
-                )
+            if info.state == models.OPEN:  # the stop came before its background sealing finished
+                log.info("sealing ledger %s of topic %s, closed before the stop", info.ledger_id, topic_id)
                 wal = _open_wal(root, info.ledger_id, settings)
-                _seal_and_close(db, root, info, wal, successor=None)
+                closed = _seal(db, root, info, wal, wal.read_all())
+                wal.close()
+                if closed is not None:
+                    for k in LedgerInfo.__slots__:
+                        setattr(info, k, getattr(closed, k))
             wal_file = paths.wal_path(root, info.ledger_id)
             if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
                 wal_file.unlink()
@@ -136,7 +159,9 @@ class ManagedLedger:
                 wal.recovery.quarantine_path,
             )
         _refresh_open(current, wal)
-        return cls(topic_id=topic_id, root=root, db=db, settings=settings, ledgers=infos, wal=wal)
+        return cls(
+            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=infos, wal=wal, sealer=sealer
+        )
 
     # ---------------------------------------------------------------- writing
 
@@ -156,6 +181,7 @@ class ManagedLedger:
                 room = self._settings.max_entries_per_ledger - self._wal.written_entries
                 chunk = records[i : i + room]
                 first, token = self._wal.append(chunk)
+                self._remember(chunk)
                 wal = self._wal
                 ledger_id = self._current.ledger_id
                 positions.extend(Position(ledger_id, first + j) for j in range(len(chunk)))
@@ -180,22 +206,85 @@ class ManagedLedger:
                 lambda: self._closed or (self.last_position() or Position(-1, -1)) > after, timeout
             )
 
-    def roll_over(self) -> Position | None:
-        """Close the open ledger if it has entries; returns the last position of the log."""
+    def _remember(self, records: Sequence[Record]) -> None:
+        if self._cache is None:
+            return
+        self._cache.extend(records)
+        self._cache_bytes += sum(len(r.value or b"") + len(r.key or "") for r in records)
+        if self._cache_bytes > SEAL_CACHE_BYTES:
+            self._cache = None  # a big ledger: sealing reads it back from the file instead
+
+    def roll_over(self, timeout: float = 600.0) -> Position | None:
+        """Close the open ledger if it has entries and wait until every closed ledger is
+        sealed (compaction reads sealed files); returns the last position of the log."""
         with self._lock:
             self._check_open()
             if self._wal.written_entries:
                 self._roll_over_locked()
-            return self.last_position()
+            # Taken now: producers go on appending (and rolling over) while we wait.
+            last = self.last_position()
+            if last is not None:
+                self.wait_sealed(timeout, upto=last.ledger_id)
+            return last
+
+    def wait_sealed(self, timeout: float = 600.0, upto: int | None = None) -> None:
+        """Block until no ledger (with an id up to ``upto``) is waiting to be sealed; raises if
+        a sealing failed. A ledger whose sealing failed before is tried again first."""
+        with self._lock:
+            for ledger_id in list(self._seal_errors):
+                del self._seal_errors[ledger_id]
+                info = next(i for i in self._ledgers if i.ledger_id == ledger_id)
+                self._sealer.submit(self._seal_in_background, info, self._sealing[ledger_id], None)
+
+            def done() -> bool:
+                return bool(self._seal_errors) or all(upto is not None and i > upto for i in self._sealing)
+
+            if not self._sealed_cv.wait_for(done, timeout):
+                raise TimeoutError(f"ledgers {sorted(self._sealing)} were not sealed in {timeout:g} s")
+            if self._seal_errors:
+                ledger_id, error = next(iter(self._seal_errors.items()))
+                raise RuntimeError(f"ledger {ledger_id} could not be sealed: {error}") from error
 
     def _roll_over_locked(self) -> None:
-        current = self._current
-        successor = _seal_and_close(
-            self._db, self.root, current, self._wal, successor=self.topic_id, fault_hook=self.fault_hook
-        )
-        assert successor is not None
+        old, wal, cache = self._current, self._wal, self._cache
+        # Every written entry becomes durable and readable now: the ledger is complete before
+        # readers move past it to the next one.
+        wal.sync(wal.file_bytes)
+        _refresh_open(old, wal)
+        with self._db.session() as s:
+            successor = _new_ledger_row(s, self.topic_id)
+        old.state = SEALING
+        self._sealing[old.ledger_id] = wal
         self._ledgers.append(successor)
         self._wal = _open_wal(self.root, successor.ledger_id, self._settings)
+        self._cache, self._cache_bytes = [], 0
+        self._sealer.submit(self._seal_in_background, old, wal, cache)
+
+    def _seal_in_background(self, info: LedgerInfo, wal: WriteAheadLog, cache: list[Record] | None) -> None:
+        try:
+            if self._closed:
+                return
+            records = cache if cache is not None and len(cache) == wal.written_entries else None
+            entries = wal.read_all() if records is None else records
+            closed = _seal(self._db, self.root, info, wal, entries, fault_hook=self.fault_hook)
+            with self._lock:
+                if closed is not None:
+                    for k in LedgerInfo.__slots__:
+                        setattr(info, k, getattr(closed, k))
+                self._sealing.pop(info.ledger_id, None)
+                wal.close()
+                paths.wal_path(self.root, info.ledger_id).unlink(missing_ok=True)
+                paths.fsync_dir(self.root)
+                self._sealed_cv.notify_all()
+        except Exception as e:
+            if self._closed:
+                return  # the topic was deleted or the service stopped under it
+            log.exception(
+                "sealing ledger %s failed; it stays readable from its write-ahead log", info.ledger_id
+            )
+            with self._lock:
+                self._seal_errors[info.ledger_id] = e
+                self._sealed_cv.notify_all()
 
     # ---------------------------------------------------------------- reading
 
@@ -242,11 +331,12 @@ class ManagedLedger:
                 if info.ledger_id > pos.ledger_id:
                     pos = Position(info.ledger_id, 0)
                 is_open = info.state == models.OPEN
-                if is_open:
-                    # Under the lock: a roll-over would close this file mid-read.
-                    chunk = self._wal.read(pos.entry_id, max_entries - len(out))
-                    ledger_entries = self._wal.entries
-            if not is_open:
+                wal = self._wal if is_open else self._sealing.get(info.ledger_id)
+                if wal is not None:
+                    # Under the lock: a roll-over or a finished sealing would close this file.
+                    chunk = wal.read(pos.entry_id, max_entries - len(out))
+                    ledger_entries = wal.entries
+            if wal is None:
                 try:
                     chunk = self._sealed_ledger(info.ledger_id).read(pos.entry_id, max_entries - len(out))
                 except Exception:
@@ -272,8 +362,12 @@ class ManagedLedger:
         with self._lock:
             snapshot = list(self._ledgers)
             for info in snapshot:
-                if info.state == models.OPEN:
-                    return Position(info.ledger_id, self._wal.first_entry_at_or_after(publish_time))
+                wal = self._wal if info.state == models.OPEN else self._sealing.get(info.ledger_id)
+                if wal is not None:
+                    entry = wal.first_entry_at_or_after(publish_time)
+                    if entry < wal.entries or info.state == models.OPEN:
+                        return Position(info.ledger_id, entry)
+                    continue
                 if not info.entries or (info.last_publish_time or 0) < publish_time:
                     continue
                 break
@@ -353,42 +447,48 @@ class ManagedLedger:
                 return
             self._closed = True
             self._appended.notify_all()
+            self._sealed_cv.notify_all()
             self._wal.close()
+            for wal in self._sealing.values():
+                wal.close()
             for reader in self._sealed.values():
                 reader.close()
             self._sealed.clear()
 
 
-def _seal_and_close(
+def _seal(
     db: Database,
     root: Path,
     info: LedgerInfo,
     wal: WriteAheadLog,
+    entries: Sequence[Record] | Sequence[Entry],
     *,
-    successor: int | None,
     fault_hook: Callable[[str], None] | None = None,
 ) -> LedgerInfo | None:
-    """Seal ``info``'s entries to Parquet, mark it CLOSED and (when ``successor`` is a topic
-    id) create the next ledger in the same transaction, then drop the write-ahead file."""
-    wal.sync(wal.file_bytes)
-    entries = wal.read_all()
-    sealed = seal(entries, paths.sealed_path(root, info.ledger_id))
+    """Write ``entries`` (the ledger's, in order) as its sealed Parquet file and mark it CLOSED
+    in the metadata; returns its closed description (None if its row is gone: a deleted topic).
+    The caller removes the write-ahead file afterwards."""
+    if entries and isinstance(entries[0], Entry):
+        table = entries_to_table(entries)  # type: ignore[arg-type]
+    else:
+        table = records_to_table(info.ledger_id, entries)  # type: ignore[arg-type]
+    sealed = seal_table(table, paths.sealed_path(root, info.ledger_id))
     if fault_hook:
         fault_hook("sealed")
     closed = LedgerInfo(
         ledger_id=info.ledger_id,
         state=models.CLOSED,
-        entries=len(entries),
-        size_bytes=sum(e.size() for e in entries),
+        entries=table.num_rows,
+        size_bytes=wal.size_bytes,
         file_bytes=sealed.file_bytes,
         created_at=info.created_at,
-        first_publish_time=entries[0].publish_time if entries else None,
-        last_publish_time=entries[-1].publish_time if entries else None,
+        first_publish_time=wal.first_publish_time,
+        last_publish_time=wal.last_publish_time,
     )
-    nxt: LedgerInfo | None = None
     with db.session() as s:
         row = s.get(models.Ledger, info.ledger_id)
-        assert row is not None
+        if row is None:
+            return None
         row.state = models.CLOSED
         row.entries = closed.entries
         row.size_bytes = closed.size_bytes
@@ -396,17 +496,9 @@ def _seal_and_close(
         row.closed_at = now_ms()
         row.first_publish_time = closed.first_publish_time
         row.last_publish_time = closed.last_publish_time
-        if successor is not None:
-            nxt = _new_ledger_row(s, successor)
-    # In memory only once the metadata says so.
-    for k in LedgerInfo.__slots__:
-        setattr(info, k, getattr(closed, k))
     if fault_hook:
         fault_hook("committed")
-    wal.close()
-    os.unlink(paths.wal_path(root, info.ledger_id))
-    paths.fsync_dir(root)
-    return nxt
+    return closed
 
 
 def _open_wal(root: Path, ledger_id: int, settings: Settings) -> WriteAheadLog:

@@ -10,6 +10,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,8 @@ class Broker:
         self.db = db
         self._topics: dict[TopicName, ManagedTopic] = {}
         self._lock = threading.Lock()
+        # Seals rolled-over ledgers to Parquet off the produce path, one at a time.
+        self._sealer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-sealer")
 
     # ---------------------------------------------------------------- life cycle
 
@@ -68,12 +71,17 @@ class Broker:
             topics = [(r.id, TopicName(r.tenant, r.namespace, r.name)) for r in rows]
         for topic_id, name in topics:
             ml = ManagedLedger.recover(
-                topic_id=topic_id, root=self._root(name), db=self.db, settings=self.settings
+                topic_id=topic_id,
+                root=self._root(name),
+                db=self.db,
+                settings=self.settings,
+                sealer=self._sealer,
             )
             self._topics[name] = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
         self._remove_orphan_dirs()
 
     def stop(self) -> None:
+        self._sealer.shutdown(wait=True)  # finish sealing what was rolled over
         with self._lock:
             for topic in self._topics.values():
                 topic.ledger.close()
@@ -110,7 +118,9 @@ class Broker:
             root = self._root(name)
             if root.exists():  # left by a deletion that crashed before removing its files
                 shutil.rmtree(root)
-            ml = ManagedLedger.create(topic_id=topic_id, root=root, db=self.db, settings=self.settings)
+            ml = ManagedLedger.create(
+                topic_id=topic_id, root=root, db=self.db, settings=self.settings, sealer=self._sealer
+            )
             topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
             self._topics[name] = topic
             return topic

@@ -59,6 +59,10 @@ def spark():
 # ------------------------------------------------------------------ a real server
 
 
+# The shared server's message size limit: small, so that tests can exceed it cheaply.
+SHARED_MAX_MESSAGE_SIZE = 64 * 1024
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -138,3 +142,16 @@ def server(tmp_path: Path, server_factory: type[Server]) -> Server:
     s = server_factory(tmp_path / "data")
     s.start()
     return s
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One real server for the tests that only need distinct topic names (client, CLI): a
+    server with a warm Spark is the costliest fixture of the suite."""
+    s = Server(
+        tmp_path_factory.mktemp("shared") / "data",
+        env={"COMPACTOR_SPARK_WARMUP": "true", "COMPACTOR_MAX_MESSAGE_SIZE": str(SHARED_MAX_MESSAGE_SIZE)},
+    )
+    s.start()
+    yield s
+    s.stop()
