@@ -35,7 +35,7 @@ from compactor.phases import RECORDS, can_pack, key_summary, narrow_columns, pha
 from compactor.result import CompactionJob, CompactionResult
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
-from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir
+from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir, fsync_path
 from ledger.schema import COLUMNS, ENTRY_ID, KEY, LEDGER_ID, SPARK_DDL
 
 # Target row-group size of compacted part files. A reader decodes whole row groups, so
@@ -177,14 +177,6 @@ def _ms_since(t0: float) -> int:
     return int((time.perf_counter() - t0) * 1000)
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class TwoPhaseCompactor:
     """Runs compaction rounds on ``spark``. ``fault_hook(phase)`` is called before each phase
     (``"phase_one"``, ``"phase_two"``); tests make it raise to inject failures."""
@@ -276,7 +268,7 @@ class TwoPhaseCompactor:
             tmp.mkdir(parents=True, exist_ok=True)
             for path in sorted(tmp.iterdir()):
                 if path.is_file():
-                    _fsync_file(path)
+                    fsync_path(path)
             manifest = write_manifest(tmp)  # fsyncs the manifest and the directory
             os.rename(tmp, final)
             renamed = True

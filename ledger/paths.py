@@ -35,10 +35,13 @@ def compacted_dir(topic_root: Path, ledger_id: int) -> Path:
     return topic_root / f"compacted-{ledger_id:020d}"
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink inside ``path`` durable."""
+def fsync_path(path: Path) -> None:
+    """fsync a file, or a directory (which makes a rename or unlink inside it durable), by path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path

@@ -17,8 +17,8 @@ The byte layout is in :mod:`ledger.format`. This module adds the rules around it
 
 from __future__ import annotations
 
-import logging
 import bisect
+import logging
 import os
 import threading
 import time

@@ -489,13 +489,9 @@ def _seal(
         row = s.get(models.Ledger, info.ledger_id)
         if row is None:
             return None
-        row.state = models.CLOSED
-        row.entries = closed.entries
-        row.size_bytes = closed.size_bytes
-        row.file_bytes = closed.file_bytes
+        for k in ("state", "entries", "size_bytes", "file_bytes", "first_publish_time", "last_publish_time"):
+            setattr(row, k, getattr(closed, k))
         row.closed_at = now_ms()
-        row.first_publish_time = closed.first_publish_time
-        row.last_publish_time = closed.last_publish_time
     if fault_hook:
         fault_hook("committed")
     return closed
