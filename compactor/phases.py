@@ -183,3 +183,13 @@ def phase_two(
         # Ids are unique, so a semi-join on the id alone selects the winners.
         kept = with_id.where(F.col(KEY).isNotNull()).join(keep_ids, on=MESSAGE_ID, how="left_semi")
     return kept.select(*COLUMNS).orderBy(LEDGER_ID, ENTRY_ID)
+
+
+def keep_ids(summary: DataFrame, *, keep_tombstones_since: int | None) -> DataFrame:
+    """The winning ids of keyed rows (``latest_id``) a compacted ledger keeps, from a phase-one
+    summary: a key's winner unless it is a tombstone (one published at or after
+    ``keep_tombstones_since`` stays)."""
+    live = ~F.col(LATEST_IS_TOMBSTONE)
+    if keep_tombstones_since is not None:
+        live = live | (F.col(LATEST_PUBLISH_TIME) >= F.lit(keep_tombstones_since))
+    return summary.where(F.col(KEY).isNotNull() & live).select(LATEST_ID)

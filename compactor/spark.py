@@ -21,6 +21,7 @@ import contextlib
 import io
 import os
 import re
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -89,11 +90,16 @@ def spark_conf(
         # The raw local file system writes no .crc side files.
         "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
         "spark.hadoop.fs.file.impl.disable.cache": "true",
+        # The compactor's Arrow tasks run in Python workers; give them big Arrow batches.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
     }
     cores = local_cores(master)
     if cores is not None:
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+        # Local Python workers run this interpreter, which has the project and pyarrow. On a
+        # cluster, set spark.pyspark.python to an environment with the project installed.
+        conf["spark.pyspark.python"] = sys.executable
     if shuffle_partitions is None and cores is not None:
         shuffle_partitions = 2 * cores
     if shuffle_partitions is not None:
@@ -127,6 +133,8 @@ def get_spark(
         if local_cores(master) is not None:
             # Read by the launcher scripts; stops Spark warning that the host name is a loopback.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            # PySpark starts local Python workers with $PYSPARK_PYTHON (not the conf).
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         log4j_file: Path | None = None
         java_opts = conf.get("spark.driver.extraJavaOptions", "")
         if "log4j" not in java_opts:

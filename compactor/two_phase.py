@@ -31,7 +31,18 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compactor.phases import RECORDS, can_pack, key_summary, narrow_columns, phase_two
+from compactor import arrow_phases
+from compactor.phases import (
+    LATEST_ID,
+    MAX_PACKED_ENTRY_ID,
+    OFFSET,
+    RECORDS,
+    can_pack,
+    keep_ids,
+    key_summary,
+    narrow_columns,
+    phase_two,
+)
 from compactor.result import CompactionJob, CompactionResult
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
@@ -43,6 +54,9 @@ from ledger.schema import COLUMNS, ENTRY_ID, KEY, LEDGER_ID, SPARK_DDL
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 
 FaultHook = Callable[[str], None]
+
+# Group labels by group count: they depend only on Spark's hash function, so compute them once.
+_LABELS: dict[int, tuple[int, ...]] = {}
 
 
 def spark_path(path: Path) -> str:
@@ -185,6 +199,12 @@ class TwoPhaseCompactor:
         self.spark = spark
         self.fault_hook = fault_hook
 
+    def _labels(self, groups: int) -> tuple[int, ...]:
+        found = _LABELS.get(groups)
+        if found is None:
+            found = _LABELS[groups] = arrow_phases.spread_labels(self.spark, groups)
+        return found
+
     # ------------------------------------------------------------------ inputs
 
     def inputs(self, job: CompactionJob) -> CompactionInputs:
@@ -214,6 +234,31 @@ class TwoPhaseCompactor:
             df = df.unionByName(other)
         return df.select(*columns)
 
+    def segments(self, job: CompactionJob, inputs: CompactionInputs) -> list[arrow_phases.Segment]:
+        """The round's input as id-ordered segments: the previous compacted ledger's parts
+        (whole), then the original ledgers clipped to ``(previous_horizon, horizon]``."""
+        out: list[arrow_phases.Segment] = []
+        if inputs.previous_parts:
+            manifest = Manifest.load(Path(job.previous_compacted))  # type: ignore[arg-type]
+            for part in manifest.parts:
+                out.append(
+                    arrow_phases.Segment(
+                        str(Path(job.previous_compacted) / part.name),  # type: ignore[arg-type]
+                        arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1,
+                        arrow_phases.bound(part.last.ledger_id, part.last.entry_id),
+                        part.size,
+                    )
+                )
+        after = job.previous_horizon
+        lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
+        hi = arrow_phases.bound(job.horizon.ledger_id, job.horizon.entry_id)
+        ids = dict(zip((str(p) for p in job.inputs), job.input_ledger_ids, strict=True))
+        for path in sorted(inputs.originals, key=lambda p: ids[str(p)]):
+            ledger = ids[str(path)]
+            first, last = arrow_phases.bound(ledger, -1), arrow_phases.bound(ledger, MAX_PACKED_ENTRY_ID)
+            out.append(arrow_phases.Segment(str(path), max(lo, first), min(hi, last), path.stat().st_size))
+        return out
+
     def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:
         """Phase one of ``job`` as a DataFrame (the keyless rows as one group with key NULL)."""
         inputs = inputs if inputs is not None else self.inputs(job)
@@ -238,33 +283,67 @@ class TwoPhaseCompactor:
             inputs = self.inputs(job)
             bytes_in = inputs.bytes_in
 
+            since = job.now_ms - job.delete_retention_ms if job.delete_retention_ms else None
+            # Arrow inside Spark tasks when ids pack (always, in practice): see arrow_phases.
+            # Spark SQL when they do not, and for phase one of the other strategies.
+            fast = inputs.packed and (job.strategy == OFFSET or not job.retain_null_key)
+            parallelism = max(1, self.spark.sparkContext.defaultParallelism)
+            if fast:
+                segments = self.segments(job, inputs)
+                groups = arrow_phases.group_segments(segments, parallelism)
+                labels = self._labels(len(groups))
+                bounds = arrow_phases.group_bounds(groups)
+
             self._fault("phase_one")
             t0 = time.perf_counter()
             with self._job_description(f"compaction {job.output_ledger_id}: phase one"):
-                summary = self.phase_one_frame(job, inputs=inputs).persist(StorageLevel.MEMORY_AND_DISK)
+                if fast and job.strategy == OFFSET:
+                    plan = arrow_phases.PhaseOnePlan(
+                        segments=tuple(segments),
+                        buckets=parallelism,
+                        group_bounds=bounds,
+                        labels=labels,
+                        retain_null_key=job.retain_null_key,
+                        keep_tombstones_since=since,
+                    )
+                    summary = arrow_phases.phase_one(self.spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
+                    read = summary.where(F.col(arrow_phases.LABEL) == arrow_phases.STATS_LABEL)
+                    totals = read.agg(F.sum(arrow_phases.ID)).first()
+                else:
+                    summary = self.phase_one_frame(job, inputs=inputs).persist(StorageLevel.MEMORY_AND_DISK)
+                    totals = summary.agg(F.sum(RECORDS)).first()
                 # Materialises the cache; the count of rows read comes from it, not another pass.
-                totals = summary.agg(F.sum(RECORDS).alias(RECORDS)).first()
-                entries_read = int(totals[RECORDS] or 0) if totals is not None else 0
+                entries_read = int(totals[0] or 0) if totals is not None else 0
             phase_one_ms = _ms_since(t0)
 
             self._fault("phase_two")
             t1 = time.perf_counter()
             with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
-                latest = summary.where(F.col(KEY).isNotNull())
-                kept = phase_two(
-                    self.read_input(job, inputs=inputs),
-                    latest,
-                    retain_null_key=job.retain_null_key,
-                    keep_tombstones_since=job.now_ms - job.delete_retention_ms
-                    if job.delete_retention_ms
-                    else None,
-                )
-                (
-                    kept.write.mode("errorifexists")
-                    .option("compression", "zstd")
-                    .option("parquet.block.size", str(ROW_GROUP_BYTES))
-                    .parquet(spark_path(tmp))
-                )
+                if fast:
+                    if job.strategy == OFFSET:
+                        keep = summary
+                    else:
+                        ids = keep_ids(summary, keep_tombstones_since=since)
+                        keep = ids.select(
+                            arrow_phases.label_column(ids[LATEST_ID], bounds, labels).alias(
+                                arrow_phases.LABEL
+                            ),
+                            ids[LATEST_ID].alias(arrow_phases.ID),
+                        )
+                    arrow_phases.phase_two(keep, groups, labels, tmp, row_group_bytes=ROW_GROUP_BYTES)
+                else:
+                    kept = phase_two(
+                        self.read_input(job, inputs=inputs),
+                        summary.where(F.col(KEY).isNotNull()),
+                        retain_null_key=job.retain_null_key,
+                        keep_tombstones_since=since,
+                    )
+                    (
+                        kept.write.mode("errorifexists")
+                        .option("compression", "zstd")
+                        .option("parquet.block.size", str(ROW_GROUP_BYTES))
+                        .parquet(spark_path(tmp))
+                    )
             tmp.mkdir(parents=True, exist_ok=True)
             for path in sorted(tmp.iterdir()):
                 if path.is_file():
