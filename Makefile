@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint bench install
+.PHONY: run test lint bench bench-quick install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,3 +23,12 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service compactor ledger api migrations tests
+
+# Benchmarks (tests/benchmarks; not part of `make test`): tables on stdout and in BENCHMARKS.md.
+bench: $(STAMP)
+	$(VENV)/bin/pip install --quiet -e '.[test,postgres,bench]'
+	$(VENV)/bin/python -m tests.benchmarks
+
+bench-quick: $(STAMP)
+	$(VENV)/bin/pip install --quiet -e '.[test,postgres,bench]'
+	$(VENV)/bin/python -m tests.benchmarks --quick

@@ -30,7 +30,7 @@ def rec(i: int, **overrides: object) -> Record:
         "event_time": 1_600_000_000_000 + i if i % 3 else None,
     }
     fields.update(overrides)
-    return Record(**fields)  # type: ignore[arg-type]
+    return Record(**fields)
 
 
 def as_entry(entry_id: int, r: Record) -> Entry:
@@ -153,7 +153,7 @@ def test_sync_rejects_a_token_from_the_future(path: Path) -> None:
 
 @pytest.mark.parametrize("policy", ["interval", "never"])
 def test_lax_policies_are_readable_immediately(path: Path, policy: str) -> None:
-    with WriteAheadLog.open(path, LEDGER, fsync=policy, fsync_interval_ms=10) as wal:  # type: ignore[arg-type]
+    with WriteAheadLog.open(path, LEDGER, fsync=policy, fsync_interval_ms=10) as wal:
         first, token = wal.append([rec(0), rec(1)])
         assert wal.entries == 2
         assert wal.read_all() == [as_entry(0, rec(0)), as_entry(1, rec(1))]
@@ -176,7 +176,7 @@ def test_interval_policy_fsyncs_in_the_background(path: Path) -> None:
 
 def test_unknown_policy_is_refused(path: Path) -> None:
     with pytest.raises(ValueError):
-        WriteAheadLog.open(path, LEDGER, fsync="sometimes")  # type: ignore[arg-type]
+        WriteAheadLog.open(path, LEDGER, fsync="sometimes")
 
 
 # ---------------------------------------------------------------------- close

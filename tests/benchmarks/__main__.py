@@ -1,0 +1,243 @@
+"""``python -m tests.benchmarks [--quick] [--only ...] [--runs N] [--out BENCHMARKS.md]``
+
+Sections (``--only`` takes a comma-separated subset; default all):
+
+- ``compaction``: full compaction of 5M messages / 500k keys (quick: 1M/100k) by the project's
+  ``TwoPhaseCompactor``, DuckDB and a plain Python compactor; outputs checked equal.
+- ``incremental``: 1% more messages, compacted again on top of each first round.
+- ``scale``: 1M/100k, 5M/500k, 20M/2M (quick: 200k/20k, 1M/100k), the three compactors,
+  plus a PNG plot next to the output file.
+- ``big``: 50M/5M, the project only, once (not in quick mode).
+- ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
+
+Every table goes to stdout as it is ready, progress to stderr, and all of them to the output
+file (default ``BENCHMARKS.md`` at the repository root) with the machine's description and
+the targets of issue 6. A size measured by one section is reused by the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from tests.benchmarks import report
+from tests.benchmarks.report import Table
+from tests.benchmarks.runner import IncrementalResult, SizeResult, log
+from tests.benchmarks.serving import ServingResult
+from tests.benchmarks.workload import WorkloadSpec
+
+SECTIONS = ("compaction", "incremental", "scale", "big", "serving")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+MAIN = WorkloadSpec(5_000_000, 500_000)
+MAIN_QUICK = WorkloadSpec(1_000_000, 100_000)
+SCALE = [
+    WorkloadSpec(1_000_000, 100_000),
+    WorkloadSpec(5_000_000, 500_000),
+    WorkloadSpec(20_000_000, 2_000_000),
+]
+SCALE_QUICK = [WorkloadSpec(200_000, 20_000), WorkloadSpec(1_000_000, 100_000)]
+BIG = WorkloadSpec(50_000_000, 5_000_000)
+WARM_UP = WorkloadSpec(20_000, 2_000)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes, two runs each: under two minutes")
+    p.add_argument("--only", default="", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    p.add_argument("--runs", type=int, default=0, help="runs per measurement (default 3; quick 2)")
+    p.add_argument(
+        "--warmups", type=int, default=1, help="unmeasured rounds before the runs of each size (default 1)"
+    )
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the Markdown report")
+    p.add_argument("--driver-memory", default="", help="Spark driver memory (default 8g; 12g with big)")
+    p.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a new temp dir)")
+    p.add_argument("--keep-work-dir", action="store_true", help="do not delete the scratch directory")
+    p.add_argument(
+        "--spark-profile",
+        action="store_true",
+        help="write Spark's event log and report the stages of each compaction",
+    )
+    args = p.parse_args(argv)
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(SECTIONS)
+    unknown = only - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    if args.quick:
+        only.discard("big")
+    args.sections = only
+    if args.runs < 0 or args.warmups < 0:
+        p.error("--runs and --warmups must not be negative")
+    args.runs = args.runs or (2 if args.quick else 3)
+    return args
+
+
+def emit(table: Table, tables: list[Table]) -> None:
+    tables.append(table)
+    print(table.text(), "\n", flush=True)
+
+
+def run_compaction(
+    args: argparse.Namespace, work_dir: Path, tables: list[Table]
+) -> tuple[
+    SizeResult | None, IncrementalResult | None, SizeResult | None, list[SizeResult], dict[int, str], str, str
+]:
+    """The compaction, incremental, scale and big sections on one warm SparkSession."""
+    from compactor.spark import get_spark, stop_spark
+    from tests.benchmarks.compactors import DuckDBCompactor, ProjectCompactor, PythonCompactor
+    from tests.benchmarks.runner import Bench
+
+    sections = args.sections
+    driver_memory = args.driver_memory or ("12g" if "big" in sections else "8g")
+    extra = None
+    if args.spark_profile:
+        from tests.benchmarks.spark_profile import enable_conf
+
+        extra = enable_conf(work_dir / "spark-events")
+    log(f"starting Spark (driver memory {driver_memory})")
+    spark = get_spark(driver_memory=driver_memory, extra_conf=extra)
+    spark_version = spark.version
+    project, duck, py = ProjectCompactor(spark), DuckDBCompactor(), PythonCompactor()
+    bench = Bench(work_dir, [project, duck, py], runs=args.runs, warmups=args.warmups)
+    main: SizeResult | None = None
+    inc: IncrementalResult | None = None
+    big: SizeResult | None = None
+    scale: list[SizeResult] = []
+    done: dict[tuple[int, int], SizeResult] = {}
+    try:
+        log("warming up: one small round of every compactor")
+        bench.warm_up(WARM_UP)
+        spec = MAIN_QUICK if args.quick else MAIN
+        if sections & {"compaction", "incremental"}:
+            main, w, last = bench.full_round(spec, keep="incremental" in sections)
+            done[(spec.messages, spec.keys)] = main
+            emit(report.compaction_table(main, f"Full compaction: {spec.label}"), tables)
+            if "incremental" in sections:
+                inc = bench.incremental(main, w, last)
+                emit(report.incremental_table(inc), tables)
+            bench.drop(w)
+        if "scale" in sections:
+            for s in SCALE_QUICK if args.quick else SCALE:
+                found = done.get((s.messages, s.keys))
+                if found is None:
+                    found, w, _ = bench.full_round(s)
+                    bench.drop(w)
+                    done[(s.messages, s.keys)] = found
+                scale.append(found)
+                emit(report.compaction_table(found, f"Scale point: {s.label}"), tables)
+            emit(report.scale_table(scale), tables)
+        if "big" in sections:
+            big, w, _ = bench.full_round(BIG, runs=1, warmups=0, compactors=[project])
+            bench.drop(w)
+            emit(report.big_table(big), tables)
+    finally:
+        stop_spark()
+    return main, inc, big, scale, bench.labels, spark_version, driver_memory
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    started = time.perf_counter()
+    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="compactor-bench-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    header_load = os.getloadavg()
+    tables: list[Table] = []
+    failures: list[str] = []
+    main_r: SizeResult | None = None
+    inc: IncrementalResult | None = None
+    big: SizeResult | None = None
+    scale: list[SizeResult] = []
+    serving: ServingResult | None = None
+    labels: dict[int, str] = {}
+    spark_version = duckdb_version = "-"
+    driver_memory = "-"
+    import duckdb
+    import pyspark
+
+    spark_version, duckdb_version = pyspark.__version__, duckdb.__version__
+    try:
+        if args.sections & {"compaction", "incremental", "scale", "big"}:
+            main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
+                args, work_dir, tables
+            )
+        if "serving" in args.sections:
+            from tests.benchmarks.serving import ServingBench, ServingParams
+
+            params = ServingParams.quick(runs=args.runs) if args.quick else ServingParams(runs=args.runs)
+            log("serving: starting `compactor serve`")
+            try:
+                serving = ServingBench(work_dir, params, log=log).run()
+                emit(report.serving_table(serving), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"serving benchmark failed: {type(e).__name__}: {e}")
+        plot = None
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        if scale:
+            plot = report.scale_plot(scale, big, args.out.parent / "benchmarks-scale.png")
+        if args.spark_profile and labels:
+            from tests.benchmarks.spark_profile import profile_table, read_profiles
+
+            profiles, plans = read_profiles(work_dir / "spark-events")
+            wanted = {}
+            for ledger_id, label in labels.items():  # the last run of every label
+                wanted[label.rsplit(" run ", 1)[0]] = ledger_id
+            for what, ledger_id in wanted.items():
+                if ledger_id in profiles:
+                    emit(profile_table(profiles[ledger_id], what), tables)
+            plans_path = args.out.parent / "benchmarks-spark-plans.txt"
+            plans_path.write_text("\n\n".join(plans[-4:]) + "\n", encoding="utf-8")
+            log(f"final physical plans of the last compaction: {plans_path}")
+        target_table = report.targets(
+            main=main_r, incremental=inc, big=big, big_planned="big" in args.sections, serving=serving
+        )
+        print(target_table.text(), "\n", flush=True)
+        total = time.perf_counter() - started
+        header = report.machine_lines(
+            spark_version=spark_version,
+            duckdb_version=duckdb_version,
+            driver_memory=driver_memory,
+            argv=argv,
+            load=header_load,
+            load_end=os.getloadavg(),
+            seconds=total,
+        )
+        extra = [f"**{f}**" for f in failures]
+        notes = [
+            "",
+            "## Notes",
+            "",
+            f"- {report.MEMORY_NOTE}.",
+            f"- {report.CPU_NOTE}.",
+            "- Time: wall clock of the whole compaction call, from reading the input to the last fsync "
+            "of the output (every compactor fsyncs its output, as the service needs a durable compacted "
+            "ledger); "
+            "inputs were just written, so they are in the page cache.",
+            "- Each size starts with one unmeasured warm-up round of every compactor (`--warmups`): on the "
+            "JVM the first round at a new size is measurably slower (JIT, heap growth). The 50M case runs "
+            "once, without one.",
+            "- The project's compactor runs on a SparkSession warmed up by one small compaction; DuckDB runs "
+            "with its default threads (= cores); the Python compactor is single-threaded.",
+            "- Outputs are checked equal row for row every run (ids, keys, values; message-id order).",
+        ]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        doc = report.markdown(header, [target_table, *tables], plot=plot, extra=[*extra, *notes])
+        args.out.write_text(doc, encoding="utf-8")
+        log(f"wrote {args.out} in {total:.0f} s total")
+    finally:
+        if not args.keep_work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,563 @@
+"""Tables, the targets of issue 6, the scale plot, and BENCHMARKS.md.
+
+Every figure is put in a :class:`Table`, which prints as aligned text (stdout) and as a
+Markdown table (``BENCHMARKS.md``). Units: seconds are wall clock; MB = 10^6 bytes;
+"msg/s" is messages of the input per second; memory in MiB (2^20 bytes).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.benchmarks.runner import CompactorRuns, IncrementalResult, SizeResult
+from tests.benchmarks.serving import ServingResult
+
+PROJECT = "project (Spark)"
+DUCKDB = "DuckDB"
+PYTHON = "Python dict"
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def f_int(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def f_s(s: float) -> str:
+    if math.isnan(s):
+        return "-"
+    return f"{s:.2f}" if s < 100 else f"{s:.0f}"
+
+
+def f_x(r: float) -> str:
+    return "-" if math.isnan(r) else f"{r:.2f}x"
+
+
+def f_mib(b: float) -> str:
+    return f"{b / 2**20:,.0f}"
+
+
+def f_mb(b: float) -> str:
+    return f"{b / 1e6:,.0f}"
+
+
+def f_pct(r: float) -> str:
+    return "-" if math.isnan(r) else f"{100 * r:.0f}%"
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, *cells: object) -> None:
+        self.rows.append([str(c) for c in cells])
+
+    def text(self) -> str:
+        widths = [
+            max(len(c), *(len(r[i]) for r in self.rows)) if self.rows else len(c)
+            for i, c in enumerate(self.columns)
+        ]
+        line = "  ".join("-" * w for w in widths)
+
+        def fmt(cells: Sequence[str]) -> str:
+            return "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+
+        out = [f"== {self.title}", fmt(self.columns), line, *(fmt(r) for r in self.rows)]
+        out += [f"   {n}" for n in self.notes]
+        return "\n".join(out)
+
+    def markdown(self) -> str:
+        out = [f"### {self.title}", ""]
+        out.append("| " + " | ".join(self.columns) + " |")
+        out.append("| " + " | ".join("---" if i == 0 else "---:" for i in range(len(self.columns))) + " |")
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in self.rows]
+        if self.notes:
+            out.append("")
+            out += [f"- {n}" for n in self.notes]
+        return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_lines(
+    *,
+    spark_version: str,
+    duckdb_version: str,
+    driver_memory: str,
+    argv: Sequence[str],
+    load: tuple[float, float, float],
+    load_end: tuple[float, float, float],
+    seconds: float,
+) -> list[str]:
+    """The report's header: when, on what, with what, and how it was run."""
+    import psutil
+    import pyarrow
+
+    command = " ".join(["python -m tests.benchmarks", *argv])
+    return [
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Machine: {os.cpu_count()} cores ({cpu_model()}), "
+        f"{psutil.virtual_memory().total / 2**30:.1f} GiB memory, {platform.system()} {platform.release()}",
+        f"- Load average (1/5/15 min) at the start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
+        f"at the end: {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f} (the benchmark alone "
+        f"loads about {os.cpu_count()}; more means other work shared the cores)",
+        f"- Python {platform.python_version()}, Spark (PySpark) {spark_version}, DuckDB {duckdb_version}, "
+        f"PyArrow {pyarrow.__version__}",
+        f"- Spark: `local[*]` ({os.cpu_count()} cores), driver memory {driver_memory}, otherwise the "
+        "project's settings (`compactor.spark.get_spark`)",
+        f"- Command: `{command}`; wall time {seconds:.0f} s",
+    ]
+
+
+# --------------------------------------------------------------------------- compaction tables
+
+
+def _rate(n: float, s: float) -> float:
+    return n / s if s > 0 else float("nan")
+
+
+def compaction_table(r: SizeResult, title: str) -> Table:
+    t = Table(
+        title,
+        [
+            "compactor",
+            "median s",
+            "runs (s)",
+            "CPU s",
+            "msg/s",
+            "MB/s Parquet",
+            "MB/s payload",
+            "peak memory MiB",
+            "output rows",
+        ],
+    )
+    for name, runs in r.runs.items():
+        s = runs.median_s
+        t.add(
+            name,
+            f_s(s),
+            " / ".join(f_s(x) for x in runs.seconds),
+            f_s(runs.median_cpu_s),
+            f_int(_rate(r.messages, s)),
+            f"{_rate(r.parquet_bytes, s) / 1e6:,.1f}",
+            f"{_rate(r.payload_bytes, s) / 1e6:,.1f}",
+            memory_cell(name, runs),
+            f_int(runs.rows),
+        )
+    proj, duck, py = (r.runs.get(n) for n in (PROJECT, DUCKDB, PYTHON))
+    t.notes += _warmup_note(r.runs)
+    t.notes.append(
+        f"input: {f_int(r.messages)} messages, {f_int(r.spec.keys)} keys, {r.spec.value_bytes}-byte values, "
+        f"{r.spec.tombstone_share:.0%} tombstones, {r.ledgers} sealed ledgers; "
+        f"{f_mb(r.parquet_bytes)} MB of Parquet (zstd; random values do not compress), "
+        f"{f_mb(r.payload_bytes)} MB of key+value payload; generated in {f_s(r.generate_s)} s"
+    )
+    if proj and duck:
+        t.notes.append(f"project / DuckDB time: {f_x(proj.median_s / duck.median_s)}")
+    if proj and py:
+        t.notes.append(
+            f"Python / project time: {f_x(py.median_s / proj.median_s)} "
+            "(how many times faster the project is)"
+        )
+    if proj:
+        p1 = [d.get("phase_one_ms") for d in proj.details]
+        p2 = [d.get("phase_two_ms") for d in proj.details]
+        t.notes.append(
+            "project phases (ms, per run): phase one "
+            + " / ".join(str(x) for x in p1)
+            + "; phase two (incl. fsync + manifest) "
+            + " / ".join(str(x) for x in p2)
+            + f"; part files: {proj.details[-1].get('parts')}"
+        )
+    return t
+
+
+def _warmup_note(runs: dict[str, CompactorRuns]) -> list[str]:
+    if not any(r.warmup_seconds for r in runs.values()):
+        return []
+    warm = [f"{name} {' / '.join(f_s(x) for x in r.warmup_seconds)}" for name, r in runs.items()]
+    return ["unmeasured warm-up round before the runs (s): " + ", ".join(warm)]
+
+
+def memory_cell(name: str, runs: CompactorRuns) -> str:
+    peak = runs.max_peak
+    if peak is None:
+        return "-"
+    if name == PROJECT:
+        return f"driver {f_mib(peak.peak_self)} + Spark {f_mib(peak.peak_children)}"
+    return f"+{f_mib(runs.max_delta_self)}"
+
+
+CPU_NOTE = (
+    "CPU s: user + system CPU time used during the call by the benchmark process (and, for the project, "
+    "its child processes: the Spark JVM and Python workers), median over the runs; less disturbed than "
+    "wall time by other work on the machine"
+)
+
+MEMORY_NOTE = (
+    "peak memory: project = peak RSS of the driver Python process + peak RSS of its child processes "
+    '("Spark": the driver JVM, which in local mode runs the executors, and any Python workers it '
+    "starts), sampled every 50 ms; DuckDB and Python = growth of the benchmark "
+    "process's RSS during the call (peak minus before), maximum over the runs"
+)
+
+
+def incremental_table(r: IncrementalResult) -> Table:
+    t = Table(
+        f"Incremental round: {r.spec.label} + {f_int(r.new_messages)} new messages (1%)",
+        ["compactor", "full round s", "incremental s", "runs (s)", "share of full", "input MB"],
+    )
+    for name, runs in r.runs.items():
+        t.add(
+            name,
+            f_s(r.full[name]),
+            f_s(runs.median_s),
+            " / ".join(f_s(x) for x in runs.seconds),
+            f_pct(r.share(name)),
+            f_mb(runs.input_bytes),
+        )
+    t.notes += _warmup_note(r.runs)
+    t.notes.append(
+        "input of the second round: each compactor's own first-round output plus the new sealed ledger "
+        "(the project: CompactionJob with previous_compacted and previous_horizon)"
+    )
+    t.notes.append(f"second-round output rows (checked equal): {f_int(r.output_rows)}")
+    return t
+
+
+SCALE_TITLE = "Scale: median seconds of a full compaction"
+
+
+def scale_table(results: Sequence[SizeResult]) -> Table:
+    names = [PROJECT, DUCKDB, PYTHON]
+    t = Table(
+        SCALE_TITLE,
+        [
+            "messages / keys",
+            *names,
+            "project msg/s",
+            "project / DuckDB",
+            "Python / project",
+            "project Spark procs peak MiB",
+        ],
+    )
+    for r in results:
+        med = {n: (r.runs[n].median_s if n in r.runs else float("nan")) for n in names}
+        proj = r.runs.get(PROJECT)
+        jvm = proj.max_peak.peak_children if proj and proj.max_peak else float("nan")
+        t.add(
+            r.spec.label,
+            *(f_s(med[n]) for n in names),
+            f_int(_rate(r.messages, med[PROJECT])) if proj else "-",
+            f_x(med[PROJECT] / med[DUCKDB]),
+            f_x(med[PYTHON] / med[PROJECT]),
+            f_mib(jvm) if not math.isnan(jvm) else "-",
+        )
+    return t
+
+
+def big_table(r: SizeResult) -> Table:
+    runs = r.runs[PROJECT]
+    peak = runs.max_peak
+    assert peak is not None
+    t = Table(
+        f"Big: {r.spec.label} (project only)",
+        [
+            "messages / keys",
+            "seconds",
+            "msg/s",
+            "MB/s Parquet",
+            "peak driver RSS MiB",
+            "peak Spark processes RSS MiB",
+            "peak sum MiB",
+            "output rows",
+        ],
+    )
+    s = runs.median_s
+    t.add(
+        r.spec.label,
+        f_s(s),
+        f_int(_rate(r.messages, s)),
+        f"{_rate(r.parquet_bytes, s) / 1e6:,.1f}",
+        f_mib(peak.peak_self),
+        f_mib(peak.peak_children),
+        f_mib(peak.peak_total),
+        f_int(runs.rows),
+    )
+    t.notes.append(
+        f"input: {f_mb(r.parquet_bytes)} MB of Parquet in {r.ledgers} ledgers; "
+        f"phase one {runs.details[-1].get('phase_one_ms')} ms, "
+        f"phase two {runs.details[-1].get('phase_two_ms')} ms"
+    )
+    return t
+
+
+def serving_table(r: ServingResult) -> Table:
+    p = r.params
+    t = Table(
+        "Serving: a real `compactor serve` (fsync always) through api.client", ["figure", "median", "runs"]
+    )
+
+    def runs(xs: Sequence[float], fmt: str = "{:,.0f}") -> str:
+        return " / ".join(fmt.format(x) for x in xs)
+
+    from tests.benchmarks.measure import median, percentile
+
+    t.add("produce, 1 client, batches of 1,000 (msg/s)", f_int(median(r.produce_one)), runs(r.produce_one))
+    t.add(
+        f"produce, {p.threads} client threads, batches of 1,000 (msg/s)",
+        f_int(median(r.produce_threads)),
+        runs(r.produce_threads),
+    )
+    t.add(
+        "single-message produce latency p50 (ms)",
+        f"{r.p50_ms:.2f}",
+        runs([percentile(x, 50) for x in r.latencies_ms], "{:.2f}"),
+    )
+    t.add(
+        "single-message produce latency p99 (ms)",
+        f"{r.p99_ms:.2f}",
+        runs([percentile(x, 99) for x in r.latencies_ms], "{:.2f}"),
+    )
+    t.add("consume, full log (msg/s)", f_int(median(r.consume_full)), runs(r.consume_full))
+    t.add("consume, readCompacted (msg/s)", f_int(median(r.consume_compacted)), runs(r.consume_compacted))
+    t.add(
+        f"latest state by full replay ({f_int(r.full_messages)} msgs) (s)",
+        f_s(median(r.load_full_s)),
+        runs(r.load_full_s, "{:.2f}"),
+    )
+    t.add(
+        f"latest state by readCompacted ({f_int(r.compacted_messages)} msgs) (s)",
+        f_s(median(r.load_compacted_s)),
+        runs(r.load_compacted_s, "{:.2f}"),
+    )
+    t.add("readCompacted speed-up of the latest-state load", f_x(r.load_speedup), "")
+    t.notes.append(
+        f"produce: {p.batches} requests of 1,000 messages ({p.value_bytes}-byte values) per measurement, "
+        f"split over {p.threads} threads in the threaded case; latency: {p.latency_requests} sequential sends"
+    )
+    t.notes.append(
+        f"consume: {f_int(p.state_keys)} keys x {p.versions} versions, compacted first "
+        f"(compaction through the REST API took {f_s(r.compaction_s)} s incl. polling); a consumer "
+        f"subscribes at earliest, batch_receive({p.page}), acknowledge_cumulative per batch, builds "
+        "key -> value; the two maps are checked equal"
+    )
+    t.notes.append(f"client and server share the machine's {os.cpu_count()} cores; client: {r.client}")
+    return t
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    what: str
+    goal: str
+    measured: str
+    met: bool | None  # None: not measured in this run
+
+    @property
+    def verdict(self) -> str:
+        return "not measured" if self.met is None else ("met" if self.met else "NOT met")
+
+
+def targets(
+    *,
+    main: SizeResult | None,
+    incremental: IncrementalResult | None,
+    big: SizeResult | None,
+    big_planned: bool,
+    serving: ServingResult | None,
+) -> Table:
+    """The targets of issue 6, met or not from this run's figures."""
+    from tests.benchmarks.measure import median
+
+    rows: list[Target] = []
+    standard = main is not None and main.spec.messages == 5_000_000 and main.spec.keys == 500_000
+    where = "" if main is None or standard else f" (measured at {main.spec.label}, the target is at 5M/500k)"
+    if main is not None and PROJECT in main.runs:
+        proj = main.runs[PROJECT].median_s
+        rate = main.messages / proj
+        rows.append(
+            Target(
+                "full compaction 5M/500k: throughput" + where,
+                ">= 1,500,000 msg/s",
+                f"{f_int(rate)} msg/s",
+                rate >= 1.5e6,
+            )
+        )
+        if DUCKDB in main.runs:
+            ratio = proj / main.runs[DUCKDB].median_s
+            rows.append(
+                Target(
+                    "full compaction: project time / DuckDB time" + where, "<= 1.5x", f_x(ratio), ratio <= 1.5
+                )
+            )
+        if PYTHON in main.runs:
+            ratio = main.runs[PYTHON].median_s / proj
+            rows.append(
+                Target("full compaction: Python time / project time" + where, ">= 5x", f_x(ratio), ratio >= 5)
+            )
+    else:
+        rows.append(Target("full compaction 5M/500k", "1.5M msg/s, <= 1.5x DuckDB, >= 5x Python", "-", None))
+    if incremental is not None and PROJECT in incremental.runs:
+        share = incremental.share(PROJECT)
+        rows.append(
+            Target(
+                f"incremental round, +1% ({incremental.spec.label})",
+                "<= 25% of the full round",
+                f_pct(share),
+                share <= 0.25,
+            )
+        )
+    else:
+        rows.append(Target("incremental round, +1%", "<= 25% of the full round", "-", None))
+    if big is not None:
+        peak = big.runs[PROJECT].max_peak
+        assert peak is not None
+        rows.append(
+            Target(
+                f"{big.spec.label} on this machine",
+                "finishes without running out of memory",
+                f"{f_s(big.runs[PROJECT].median_s)} s; peak driver RSS {f_mib(peak.peak_self)} MiB "
+                f"+ Spark processes {f_mib(peak.peak_children)} MiB",
+                True,
+            )
+        )
+    else:
+        rows.append(
+            Target(
+                "50M/5M on this machine",
+                "finishes without running out of memory",
+                "-" if not big_planned else "failed",
+                None if not big_planned else False,
+            )
+        )
+    if serving is not None:
+        rows.append(
+            Target(
+                "produce in batches of 1,000 (1 client)",
+                ">= 50,000 msg/s",
+                f"{f_int(median(serving.produce_one))} msg/s",
+                median(serving.produce_one) >= 50_000,
+            )
+        )
+        rows.append(
+            Target(
+                f"produce in batches of 1,000 ({serving.params.threads} client threads)",
+                ">= 50,000 msg/s",
+                f"{f_int(median(serving.produce_threads))} msg/s",
+                median(serving.produce_threads) >= 50_000,
+            )
+        )
+        rows.append(
+            Target(
+                "consume, full log",
+                ">= 100,000 msg/s",
+                f"{f_int(median(serving.consume_full))} msg/s",
+                median(serving.consume_full) >= 100_000,
+            )
+        )
+        rows.append(
+            Target(
+                "consume, readCompacted",
+                ">= 100,000 msg/s",
+                f"{f_int(median(serving.consume_compacted))} msg/s",
+                median(serving.consume_compacted) >= 100_000,
+            )
+        )
+        rows.append(
+            Target(
+                "latest state: readCompacted vs full replay (10 versions per key)",
+                ">= 5x faster",
+                f_x(serving.load_speedup),
+                serving.load_speedup >= 5,
+            )
+        )
+    else:
+        rows.append(Target("serving (produce, consume, latest state)", "see issue 6", "-", None))
+    t = Table("Targets (issue 6)", ["target", "goal", "measured", "verdict"])
+    for r in rows:
+        t.add(r.what, r.goal, r.measured, r.verdict)
+    return t
+
+
+# --------------------------------------------------------------------------- plot
+
+
+def scale_plot(results: Sequence[SizeResult], big: SizeResult | None, path: Path) -> Path:
+    """Median time against messages, one line per compactor (log-log), saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    points = sorted(results, key=lambda r: r.messages)
+    for name, marker in ((PROJECT, "o"), (DUCKDB, "s"), (PYTHON, "^")):
+        xs = [r.messages for r in points if name in r.runs]
+        ys = [r.runs[name].median_s for r in points if name in r.runs]
+        if name == PROJECT and big is not None:
+            xs.append(big.messages)
+            ys.append(big.runs[PROJECT].median_s)
+        if xs:
+            ax.plot(xs, ys, marker=marker, label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("messages (keys = messages / 10, 100-byte values)")
+    ax.set_ylabel("median wall time of a full compaction (s)")
+    ax.set_title(f"Full compaction time against size ({os.cpu_count()} cores)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def markdown(
+    header: list[str], tables: Sequence[Table], *, plot: Path | None, extra: Sequence[str] = ()
+) -> str:
+    out = [
+        "# Benchmarks",
+        "",
+        "Written by `python -m tests.benchmarks` (`make bench`, or `make bench-quick` for the two-minute "
+        "size);",
+        "see `tests/benchmarks/` for what each figure measures. Medians of the runs shown.",
+        "",
+        *header,
+        "",
+    ]
+    for t in tables:
+        out += [t.markdown(), ""]
+        if plot is not None and t.title == SCALE_TITLE:
+            out += [f"![time against size]({plot.name})", "", f"Plot: [{plot.name}]({plot.name})", ""]
+    out += list(extra)
+    return "\n".join(out).rstrip() + "\n"
