@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +59,9 @@ class Segment:
     lo: int
     hi: int
     size: int = 0
+    # A part of the previous compacted ledger in an incremental round: its rows are kept by
+    # key (unless a newer row of the key exists) rather than by id.
+    previous: bool = False
 
 
 def bound(ledger_id: int, entry_id: int) -> int:
@@ -135,6 +137,9 @@ class PhaseOnePlan:
     labels: tuple[int, ...]  # the label of each group (see ``spread_labels``)
     retain_null_key: bool
     keep_tombstones_since: int | None
+    # Incremental round: segments before this index are the previous compacted ledger, whose
+    # keys are each already unique and latest; phase one reads only the segments after it.
+    first_new: int = 0
 
 
 def _bucket_winners(bucket: int, plan: PhaseOnePlan) -> Iterator[pa.RecordBatch]:
@@ -162,7 +167,14 @@ def _bucket_winners(bucket: int, plan: PhaseOnePlan) -> Iterator[pa.RecordBatch]
             }
         )
 
-    for segment in plan.segments:
+    if bucket == 0:
+        # A marker per group, so that every group reaches a phase-two task even when none of
+        # its ids was kept (an incremental round copies the previous ledger's rows by key).
+        yield pa.record_batch(
+            [pa.array(plan.labels, pa.int32()), pa.array([-1] * len(plan.labels), pa.int64())],
+            names=[LABEL, ID],
+        )
+    for segment in plan.segments[plan.first_new :]:
         table, ids = _read(segment, _NARROW)
         keys = table.column(KEY)
         mine = key_buckets(keys, plan.buckets) == bucket
@@ -284,43 +296,90 @@ def spread_labels(spark: SparkSession, groups: int) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------- phase two
 
 
-def _write_groups(
-    batches: Iterator[pa.RecordBatch],
-    *,
-    groups: Sequence[Sequence[Segment]],
-    labels: Sequence[int],
-    out_dir: str,
-    row_group_bytes: int,
-) -> Iterator[pa.RecordBatch]:
-    """Runs in a task: for each group whose ids it received, the full rows with those ids,
-    written in id order as ``part-{group:05d}.parquet``; yields (part, rows) per part."""
+@dataclass(frozen=True)
+class WritePlan:
+    """What every phase-two task needs to know (pickled into the task)."""
+
+    groups: tuple[tuple[Segment, ...], ...]
+    labels: tuple[int, ...]
+    out_dir: str
+    row_group_bytes: int
+    # For the previous ledger's parts of an incremental round (see ``Segment.previous``):
+    new_segments: tuple[Segment, ...] = ()
+    retain_null_key: bool = False
+    keep_tombstones_since: int | None = None
+
+
+def _superseded(plan: WritePlan) -> pa.Array:
+    """Every key that has a row in the new segments: its previous compacted row is replaced."""
+    keys = [_read(s, [LEDGER_ID, ENTRY_ID, KEY])[0].column(KEY) for s in plan.new_segments]
+    if not keys:
+        return pa.array([], pa.string())
+    return pc.unique(pa.chunked_array([c for k in keys for c in k.chunks], pa.string()))
+
+
+def _previous_rows_kept(table: pa.Table, superseded: pa.Array, plan: WritePlan) -> np.ndarray:
+    """Rows of the previous compacted ledger that stay: their key has no newer row, and they
+    are not a tombstone past its retention, nor keyless when keyless rows are not retained."""
+    key = table.column(KEY)
+    tomb = np.asarray(table.column(IS_TOMBSTONE).to_numpy(zero_copy_only=False))
+    replaced = np.asarray(pc.is_in(key, value_set=superseded, skip_nulls=True).to_numpy(zero_copy_only=False))
+    keep = ~replaced
+    if plan.keep_tombstones_since is None:
+        keep &= ~tomb
+    else:
+        published = np.asarray(table.column(PUBLISH_TIME).to_numpy(), dtype=np.int64)
+        keep &= ~tomb | (published >= plan.keep_tombstones_since)
+    if not plan.retain_null_key:
+        keep &= ~np.asarray(key.is_null().to_numpy(zero_copy_only=False))
+    return keep
+
+
+def _write_groups(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Iterator[pa.RecordBatch]:
+    """Runs in a task: for each group it received, the rows it keeps (full columns), written
+    in id order as ``part-{group:05d}.parquet``; yields (part, rows) per part written."""
     tables = [b for b in batches if b.num_rows]
     if not tables:
         return
     received = pa.Table.from_batches(tables)
-    group_of = {label: g for g, label in enumerate(labels)}
+    group_of = {label: g for g, label in enumerate(plan.labels)}
     all_labels = received.column(LABEL).to_numpy()
     all_ids = received.column(ID).to_numpy()
+    superseded: pa.Array | None = None
     for label in np.unique(all_labels):
         g = group_of[int(label)]
-        wanted = np.sort(all_ids[all_labels == label])
-        path = os.path.join(out_dir, f"part-{g:05d}.parquet")
+        wanted = np.sort(all_ids[(all_labels == label) & (all_ids >= 0)])
+        path = os.path.join(plan.out_dir, f"part-{g:05d}.parquet")
+        writer: pq.ParquetWriter | None = None
         rows = 0
-        with pq.ParquetWriter(path, ARROW_SCHEMA, compression="zstd") as writer:
-            for segment in groups[g]:
-                lo = int(np.searchsorted(wanted, segment.lo, side="right"))
-                hi = int(np.searchsorted(wanted, segment.hi, side="right"))
-                if lo == hi:
-                    continue  # no kept row in this segment: not even read
-                table, ids = _read(segment, list(ARROW_SCHEMA.names))
-                mask = np.isin(ids, wanted[lo:hi], assume_unique=True)
+        try:
+            for segment in plan.groups[g]:
+                if segment.previous:
+                    if superseded is None:
+                        superseded = _superseded(plan)
+                    table, _ = _read(segment, list(ARROW_SCHEMA.names))
+                    mask = _previous_rows_kept(table, superseded, plan)
+                else:
+                    lo = int(np.searchsorted(wanted, segment.lo, side="right"))
+                    hi = int(np.searchsorted(wanted, segment.hi, side="right"))
+                    if lo == hi:
+                        continue  # no kept row in this segment: not even read
+                    table, ids = _read(segment, list(ARROW_SCHEMA.names))
+                    mask = np.isin(ids, wanted[lo:hi], assume_unique=True)
                 kept = table.filter(pa.array(mask)).cast(ARROW_SCHEMA)
                 if not kept.num_rows:
                     continue
+                if writer is None:
+                    writer = pq.ParquetWriter(path, ARROW_SCHEMA, compression="zstd")
                 # Row groups of about row_group_bytes: a page read decodes one, not a whole part.
-                per_group = max(1, row_group_bytes * kept.num_rows // max(1, kept.nbytes))
+                per_group = max(1, plan.row_group_bytes * kept.num_rows // max(1, kept.nbytes))
                 writer.write_table(kept, row_group_size=per_group)
                 rows += kept.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            continue
         with open(path, "rb") as f:
             os.fsync(f.fileno())
         yield pa.record_batch(
@@ -328,27 +387,16 @@ def _write_groups(
         )
 
 
-def phase_two(
-    keep: DataFrame,
-    groups: Sequence[Sequence[Segment]],
-    labels: Sequence[int],
-    out_dir: Path,
-    *,
-    row_group_bytes: int,
-) -> int:
-    """Write the kept rows (``keep``: label, id) under ``out_dir``; returns how many."""
-    segs = [list(g) for g in groups]
-    lbls = list(labels)
-    target = str(out_dir)
+def phase_two(keep: DataFrame, plan: WritePlan) -> int:
+    """Write the kept rows (``keep``: label, id, with a marker per group) under the plan's
+    directory; returns how many rows were written."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _write_groups(
-            batches, groups=segs, labels=lbls, out_dir=target, row_group_bytes=row_group_bytes
-        )
+        return _write_groups(batches, plan)
 
-    os.makedirs(out_dir, exist_ok=True)
-    if not segs:
+    os.makedirs(plan.out_dir, exist_ok=True)
+    if not plan.groups:
         return 0
-    shuffled = keep.where(F.col(LABEL) != STATS_LABEL).repartition(len(segs), LABEL)
+    shuffled = keep.where(F.col(LABEL) != STATS_LABEL).repartition(len(plan.groups), LABEL)
     # One small row per part file comes back: counts, not data.
     return sum(int(r["rows"]) for r in shuffled.mapInArrow(task, WRITTEN_DDL).collect())

@@ -234,7 +234,9 @@ class TwoPhaseCompactor:
             df = df.unionByName(other)
         return df.select(*columns)
 
-    def segments(self, job: CompactionJob, inputs: CompactionInputs) -> list[arrow_phases.Segment]:
+    def segments(
+        self, job: CompactionJob, inputs: CompactionInputs, *, incremental: bool = False
+    ) -> list[arrow_phases.Segment]:
         """The round's input as id-ordered segments: the previous compacted ledger's parts
         (whole), then the original ledgers clipped to ``(previous_horizon, horizon]``."""
         out: list[arrow_phases.Segment] = []
@@ -247,6 +249,7 @@ class TwoPhaseCompactor:
                         arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1,
                         arrow_phases.bound(part.last.ledger_id, part.last.entry_id),
                         part.size,
+                        previous=incremental,
                     )
                 )
         after = job.previous_horizon
@@ -287,16 +290,21 @@ class TwoPhaseCompactor:
             # Arrow inside Spark tasks when ids pack (always, in practice): see arrow_phases.
             # Spark SQL when they do not, and for phase one of the other strategies.
             fast = inputs.packed and (job.strategy == OFFSET or not job.retain_null_key)
+            # With the offset strategy a round need not aggregate the previous compacted ledger
+            # again: its keys are unique and each is replaced only by a newer row of the key.
+            incremental = fast and job.strategy == OFFSET and bool(inputs.previous_parts)
             parallelism = max(1, self.spark.sparkContext.defaultParallelism)
             if fast:
-                segments = self.segments(job, inputs)
+                segments = self.segments(job, inputs, incremental=incremental)
                 groups = arrow_phases.group_segments(segments, parallelism)
                 labels = self._labels(len(groups))
                 bounds = arrow_phases.group_bounds(groups)
+                first_new = sum(1 for seg in segments if seg.previous)
 
             self._fault("phase_one")
             t0 = time.perf_counter()
             with self._job_description(f"compaction {job.output_ledger_id}: phase one"):
+                # Each branch materialises its cache; the count of rows read comes from it.
                 if fast and job.strategy == OFFSET:
                     plan = arrow_phases.PhaseOnePlan(
                         segments=tuple(segments),
@@ -305,15 +313,18 @@ class TwoPhaseCompactor:
                         labels=labels,
                         retain_null_key=job.retain_null_key,
                         keep_tombstones_since=since,
+                        first_new=first_new,
                     )
                     summary = arrow_phases.phase_one(self.spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
                     read = summary.where(F.col(arrow_phases.LABEL) == arrow_phases.STATS_LABEL)
                     totals = read.agg(F.sum(arrow_phases.ID)).first()
+                    entries_read = int(totals[0] or 0) if totals is not None else 0
+                    if incremental:  # the previous ledger's rows were not read: count them
+                        entries_read += Manifest.load(Path(job.previous_compacted)).entries  # type: ignore[arg-type]
                 else:
                     summary = self.phase_one_frame(job, inputs=inputs).persist(StorageLevel.MEMORY_AND_DISK)
                     totals = summary.agg(F.sum(RECORDS)).first()
-                # Materialises the cache; the count of rows read comes from it, not another pass.
-                entries_read = int(totals[0] or 0) if totals is not None else 0
+                    entries_read = int(totals[0] or 0) if totals is not None else 0
             phase_one_ms = _ms_since(t0)
 
             self._fault("phase_two")
@@ -330,7 +341,18 @@ class TwoPhaseCompactor:
                             ),
                             ids[LATEST_ID].alias(arrow_phases.ID),
                         )
-                    arrow_phases.phase_two(keep, groups, labels, tmp, row_group_bytes=ROW_GROUP_BYTES)
+                    arrow_phases.phase_two(
+                        keep,
+                        arrow_phases.WritePlan(
+                            groups=tuple(tuple(g) for g in groups),
+                            labels=labels,
+                            out_dir=str(tmp),
+                            row_group_bytes=ROW_GROUP_BYTES,
+                            new_segments=tuple(seg for seg in segments if not seg.previous),
+                            retain_null_key=job.retain_null_key,
+                            keep_tombstones_since=since,
+                        ),
+                    )
                 else:
                     kept = phase_two(
                         self.read_input(job, inputs=inputs),
