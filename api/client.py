@@ -61,6 +61,7 @@ from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 from urllib.parse import quote
 
 import httpx
+import orjson
 
 __all__ = [
     "AlreadyClosed",
@@ -541,7 +542,8 @@ def _decode(response: httpx.Response) -> Any:
         if status == 204 or not response.content:
             return None
         try:
-            return response.json()
+            # orjson: a page of messages decodes several times faster than with json.
+            return orjson.loads(response.content)
         except ValueError:
             raise ServerError(status, f"the server sent invalid JSON ({response.request.url})") from None
     reason: str | None = None

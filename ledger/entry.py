@@ -4,24 +4,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import total_ordering
+from typing import NamedTuple
 
 _ID_RE = re.compile(r"^(\d{1,19}):(\d{1,19})$")
 MAX_ID = 2**63 - 1
 
 
-@total_ordering
-@dataclass(frozen=True, slots=True)
-class Position:
-    """A message id ``(ledger_id, entry_id)``, ordered lexicographically, written ``"L:E"``."""
+class Position(NamedTuple):
+    """A message id ``(ledger_id, entry_id)``, ordered lexicographically, written ``"L:E"``.
+
+    A tuple, so that the comparisons and hashing on every delivery and ack run in C.
+    """
 
     ledger_id: int
     entry_id: int
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Position):
-            return NotImplemented
-        return (self.ledger_id, self.entry_id) < (other.ledger_id, other.entry_id)
 
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import TopicDep
-from api.routes.messages import message_json
+from api.routes.messages import json_response, message_json
 from api.routes.subscriptions import SubscriptionsDep
 from ledger.entry import Position
 from service.errors import InvalidInput
@@ -70,13 +70,15 @@ def detach(name: TopicDep, sub: str, consumer_id: str, subs: SubscriptionsDep) -
 @router.post(BASE + "/{consumer_id}/receive")
 async def receive(
     name: TopicDep, sub: str, consumer_id: str, subs: SubscriptionsDep, body: ReceiveRequest | None = None
-) -> dict[str, Any]:
+) -> Response:
     body = body or ReceiveRequest()
     # A long poll blocks a worker thread for up to 30 s; the app raises the thread limit.
     delivered = await run_in_threadpool(
         subs.receive, name, sub, consumer_id, max_messages=body.maxMessages, timeout_ms=body.timeoutMs
     )
-    return {"messages": [message_json(d.entry) | {"redeliveryCount": d.redelivery_count} for d in delivered]}
+    return json_response(
+        {"messages": [message_json(d.entry) | {"redeliveryCount": d.redelivery_count} for d in delivered]}
+    )
 
 
 @router.post(BASE + "/{consumer_id}/ack", status_code=204, response_class=Response)
