@@ -53,7 +53,15 @@ def serve(
         settings = Settings()
     except Exception as e:  # pydantic's ValidationError: show it as a usage error, not a trace
         raise typer.BadParameter(str(e)) from None
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level.lower())
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level.lower(),
+        # uvicorn's default (5 s) is shorter than client pools keep idle connections: a client
+        # sending as the server closes one gets "connection reset".
+        timeout_keep_alive=settings.keep_alive_seconds,
+    )
 
 
 @db_app.command("upgrade")

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     worker_threads: int = Field(
         default=200, ge=8, description="Threads serving blocking requests and long polls."
     )
+    keep_alive_seconds: int = Field(
+        default=65, ge=1, description="Idle HTTP keep-alive; longer than clients' pools keep connections."
+    )
 
     spark_master: str = "local[*]"
     spark_driver_memory: str = "2g"
