@@ -46,6 +46,8 @@ LABEL, ID = "label", "id"
 STATS_LABEL = -1  # a row of phase one's output that carries a count of rows read, not an id
 
 _NARROW = [LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE, PUBLISH_TIME]
+# Rows decoded at a time from one file.
+_CHUNK_ROWS = 262_144
 # Fold the running per-key winners with the rows read since, past this many rows.
 _FOLD_ROWS = 2_000_000
 _MIX = np.uint64(0xFF51AFD7ED558CCD)
@@ -107,14 +109,18 @@ def key_buckets(keys: pa.ChunkedArray | pa.Array, buckets: int) -> np.ndarray:
     return out
 
 
-def _read(segment: Segment, columns: list[str]) -> tuple[pa.Table, np.ndarray]:
-    """The segment's rows in its id range, and their packed ids."""
-    table = pq.read_table(segment.path, columns=columns)
-    ids = packed(table.column(LEDGER_ID), table.column(ENTRY_ID))
-    mask = (ids > segment.lo) & (ids <= segment.hi)
-    if not mask.all():
-        table, ids = table.filter(pa.array(mask)), ids[mask]
-    return table, ids
+def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """The segment's rows in its id range, in order, a bounded chunk at a time (a compacted
+    part can be large), with their packed ids."""
+    with pq.ParquetFile(segment.path) as f:
+        for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=columns):
+            table = pa.Table.from_batches([batch])
+            ids = packed(table.column(LEDGER_ID), table.column(ENTRY_ID))
+            mask = (ids > segment.lo) & (ids <= segment.hi)
+            if not mask.all():
+                table, ids = table.filter(pa.array(mask)), ids[mask]
+            if table.num_rows:
+                yield table, ids
 
 
 def _first_value(batches: Iterable[pa.RecordBatch]) -> int | None:
@@ -174,8 +180,8 @@ def _bucket_winners(bucket: int, plan: PhaseOnePlan) -> Iterator[pa.RecordBatch]
             [pa.array(plan.labels, pa.int32()), pa.array([-1] * len(plan.labels), pa.int64())],
             names=[LABEL, ID],
         )
-    for segment in plan.segments[plan.first_new :]:
-        table, ids = _read(segment, _NARROW)
+    chunks = (c for segment in plan.segments[plan.first_new :] for c in _chunks(segment, _NARROW))
+    for table, ids in chunks:
         keys = table.column(KEY)
         mine = key_buckets(keys, plan.buckets) == bucket
         null_key = np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
@@ -312,10 +318,13 @@ class WritePlan:
 
 def _superseded(plan: WritePlan) -> pa.Array:
     """Every key that has a row in the new segments: its previous compacted row is replaced."""
-    keys = [_read(s, [LEDGER_ID, ENTRY_ID, KEY])[0].column(KEY) for s in plan.new_segments]
-    if not keys:
-        return pa.array([], pa.string())
-    return pc.unique(pa.chunked_array([c for k in keys for c in k.chunks], pa.string()))
+    chunks = [
+        c
+        for s in plan.new_segments
+        for t, _ in _chunks(s, [LEDGER_ID, ENTRY_ID, KEY])
+        for c in t.column(KEY).chunks
+    ]
+    return pc.unique(pa.chunked_array(chunks, pa.string()))
 
 
 def _previous_rows_kept(table: pa.Table, superseded: pa.Array, plan: WritePlan) -> np.ndarray:
@@ -357,24 +366,26 @@ def _write_groups(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Iterato
                 if segment.previous:
                     if superseded is None:
                         superseded = _superseded(plan)
-                    table, _ = _read(segment, list(ARROW_SCHEMA.names))
-                    mask = _previous_rows_kept(table, superseded, plan)
+                    chunks = _chunks(segment, list(ARROW_SCHEMA.names))
+                    masked = ((t, _previous_rows_kept(t, superseded, plan)) for t, _ in chunks)
                 else:
                     lo = int(np.searchsorted(wanted, segment.lo, side="right"))
                     hi = int(np.searchsorted(wanted, segment.hi, side="right"))
                     if lo == hi:
                         continue  # no kept row in this segment: not even read
-                    table, ids = _read(segment, list(ARROW_SCHEMA.names))
-                    mask = np.isin(ids, wanted[lo:hi], assume_unique=True)
-                kept = table.filter(pa.array(mask)).cast(ARROW_SCHEMA)
-                if not kept.num_rows:
-                    continue
-                if writer is None:
-                    writer = pq.ParquetWriter(path, ARROW_SCHEMA, compression="zstd")
-                # Row groups of about row_group_bytes: a page read decodes one, not a whole part.
-                per_group = max(1, plan.row_group_bytes * kept.num_rows // max(1, kept.nbytes))
-                writer.write_table(kept, row_group_size=per_group)
-                rows += kept.num_rows
+                    mine = wanted[lo:hi]
+                    chunks = _chunks(segment, list(ARROW_SCHEMA.names))
+                    masked = ((t, np.isin(ids, mine, assume_unique=True)) for t, ids in chunks)
+                for table, mask in masked:
+                    kept = table.filter(pa.array(mask)).cast(ARROW_SCHEMA)
+                    if not kept.num_rows:
+                        continue
+                    if writer is None:
+                        writer = pq.ParquetWriter(path, ARROW_SCHEMA, compression="zstd")
+                    # Row groups of about row_group_bytes: a page read decodes one, not a part.
+                    per_group = max(1, plan.row_group_bytes * kept.num_rows // max(1, kept.nbytes))
+                    writer.write_table(kept, row_group_size=per_group)
+                    rows += kept.num_rows
         finally:
             if writer is not None:
                 writer.close()

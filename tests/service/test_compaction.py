@@ -415,3 +415,17 @@ def test_readers_never_fail_while_compactions_replace_the_compacted_ledger(broke
     assert reads > 0
     # Replaced ledgers are gone once no read holds them.
     assert len(list(broker.topic(topic).ledger.root.glob("compacted-*"))) == 1
+
+
+def test_keyless_messages_across_rounds_follow_the_current_setting(broker, compaction, topic) -> None:
+    broker.settings.retain_null_key = True
+    ids = produce(broker, (None, b"x1"), ("a", b"1"))
+    compaction.compact_now(topic)
+    more = produce(broker, (None, b"x2"), ("a", b"2"))
+    compaction.compact_now(topic)  # a later round copies the previous keyless rows
+    got = [(e.position, e.key, e.value) for e in read(broker, compacted=True)]
+    assert got == [(ids[0], None, b"x1"), (more[0], None, b"x2"), (more[1], "a", b"2")]
+    broker.settings.retain_null_key = False
+    produce(broker, ("b", b"1"))
+    compaction.compact_now(topic)
+    assert kv(read(broker, compacted=True)) == [("a", b"2"), ("b", b"1")]
