@@ -3,22 +3,15 @@ one SparkSession for the whole run, and a real ``compactor serve`` process."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.db import Database, upgrade
 from service.settings import Settings
 from service.topics import Broker
+from tests.server import ServerProcess
 
 
 @pytest.fixture
@@ -63,64 +56,14 @@ def spark():
 SHARED_MAX_MESSAGE_SIZE = 64 * 1024
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Server(ServerProcess):
+    """The service as the tests run it: two local Spark cores, small shuffles, no warm-up."""
 
-
-class Server:
-    """``compactor serve`` as a user starts it: the console script, settings from the environment."""
-
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.extra_env = env or {}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = data_dir.parent / f"server-{self.port}.log"
-
-    def start(self, timeout: float = 60.0) -> None:
-        script = shutil.which("compactor", path=str(Path(sys.executable).parent)) or "compactor"
-        env = {
-            **os.environ,
-            "COMPACTOR_DATA_DIR": str(self.data_dir),
-            "COMPACTOR_PORT": str(self.port),
-            "COMPACTOR_HOST": "127.0.0.1",
-            "COMPACTOR_SPARK_MASTER": "local[2]",
-            "COMPACTOR_SPARK_SHUFFLE_PARTITIONS": "4",
-            "COMPACTOR_SPARK_WARMUP": "false",
-            **self.extra_env,
-        }
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [script, "serve", "--log-level", "warning"], env=env, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"server did not become healthy:\n{self.log.read_text()}")
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs, as in a crash or a power cut of the process."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+    defaults = {
+        "COMPACTOR_SPARK_MASTER": "local[2]",
+        "COMPACTOR_SPARK_SHUFFLE_PARTITIONS": "4",
+        "COMPACTOR_SPARK_WARMUP": "false",
+    }
 
 
 @pytest.fixture
@@ -128,7 +71,7 @@ def server_factory(tmp_path: Path) -> Iterator[type[Server]]:
     started: list[Server] = []
 
     class _Server(Server):
-        def start(self, timeout: float = 60.0) -> None:
+        def start(self, timeout: float = 120.0) -> None:
             started.append(self)
             super().start(timeout)
 

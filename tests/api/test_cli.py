@@ -9,7 +9,8 @@ from typer.testing import CliRunner, Result
 
 from api.client import Client
 from service.cli import app
-from tests.conftest import Server, free_port
+from tests.conftest import Server
+from tests.server import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -28,7 +28,8 @@ from api.client import (
     TooLarge,
     TransportError,
 )
-from tests.conftest import SHARED_MAX_MESSAGE_SIZE, Server, free_port
+from tests.conftest import SHARED_MAX_MESSAGE_SIZE, Server
+from tests.server import free_port
 
 pytestmark = pytest.mark.e2e
 

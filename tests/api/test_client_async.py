@@ -26,7 +26,8 @@ from api.client import (
     Timeout,
     TransportError,
 )
-from tests.conftest import Server, free_port
+from tests.conftest import Server
+from tests.server import free_port
 
 pytestmark = pytest.mark.e2e
 
