@@ -25,12 +25,6 @@ What is measured (each a median over ``runs``; a fresh topic or subscription per
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
 
 from tests.benchmarks.measure import median, percentile
+from tests.server import ServerProcess as _ServerProcess
 
 if TYPE_CHECKING:  # imported when used: the compaction benchmarks do not need the client
     from api.client import Client, OutgoingMessage
@@ -93,58 +87,10 @@ class ServingResult:
         return median(self.load_full_s) / median(self.load_compacted_s)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class ServerProcess(_ServerProcess):
+    """The service on its defaults (``local[*]`` Spark, warm-up), fsync ``always``."""
 
-
-class ServerProcess:
-    """``compactor serve`` as a user starts it (the console script of this venv)."""
-
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
-        self.data_dir = Path(data_dir)
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = env or {}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = self.data_dir.parent / f"server-{self.port}.log"
-
-    def start(self, timeout: float = 120.0) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        script = shutil.which("compactor", path=str(Path(sys.executable).parent)) or "compactor"
-        env = {
-            **os.environ,
-            "COMPACTOR_DATA_DIR": str(self.data_dir),
-            "COMPACTOR_HOST": "127.0.0.1",
-            "COMPACTOR_PORT": str(self.port),
-            "COMPACTOR_FSYNC": "always",
-            **self.env,
-        }
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [script, "serve", "--log-level", "warning"], env=env, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_path.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"server not healthy after {timeout} s:\n{self.log_path.read_text()}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
+    defaults = {"COMPACTOR_FSYNC": "always"}
 
 
 def _messages(rng: np.random.Generator, n: int, keys: int, value_bytes: int) -> list[OutgoingMessage]:
