@@ -579,11 +579,14 @@ class _BaseClient:
 
     def _build(self, http: httpx.Client | httpx.AsyncClient, call: _Call) -> httpx.Request:
         """The one place a request is built."""
+        has_body = call.body is not None
         return http.build_request(
             call.method,
             call.path,
             params=dict(call.params) if call.params else None,
-            json=call.body,
+            # orjson: a batch of a thousand messages encodes several times faster than with json.
+            content=orjson.dumps(call.body) if has_body else None,
+            headers={"Content-Type": "application/json"} if has_body else None,
             timeout=httpx.Timeout(self.timeout + call.wait),
         )
 

@@ -6,20 +6,37 @@ import base64
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import ValidationError
 
 from api.deps import BrokerDep, TopicDep
 from api.schemas import ProduceRequest, ProduceResponse, ReadResponse
 from ledger.entry import Entry
 
 router = APIRouter(prefix="/topics/persistent", tags=["messages"])
+PRODUCE_SCHEMA = ProduceRequest.model_json_schema()  # self-contained: its $defs travel with it
 
 
-@router.post("/{tenant}/{namespace}/{topic}", response_model=ProduceResponse)
-def produce(name: TopicDep, body: ProduceRequest, broker: BrokerDep) -> ProduceResponse:
+@router.post(
+    "/{tenant}/{namespace}/{topic}",
+    response_model=ProduceResponse,
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": PRODUCE_SCHEMA}}}
+    },
+)
+async def produce(name: TopicDep, request: Request, broker: BrokerDep) -> ProduceResponse:
+    """Append a batch; the reply comes once every message is durable (fsync policy)."""
+    # Parsed and validated in one pass by pydantic's own JSON parser: a batch of a thousand
+    # messages costs a fraction of json.loads followed by validation of Python objects.
+    try:
+        body = ProduceRequest.model_validate_json(await request.body())
+    except ValidationError as e:
+        raise RequestValidationError(e.errors(include_url=False)) from None
     records = [m.to_record(i) for i, m in enumerate(body.messages)]
-    ids = broker.produce(name, records)
+    ids = await run_in_threadpool(broker.produce, name, records)
     return ProduceResponse(messageIds=[str(p) for p in ids])
 
 
