@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint bench bench-quick install
+.PHONY: run test test-postgres lint bench bench-quick install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The suite with PostgreSQL as the metadata store (installs and starts a local server).
+test-postgres: $(STAMP)
+	COMPACTOR_TEST_POSTGRES_URL="$$(.ci/postgres)" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service compactor ledger api migrations tests

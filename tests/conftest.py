@@ -11,13 +11,15 @@ import pytest
 from service.db import Database, upgrade
 from service.settings import Settings
 from service.topics import Broker
-from tests.server import ServerProcess
+from tests.server import ServerProcess, fresh_database_url
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings(tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
+    url = fresh_database_url(request.node.name)
     return Settings(
         data_dir=tmp_path / "data",
+        database_url=url or "",
         fsync="always",
         spark_master="local[2]",
         spark_shuffle_partitions=4,

@@ -13,6 +13,27 @@ from pathlib import Path
 
 import httpx
 
+# Set to an admin URL (e.g. postgresql+psycopg://postgres:pg@127.0.0.1/postgres) to run every
+# server, and the in-process fixtures, on a fresh PostgreSQL database instead of SQLite.
+POSTGRES_ENV = "COMPACTOR_TEST_POSTGRES_URL"
+
+
+def fresh_database_url(name: str) -> str | None:
+    """A new, empty PostgreSQL database for one test when ``POSTGRES_ENV`` is set, else None."""
+    admin = os.environ.get(POSTGRES_ENV)
+    if not admin:
+        return None
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    db = "t_" + "".join(c if c.isalnum() else "_" for c in name.lower())[-50:]
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{db}"'))
+    engine.dispose()
+    return make_url(admin).set(database=db).render_as_string(hide_password=False)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -45,6 +66,10 @@ class ServerProcess:
             **self.defaults,
             **self.extra_env,
         }
+        if "COMPACTOR_DATABASE_URL" not in self.extra_env and not self.proc:
+            url = fresh_database_url(f"srv{self.port}")
+            if url:
+                self.extra_env["COMPACTOR_DATABASE_URL"] = env["COMPACTOR_DATABASE_URL"] = url
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [script, "serve", "--log-level", "warning"], env=env, stdout=log, stderr=log
