@@ -47,19 +47,7 @@ SPARK_DDL = (
 
 def entries_to_table(entries: Sequence[Entry]) -> pa.Table:
     """Build an Arrow table in ``ARROW_SCHEMA`` from entries (kept in the given order)."""
-    return pa.table(
-        {
-            LEDGER_ID: [e.ledger_id for e in entries],
-            ENTRY_ID: [e.entry_id for e in entries],
-            KEY: [e.key for e in entries],
-            VALUE: [e.value for e in entries],
-            IS_TOMBSTONE: [e.value is None for e in entries],
-            PROPERTIES: [list(e.properties.items()) for e in entries],
-            PUBLISH_TIME: [e.publish_time for e in entries],
-            EVENT_TIME: [e.event_time for e in entries],
-        },
-        schema=ARROW_SCHEMA,
-    )
+    return _table([e.ledger_id for e in entries], [e.entry_id for e in entries], entries)
 
 
 def table_to_entries(table: pa.Table) -> list[Entry]:
@@ -88,19 +76,25 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
     ]
 
 
-def records_to_table(ledger_id: int, records: Sequence[Record]) -> pa.Table:
-    """The Arrow table of a ledger whose entries 0..n-1 are ``records``, in order."""
+def records_to_table(ledger_id: int, records: Sequence[Record] | Sequence[Entry]) -> pa.Table:
+    """The Arrow table of a ledger whose entries 0..n-1 are ``records``, in order (entries of
+    that ledger, read back from its write-ahead file, do as well)."""
     n = len(records)
+    return _table(pa.array([ledger_id] * n, pa.int64()), pa.array(range(n), pa.int64()), records)
+
+
+def _table(ledger_ids: object, entry_ids: object, rows: Sequence[Record] | Sequence[Entry]) -> pa.Table:
+    """The one place rows become columns: ids given, the rest from each row's message fields."""
     return pa.table(
         {
-            LEDGER_ID: pa.array([ledger_id] * n, pa.int64()),
-            ENTRY_ID: pa.array(range(n), pa.int64()),
-            KEY: [r.key for r in records],
-            VALUE: [r.value for r in records],
-            IS_TOMBSTONE: [r.value is None for r in records],
-            PROPERTIES: [list(r.properties.items()) for r in records],
-            PUBLISH_TIME: [r.publish_time for r in records],
-            EVENT_TIME: [r.event_time for r in records],
+            LEDGER_ID: ledger_ids,
+            ENTRY_ID: entry_ids,
+            KEY: [r.key for r in rows],
+            VALUE: [r.value for r in rows],
+            IS_TOMBSTONE: [r.value is None for r in rows],
+            PROPERTIES: [list(r.properties.items()) for r in rows],
+            PUBLISH_TIME: [r.publish_time for r in rows],
+            EVENT_TIME: [r.event_time for r in rows],
         },
         schema=ARROW_SCHEMA,
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -352,13 +351,3 @@ class CompactionService:
             run.finished_at = now_ms()
             if horizon is not None:
                 run.horizon_ledger, run.horizon_entry = horizon.ledger_id, horizon.entry_id
-
-
-def wait_until_done(service: CompactionService, name: TopicName, timeout: float = 120.0) -> CompactionStatus:
-    """Poll until the topic's latest run is no longer RUNNING."""
-    deadline = time.monotonic() + timeout
-    while True:
-        st = service.status(name)
-        if st.status != RUNNING or time.monotonic() > deadline:
-            return st
-        time.sleep(0.05)

@@ -28,7 +28,7 @@ from sqlalchemy import select
 from ledger import paths
 from ledger.entry import Entry, Position, Record
 from ledger.parquet_store import SealedLedger, seal_table
-from ledger.schema import entries_to_table, records_to_table
+from ledger.schema import records_to_table
 from ledger.wal import WriteAheadLog
 from service import models
 from service.clock import now_ms
@@ -294,11 +294,6 @@ class ManagedLedger:
             _refresh_open(self._current, self._wal)
             return [LedgerInfo(**{k: getattr(i, k) for k in LedgerInfo.__slots__}) for i in self._ledgers]
 
-    def first_position(self) -> Position:
-        """The position ``earliest`` names: entry 0 of the oldest ledger."""
-        with self._lock:
-            return Position(self._ledgers[0].ledger_id, 0)
-
     def end_position(self) -> Position:
         """The position ``latest`` names: just after the last acknowledged entry."""
         with self._lock:
@@ -468,10 +463,7 @@ def _seal(
     """Write ``entries`` (the ledger's, in order) as its sealed Parquet file and mark it CLOSED
     in the metadata; returns its closed description (None if its row is gone: a deleted topic).
     The caller removes the write-ahead file afterwards."""
-    if entries and isinstance(entries[0], Entry):
-        table = entries_to_table(entries)  # type: ignore[arg-type]
-    else:
-        table = records_to_table(info.ledger_id, entries)  # type: ignore[arg-type]
+    table = records_to_table(info.ledger_id, entries)
     sealed = seal_table(table, paths.sealed_path(root, info.ledger_id))
     if fault_hook:
         fault_hook("sealed")
