@@ -1,33 +1,40 @@
 """The two phases as Arrow work inside Spark tasks: the fast path when message ids pack.
 
-Spark schedules the work and moves 8-byte ids between the phases; the tasks decode Parquet
-and aggregate with Arrow's C++ kernels (``mapInArrow``), so no input row is converted into
-JVM rows and no full row is shuffled.
+Spark schedules one task per **group**; the tasks decode Parquet and aggregate with Arrow's
+C++ kernels, so no input row becomes a JVM row and nothing but a few counters passes through
+Spark. Every input byte is decoded once per phase, by one task.
 
 The input of a round is a list of **segments** in message-id order: the previous compacted
 ledger's part files, then the sealed original ledgers, each with the packed-id range it
 contributes, ``(lo, hi]``. Every segment stores its rows in id order. Consecutive segments
-form **groups**, one output part file each, balanced by bytes.
+form groups, balanced by bytes; group ``g`` writes output part ``part-{g:05d}.parquet``, so
+the part files in name order are in message-id order with no sort of full rows.
 
-Phase one: one task per key **bucket**. Each task reads the narrow columns (key, ids,
-tombstone flag, publish time) of every segment, keeps the rows whose key falls in its bucket,
-and finds each key's last row, that is its latest id (Arrow's ordered ``last`` aggregation
-over rows in id order, folded every few million rows so memory is bounded by the keys). The
-bucket is a hash of the key, used only to split the work: keys are compared exactly, so a
-hash collision costs balance, never correctness. Each task emits the ids to keep, labelled
-with their output group, and how many rows it read. Reading the narrow columns once per
-bucket trades a little I/O for a shuffle of strings through the JVM, which costs more.
+Phase one (:func:`phase_one`): each task reads the narrow columns (ids, key, tombstone flag,
+publish time when delete retention needs it) of its group's new segments and finds each
+key's last row there, i.e. its latest id within the group (Arrow's ordered ``last``
+aggregation over rows in id order, folded every few million rows so memory is bounded by the
+keys). It writes that **partial** -- key, id, tombstone flag -- to the round's scratch
+directory as an Arrow IPC file. Keys are compared exactly; nothing is hashed into an id.
 
-Phase two: the ids are shuffled to their group's task (a shuffle of 8-byte ids); each task
-reads the full rows of its group's segments, keeps exactly the rows whose id it was given,
-and writes them in order as ``part-{group:05d}.parquet``. Part files in name order are thus in
-message-id order, with no sort of full rows.
+Phase two (:func:`phase_two`): a key's latest row overall is its row in the *last* group that
+has the key, because groups are in id order. So task ``g`` keeps the rows of its partial whose
+key appears in no later group's partial (an exact set membership over the later partials'
+key columns), drops tombstones (unless delete retention keeps them), and reads the full rows
+of its segments, keeping exactly those ids. It takes the key column from the partial rather
+than decoding it again. The previous compacted ledger's rows (incremental rounds) are kept
+by key: unless a new row of the key exists.
+
+The only data moving between tasks is the partials' key columns, through files a task reads
+directly: no shuffle, no collect of rows to the driver.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,20 +44,25 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compactor.phases import LATEST_ID, LATEST_IS_TOMBSTONE, LATEST_PUBLISH_TIME, PACK_SHIFT
+from compactor.phases import PACK_SHIFT
 from ledger.schema import ARROW_SCHEMA, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, PUBLISH_TIME
 
 KEEP_DDL = "label INT, id BIGINT"
 WRITTEN_DDL = "part INT, rows BIGINT"
 LABEL, ID = "label", "id"
-STATS_LABEL = -1  # a row of phase one's output that carries a count of rows read, not an id
 
-_NARROW = [LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE, PUBLISH_TIME]
+# Columns of a partial (phase one's output per group).
+P_KEY, P_ID, P_TOMBSTONE, P_PUBLISH_TIME = KEY, "id", "tombstone", "publish_time"
+
 # Rows decoded at a time from one file.
 _CHUNK_ROWS = 262_144
 # Fold the running per-key winners with the rows read since, past this many rows.
 _FOLD_ROWS = 2_000_000
-_MIX = np.uint64(0xFF51AFD7ED558CCD)
+# Below this many ids per row of a chunk's id span, a kept-row mask is a bitmap over the span
+# (original ledgers: consecutive entry ids); sparser ids are matched by binary search.
+_BITMAP_SPAN_PER_ROW = 8
+_KEY_INDEX = ARROW_SCHEMA.get_field_index(KEY)
+_ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
 
 
 @dataclass(frozen=True)
@@ -78,173 +90,311 @@ def packed(ledger_ids: pa.ChunkedArray | pa.Array, entry_ids: pa.ChunkedArray | 
     return (lid << PACK_SHIFT) | eid
 
 
-def key_buckets(keys: pa.ChunkedArray | pa.Array, buckets: int) -> np.ndarray:
-    """A bucket in ``[0, buckets)`` for each key, from its length and its first and last eight
-    bytes (nulls: bucket 0). Only splits work: equal keys always share a bucket."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
-    if keys.type != pa.string():
-        keys = keys.cast(pa.string())
-    n = len(keys)
-    if buckets == 1 or n == 0:
-        return np.zeros(n, dtype=np.int64)
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4)
-    starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
-    h = (ends - starts).astype(np.uint64)
-    data = keys.buffers()[2]
-    if data is not None and len(data):
-        raw = np.frombuffer(data, dtype=np.uint8)
-        last = len(raw) - 1
-        for i in range(8):
-            for at, sign in ((starts + i, 1), (ends - 1 - i, -1)):
-                inside = (at >= starts) & (at < ends)
-                byte = raw[np.clip(at, 0, last)].astype(np.uint64) * inside.astype(np.uint64)
-                h = (h * np.uint64(1099511628211)) ^ (byte + np.uint64(sign + 2))
-    h ^= h >> np.uint64(33)
-    h *= _MIX
-    h ^= h >> np.uint64(33)
-    out = (h % np.uint64(buckets)).astype(np.int64)
-    if keys.null_count:
-        out[np.asarray(keys.is_null().to_numpy(zero_copy_only=False))] = 0
-    return out
-
-
 def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """The segment's rows in its id range, in order, a bounded chunk at a time (a compacted
-    part can be large), with their packed ids."""
+    part can be large), with their packed ids. ``columns`` must include both id columns."""
     with pq.ParquetFile(segment.path) as f:
         for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=columns):
             table = pa.Table.from_batches([batch])
             ids = packed(table.column(LEDGER_ID), table.column(ENTRY_ID))
-            mask = (ids > segment.lo) & (ids <= segment.hi)
-            if not mask.all():
+            if len(ids) and (ids[0] <= segment.lo or ids[-1] > segment.hi):
+                mask = (ids > segment.lo) & (ids <= segment.hi)
                 table, ids = table.filter(pa.array(mask)), ids[mask]
             if table.num_rows:
                 yield table, ids
 
 
-def _first_value(batches: Iterable[pa.RecordBatch]) -> int | None:
-    for b in batches:
-        if b.num_rows:
-            return int(b.column(0)[0].as_py())
-    return None
+def _bool_numpy(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What every task of a round needs to know (pickled into the tasks)."""
+
+    groups: tuple[tuple[Segment, ...], ...]
+    out_dir: str  # where part files go
+    scratch_dir: str  # where phase one leaves its partials for phase two
+    row_group_bytes: int
+    retain_null_key: bool
+    keep_tombstones_since: int | None  # delete retention: tombstones published since are kept
+
+    def partial_path(self, group: int) -> str:
+        return os.path.join(self.scratch_dir, f"partial-{group:05d}.arrow")
+
+    def part_path(self, group: int) -> str:
+        return os.path.join(self.out_dir, f"part-{group:05d}.parquet")
 
 
 # ---------------------------------------------------------------------------- phase one
 
 
-@dataclass(frozen=True)
-class PhaseOnePlan:
-    """What every phase-one task needs to know (pickled into the task)."""
-
-    segments: tuple[Segment, ...]
-    buckets: int
-    group_bounds: tuple[int, ...]  # the last packed id of each group but the last
-    labels: tuple[int, ...]  # the label of each group (see ``spread_labels``)
-    retain_null_key: bool
-    keep_tombstones_since: int | None
-    # Incremental round: segments before this index are the previous compacted ledger, whose
-    # keys are each already unique and latest; phase one reads only the segments after it.
-    first_new: int = 0
+def _partial_schema(with_publish_time: bool) -> pa.Schema:
+    fields = [pa.field(P_KEY, pa.string()), pa.field(P_ID, pa.int64()), pa.field(P_TOMBSTONE, pa.bool_())]
+    if with_publish_time:
+        fields.append(pa.field(P_PUBLISH_TIME, pa.int64()))
+    return pa.schema(fields)
 
 
-def _bucket_winners(bucket: int, plan: PhaseOnePlan) -> Iterator[pa.RecordBatch]:
-    """Runs in a task: the ids to keep among the keys of ``bucket``, labelled by group, then
-    one stats row with the number of rows of the bucket that were read."""
+def group_latest(plan: RoundPlan, group: int) -> int:
+    """Runs in a task: write group ``group``'s partial -- each key's latest row among the
+    group's new segments (key, id, tombstone flag[, publish time]), plus every live keyless
+    row when keyless rows are retained (key null: they are never deduplicated). Returns how
+    many rows it read."""
+    retention = plan.keep_tombstones_since is not None
+    schema = _partial_schema(retention)
+    columns = [LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE] + ([PUBLISH_TIME] if retention else [])
     folded: pa.Table | None = None
     pending: list[pa.Table] = []
     pending_rows = 0
-    keyless: list[np.ndarray] = []
+    keyless: list[pa.Table] = []
     rows_read = 0
 
     def fold(tables: list[pa.Table]) -> pa.Table:
         # Rows in id order and one thread: "last" is each key's row with the latest id.
         agg = (
             pa.concat_tables(tables)
-            .group_by(KEY, use_threads=False)
-            .aggregate([(LATEST_ID, "last"), (LATEST_IS_TOMBSTONE, "last"), (LATEST_PUBLISH_TIME, "last")])
+            .group_by(P_KEY, use_threads=False)
+            .aggregate([(name, "last") for name in schema.names[1:]])
         )
         return pa.table(
-            {
-                KEY: agg.column(KEY),
-                LATEST_ID: agg.column(f"{LATEST_ID}_last"),
-                LATEST_IS_TOMBSTONE: agg.column(f"{LATEST_IS_TOMBSTONE}_last"),
-                LATEST_PUBLISH_TIME: agg.column(f"{LATEST_PUBLISH_TIME}_last"),
-            }
+            [agg.column(P_KEY), *(agg.column(f"{n}_last") for n in schema.names[1:])], schema=schema
         )
 
-    if bucket == 0:
-        # A marker per group, so that every group reaches a phase-two task even when none of
-        # its ids was kept (an incremental round copies the previous ledger's rows by key).
-        yield pa.record_batch(
-            [pa.array(plan.labels, pa.int32()), pa.array([-1] * len(plan.labels), pa.int64())],
-            names=[LABEL, ID],
-        )
-    chunks = (c for segment in plan.segments[plan.first_new :] for c in _chunks(segment, _NARROW))
-    for table, ids in chunks:
-        keys = table.column(KEY)
-        mine = key_buckets(keys, plan.buckets) == bucket
-        null_key = np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
-        if bucket == 0 and null_key.any():
-            # Keyless rows are never deduplicated: each live one is kept, or none.
-            rows_read += int(null_key.sum())
-            if plan.retain_null_key:
-                live = ~np.asarray(table.column(IS_TOMBSTONE).to_numpy(zero_copy_only=False))
-                keyless.append(ids[null_key & live])
-        mine &= ~null_key
-        if not mine.any():
+    for segment in plan.groups[group]:
+        if segment.previous:
             continue
-        selected = pa.array(mine)
-        rows = pa.table(
-            {
-                KEY: keys.filter(selected),
-                LATEST_ID: pa.array(ids[mine], pa.int64()),
-                LATEST_IS_TOMBSTONE: table.column(IS_TOMBSTONE).filter(selected),
-                LATEST_PUBLISH_TIME: table.column(PUBLISH_TIME).filter(selected),
-            }
-        )
-        rows_read += rows.num_rows
-        pending.append(rows)
-        pending_rows += rows.num_rows
-        if pending_rows >= _FOLD_ROWS:
-            folded = fold([folded, *pending] if folded is not None else pending)
-            pending, pending_rows = [], 0
+        for table, ids in _chunks(segment, columns):
+            rows_read += table.num_rows
+            keys = table.column(KEY)
+            rows = pa.table(
+                [keys, pa.array(ids, pa.int64()), table.column(IS_TOMBSTONE)]
+                + ([table.column(PUBLISH_TIME)] if retention else []),
+                schema=schema,
+            )
+            if keys.null_count:
+                null_key = _bool_numpy(keys.is_null())
+                if plan.retain_null_key:
+                    keyless.append(rows.filter(pa.array(null_key & ~_bool_numpy(table.column(IS_TOMBSTONE)))))
+                rows = rows.filter(pa.array(~null_key))
+            pending.append(rows)
+            pending_rows += rows.num_rows
+            if pending_rows >= _FOLD_ROWS:
+                folded = fold([folded, *pending] if folded is not None else pending)
+                pending, pending_rows = [], 0
     if pending:
         folded = fold([folded, *pending] if folded is not None else pending)
-
-    kept: list[np.ndarray] = list(keyless)
-    if folded is not None:
-        live = pc.invert(folded.column(LATEST_IS_TOMBSTONE))
-        if plan.keep_tombstones_since is not None:
-            # Kafka's delete.retention.ms: a recent delete stays visible to slow readers.
-            live = pc.or_(
-                live, pc.greater_equal(folded.column(LATEST_PUBLISH_TIME), plan.keep_tombstones_since)
-            )
-        kept.append(np.asarray(folded.column(LATEST_ID).filter(live).to_numpy(), dtype=np.int64))
-    ids_out = np.concatenate(kept) if kept else np.empty(0, dtype=np.int64)
-    if len(ids_out):
-        groups = np.searchsorted(np.asarray(plan.group_bounds, dtype=np.int64), ids_out, side="left")
-        labels = np.asarray(plan.labels, dtype=np.int32)[groups]
-        yield pa.record_batch(
-            [pa.array(labels, pa.int32()), pa.array(ids_out, pa.int64())], names=[LABEL, ID]
-        )
-    yield pa.record_batch(
-        [pa.array([STATS_LABEL], pa.int32()), pa.array([rows_read], pa.int64())], names=[LABEL, ID]
-    )
+    parts = ([folded] if folded is not None else []) + keyless
+    partial = pa.concat_tables(parts) if parts else schema.empty_table()
+    tmp = _attempt_path(plan.partial_path(group), plan.scratch_dir)
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        writer.write_table(partial)
+    os.replace(tmp, plan.partial_path(group))  # scratch: no fsync, a crash discards the round
+    return rows_read
 
 
-def phase_one(spark: SparkSession, plan: PhaseOnePlan) -> DataFrame:
-    """``(label, id)`` rows: every id to keep with its group's label, and per bucket one row
-    ``(STATS_LABEL, rows read)``."""
+def phase_one(spark: SparkSession, plan: RoundPlan) -> int:
+    """Write every group's partial (one task per group); returns the rows read."""
+    return sum(_per_group(spark, plan, group_latest))
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        bucket = _first_value(batches)
-        if bucket is None:
-            return iter(())
-        return _bucket_winners(bucket, plan)
 
-    rdd = spark.sparkContext.parallelize([(b,) for b in range(plan.buckets)], plan.buckets)
-    return spark.createDataFrame(rdd, "bucket INT").mapInArrow(task, KEEP_DDL)
+def _per_group(spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, int], int]) -> list[int]:
+    """``work(plan, g)`` for every group ``g``, one Spark task each; their results, in order."""
+
+    def task(groups: Iterable[int]) -> Iterable[int]:
+        for g in groups:
+            yield work(plan, g)
+
+    n = len(plan.groups)
+    if n == 0:
+        return []
+    return spark.sparkContext.parallelize(range(n), n).mapPartitions(task).collect()
+
+
+# ---------------------------------------------------------------------------- phase two
+
+
+def _read_partial(plan: RoundPlan, group: int, columns: list[str]) -> pa.Table:
+    with pa.memory_map(plan.partial_path(group)) as source:
+        return pa.ipc.open_file(source).read_all().select(columns)
+
+
+def _publish_time(plan: RoundPlan) -> list[str]:
+    return [P_PUBLISH_TIME] if plan.keep_tombstones_since is not None else []
+
+
+def _in_partials(plan: RoundPlan, keys: pa.ChunkedArray, groups: Iterable[int]) -> np.ndarray:
+    """Which of ``keys`` appear in the partial of any of ``groups`` (null keys never do).
+    One partial's keys in memory at a time."""
+    found = np.zeros(len(keys), dtype=bool)
+    for h in groups:
+        if not len(keys) or not os.path.exists(plan.partial_path(h)):
+            continue
+        other = _read_partial(plan, h, [P_KEY]).column(P_KEY).combine_chunks()
+        if len(other):
+            found |= _bool_numpy(pc.is_in(keys, value_set=other, skip_nulls=True))
+    return found
+
+
+def _winners(plan: RoundPlan, group: int) -> pa.Table:
+    """The rows of ``group``'s partial that are their key's latest overall and are kept
+    (key, id), sorted by id."""
+    own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
+    keep = ~_bool_numpy(own.column(P_TOMBSTONE))
+    if plan.keep_tombstones_since is not None:
+        # Kafka's delete.retention.ms: a recent delete stays visible to slow readers.
+        published = np.asarray(own.column(P_PUBLISH_TIME).to_numpy(), dtype=np.int64)
+        keep |= published >= plan.keep_tombstones_since
+    # A key in a later group has a later row there.
+    keep &= ~_in_partials(plan, own.column(P_KEY), range(group + 1, len(plan.groups)))
+    kept = own.select([P_KEY, P_ID]).filter(pa.array(keep))
+    return kept.take(pc.sort_indices(kept.column(P_ID)))
+
+
+def _kept_mask(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` (sorted, unique) are in ``wanted`` (sorted, unique)."""
+    if not len(wanted) or not len(ids):
+        return np.zeros(len(ids), dtype=bool)
+    first = int(ids[0])
+    span = int(ids[-1]) - first + 1
+    if span <= _BITMAP_SPAN_PER_ROW * len(ids):
+        inside = wanted[(wanted >= first) & (wanted <= ids[-1])] - first
+        bitmap = np.zeros(span, dtype=bool)
+        bitmap[inside] = True
+        return bitmap[ids - first]
+    at = np.searchsorted(wanted, ids)
+    return wanted[np.minimum(at, len(wanted) - 1)] == ids
+
+
+def _previous_rows_kept(
+    table: pa.Table, superseded: Callable[[pa.ChunkedArray], np.ndarray], plan: RoundPlan
+) -> np.ndarray:
+    """Rows of the previous compacted ledger that stay: their key has no newer row, and they
+    are not a tombstone past its retention, nor keyless when keyless rows are not retained."""
+    key = table.column(KEY)
+    tomb = _bool_numpy(table.column(IS_TOMBSTONE))
+    keep = ~superseded(key)
+    if plan.keep_tombstones_since is None:
+        keep &= ~tomb
+    else:
+        published = np.asarray(table.column(PUBLISH_TIME).to_numpy(), dtype=np.int64)
+        keep &= ~tomb | (published >= plan.keep_tombstones_since)
+    if not plan.retain_null_key:
+        keep &= ~_bool_numpy(key.is_null())
+    return keep
+
+
+def _attempt_path(path: str, scratch_dir: str) -> str:
+    """Where a task writes a file before renaming it to ``path``: a name of its own in the
+    scratch directory, so that two attempts of one task (a retry, a speculative copy) never
+    write the same file, and a reader never sees a half-written one."""
+    os.makedirs(scratch_dir, exist_ok=True)
+    return os.path.join(scratch_dir, f"{os.path.basename(path)}.{os.getpid()}-{uuid.uuid4().hex}")
+
+
+class _PartWriter:
+    """One output part file, created on its first non-empty table; on close it is fsynced
+    and renamed into place (see :func:`_attempt_path`)."""
+
+    def __init__(self, path: str, scratch_dir: str, row_group_bytes: int) -> None:
+        self.path = path
+        self.scratch_dir = scratch_dir
+        self.row_group_bytes = row_group_bytes
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp = ""
+
+    def write(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        table = table.cast(ARROW_SCHEMA)
+        if self._writer is None:
+            self._tmp = _attempt_path(self.path, self.scratch_dir)
+            self._writer = pq.ParquetWriter(self._tmp, ARROW_SCHEMA, compression="zstd")
+        # Row groups of about row_group_bytes: a page read decodes one, not a part.
+        per_group = max(1, self.row_group_bytes * table.num_rows // max(1, table.nbytes))
+        self._writer.write_table(table, row_group_size=per_group)
+        self.rows += table.num_rows
+
+    def close(self) -> int:
+        if self._writer is not None:
+            self._writer.close()
+            with open(self._tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(self._tmp, self.path)
+        return self.rows
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+
+
+def write_part(
+    plan: RoundPlan,
+    group: int,
+    wanted: np.ndarray,
+    keys: pa.ChunkedArray | None = None,
+    superseded: Callable[[pa.ChunkedArray], np.ndarray] | None = None,
+) -> int:
+    """Write group ``group``'s part: the rows of its segments whose packed id is in ``wanted``
+    (sorted), plus the previous compacted ledger's rows kept by key (see
+    :func:`_previous_rows_kept`). ``keys``, when given, are the keys of the ``wanted`` rows and
+    the key column is not read again. Returns the rows written."""
+    writer = _PartWriter(plan.part_path(group), plan.scratch_dir, plan.row_group_bytes)
+    try:
+        for segment in plan.groups[group]:
+            if segment.previous:
+                if superseded is None:
+                    raise ValueError("a previous compacted part needs the keys that supersede its rows")
+                for table, _ in _chunks(segment, list(ARROW_SCHEMA.names)):
+                    writer.write(table.filter(pa.array(_previous_rows_kept(table, superseded, plan))))
+                continue
+            lo = int(np.searchsorted(wanted, segment.lo, side="right"))
+            hi = int(np.searchsorted(wanted, segment.hi, side="right"))
+            if lo == hi:
+                continue  # no kept row in this segment: not even read
+            mine = wanted[lo:hi]
+            columns = _ALL_BUT_KEY if keys is not None else list(ARROW_SCHEMA.names)
+            at = lo
+            for table, ids in _chunks(segment, columns):
+                mask = _kept_mask(ids, mine)
+                kept = table.filter(pa.array(mask))
+                if keys is not None and kept.num_rows:
+                    kept = kept.add_column(_KEY_INDEX, ARROW_SCHEMA.field(KEY), keys.slice(at, kept.num_rows))
+                at += kept.num_rows
+                writer.write(kept)
+            if at != hi:
+                # Every wanted id was read from this very file in phase one.
+                raise RuntimeError(f"{segment.path}: {hi - at} of the ids to keep are missing")
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close()
+
+
+def group_write(plan: RoundPlan, group: int) -> int:
+    """Runs in a task: resolve group ``group``'s winners against the later partials and
+    write its part. Returns the rows written."""
+    winners = _winners(plan, group)
+    wanted = np.asarray(winners.column(P_ID).to_numpy(), dtype=np.int64)
+
+    def superseded(keys: pa.ChunkedArray) -> np.ndarray:
+        # A previous row is replaced by any new row of its key: this group's or a later one's.
+        return _in_partials(plan, keys, range(group, len(plan.groups)))
+
+    return write_part(plan, group, wanted, winners.column(P_KEY), superseded)
+
+
+def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
+    """Write every group's part (one task per group) from the partials; returns the rows
+    written. Tasks write only their own part and read only partials."""
+    os.makedirs(plan.out_dir, exist_ok=True)
+    return sum(_per_group(spark, plan, group_write))
+
+
+# ------------------------------------------------------- phase two after a Spark SQL phase one
 
 
 def group_segments(segments: Sequence[Segment], groups: int) -> list[list[Segment]]:
@@ -269,7 +419,7 @@ def group_bounds(groups: Sequence[Sequence[Segment]]) -> tuple[int, ...]:
 
 
 def label_column(ids: Column, bounds: Sequence[int], labels: Sequence[int]) -> Column:
-    """The group label of packed ids, as a Spark expression (for the SQL phase one)."""
+    """The group label of packed ids, as a Spark expression."""
     index: Column = F.lit(0)
     for b in bounds:
         index = index + F.when(ids > F.lit(b), 1).otherwise(0)
@@ -299,115 +449,38 @@ def spread_labels(spark: SparkSession, groups: int) -> tuple[int, ...]:
     return tuple(by_partition[p] for p in range(groups))
 
 
-# ---------------------------------------------------------------------------- phase two
-
-
 @dataclass(frozen=True)
-class WritePlan:
-    """What every phase-two task needs to know (pickled into the task)."""
+class _ShuffledWrite:
+    """The task of :func:`phase_two_from_ids`: writes the parts of the labels it receives."""
 
-    groups: tuple[tuple[Segment, ...], ...]
+    plan: RoundPlan
     labels: tuple[int, ...]
-    out_dir: str
-    row_group_bytes: int
-    # For the previous ledger's parts of an incremental round (see ``Segment.previous``):
-    new_segments: tuple[Segment, ...] = ()
-    retain_null_key: bool = False
-    keep_tombstones_since: int | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tables = [b for b in batches if b.num_rows]
+        if not tables:
+            return
+        received = pa.Table.from_batches(tables)
+        group_of = {label: g for g, label in enumerate(self.labels)}
+        all_labels = received.column(LABEL).to_numpy()
+        all_ids = received.column(ID).to_numpy()
+        for label in np.unique(all_labels):
+            g = group_of[int(label)]
+            wanted = np.sort(all_ids[all_labels == label])
+            rows = write_part(self.plan, g, wanted)
+            yield pa.record_batch(
+                [pa.array([g], pa.int32()), pa.array([rows], pa.int64())], names=["part", "rows"]
+            )
 
 
-def _superseded(plan: WritePlan) -> pa.Array:
-    """Every key that has a row in the new segments: its previous compacted row is replaced."""
-    chunks = [
-        c
-        for s in plan.new_segments
-        for t, _ in _chunks(s, [LEDGER_ID, ENTRY_ID, KEY])
-        for c in t.column(KEY).chunks
-    ]
-    return pc.unique(pa.chunked_array(chunks, pa.string()))
-
-
-def _previous_rows_kept(table: pa.Table, superseded: pa.Array, plan: WritePlan) -> np.ndarray:
-    """Rows of the previous compacted ledger that stay: their key has no newer row, and they
-    are not a tombstone past its retention, nor keyless when keyless rows are not retained."""
-    key = table.column(KEY)
-    tomb = np.asarray(table.column(IS_TOMBSTONE).to_numpy(zero_copy_only=False))
-    replaced = np.asarray(pc.is_in(key, value_set=superseded, skip_nulls=True).to_numpy(zero_copy_only=False))
-    keep = ~replaced
-    if plan.keep_tombstones_since is None:
-        keep &= ~tomb
-    else:
-        published = np.asarray(table.column(PUBLISH_TIME).to_numpy(), dtype=np.int64)
-        keep &= ~tomb | (published >= plan.keep_tombstones_since)
-    if not plan.retain_null_key:
-        keep &= ~np.asarray(key.is_null().to_numpy(zero_copy_only=False))
-    return keep
-
-
-def _write_groups(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Iterator[pa.RecordBatch]:
-    """Runs in a task: for each group it received, the rows it keeps (full columns), written
-    in id order as ``part-{group:05d}.parquet``; yields (part, rows) per part written."""
-    tables = [b for b in batches if b.num_rows]
-    if not tables:
-        return
-    received = pa.Table.from_batches(tables)
-    group_of = {label: g for g, label in enumerate(plan.labels)}
-    all_labels = received.column(LABEL).to_numpy()
-    all_ids = received.column(ID).to_numpy()
-    superseded: pa.Array | None = None
-    for label in np.unique(all_labels):
-        g = group_of[int(label)]
-        wanted = np.sort(all_ids[(all_labels == label) & (all_ids >= 0)])
-        path = os.path.join(plan.out_dir, f"part-{g:05d}.parquet")
-        writer: pq.ParquetWriter | None = None
-        rows = 0
-        try:
-            for segment in plan.groups[g]:
-                if segment.previous:
-                    if superseded is None:
-                        superseded = _superseded(plan)
-                    chunks = _chunks(segment, list(ARROW_SCHEMA.names))
-                    masked = ((t, _previous_rows_kept(t, superseded, plan)) for t, _ in chunks)
-                else:
-                    lo = int(np.searchsorted(wanted, segment.lo, side="right"))
-                    hi = int(np.searchsorted(wanted, segment.hi, side="right"))
-                    if lo == hi:
-                        continue  # no kept row in this segment: not even read
-                    mine = wanted[lo:hi]
-                    chunks = _chunks(segment, list(ARROW_SCHEMA.names))
-                    masked = ((t, np.isin(ids, mine, assume_unique=True)) for t, ids in chunks)
-                for table, mask in masked:
-                    kept = table.filter(pa.array(mask)).cast(ARROW_SCHEMA)
-                    if not kept.num_rows:
-                        continue
-                    if writer is None:
-                        writer = pq.ParquetWriter(path, ARROW_SCHEMA, compression="zstd")
-                    # Row groups of about row_group_bytes: a page read decodes one, not a part.
-                    per_group = max(1, plan.row_group_bytes * kept.num_rows // max(1, kept.nbytes))
-                    writer.write_table(kept, row_group_size=per_group)
-                    rows += kept.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is None:
-            continue
-        with open(path, "rb") as f:
-            os.fsync(f.fileno())
-        yield pa.record_batch(
-            [pa.array([g], pa.int32()), pa.array([rows], pa.int64())], names=["part", "rows"]
-        )
-
-
-def phase_two(keep: DataFrame, plan: WritePlan) -> int:
-    """Write the kept rows (``keep``: label, id, with a marker per group) under the plan's
-    directory; returns how many rows were written."""
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _write_groups(batches, plan)
-
+def phase_two_from_ids(spark: SparkSession, keep: DataFrame, plan: RoundPlan, labels: tuple[int, ...]) -> int:
+    """Phase two when phase one ran in Spark SQL (the event-time and property strategies):
+    ``keep`` holds ``(label, id)`` for every id to keep; each is shuffled to its group's task,
+    which writes the part (reading keys from the files). Returns the rows written."""
     os.makedirs(plan.out_dir, exist_ok=True)
     if not plan.groups:
         return 0
-    shuffled = keep.where(F.col(LABEL) != STATS_LABEL).repartition(len(plan.groups), LABEL)
+    shuffled = keep.repartition(len(plan.groups), LABEL)
     # One small row per part file comes back: counts, not data.
-    return sum(int(r["rows"]) for r in shuffled.mapInArrow(task, WRITTEN_DDL).collect())
+    written = shuffled.mapInArrow(_ShuffledWrite(plan, labels), WRITTEN_DDL).collect()
+    return sum(int(r["rows"]) for r in written)

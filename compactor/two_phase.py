@@ -55,6 +55,13 @@ ROW_GROUP_BYTES = 8 * 1024 * 1024
 
 FaultHook = Callable[[str], None]
 
+# Input bytes per group of the Arrow path, at least (see ``TwoPhaseCompactor._group_count``).
+MIN_PART_BYTES = 32 * 1024 * 1024
+
+# Where phase one of the Arrow path leaves its per-group partials, inside the round's
+# temporary directory (removed before the directory is renamed into place).
+SCRATCH_DIR = "_phase_one"
+
 # Group labels by group count: they depend only on Spark's hash function, so compute them once.
 _LABELS: dict[int, tuple[int, ...]] = {}
 
@@ -195,9 +202,26 @@ class TwoPhaseCompactor:
     """Runs compaction rounds on ``spark``. ``fault_hook(phase)`` is called before each phase
     (``"phase_one"``, ``"phase_two"``); tests make it raise to inject failures."""
 
-    def __init__(self, spark: SparkSession, *, fault_hook: FaultHook | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        *,
+        fault_hook: FaultHook | None = None,
+        min_part_bytes: int = MIN_PART_BYTES,
+    ) -> None:
         self.spark = spark
         self.fault_hook = fault_hook
+        self.min_part_bytes = min_part_bytes
+
+    def _group_count(self, segments: Sequence[arrow_phases.Segment]) -> int:
+        """Groups (tasks, part files) of a round: one per core, but none under
+        ``min_part_bytes`` of input -- each task of phase two reads every later group's
+        partial, so more groups than the work needs only cost."""
+        groups = max(1, self.spark.sparkContext.defaultParallelism)
+        if self.min_part_bytes > 0:
+            total = sum(s.size for s in segments)
+            groups = min(groups, max(1, -(-total // self.min_part_bytes)))
+        return groups
 
     def _labels(self, groups: int) -> tuple[int, ...]:
         found = _LABELS.get(groups)
@@ -293,35 +317,27 @@ class TwoPhaseCompactor:
             # With the offset strategy a round need not aggregate the previous compacted ledger
             # again: its keys are unique and each is replaced only by a newer row of the key.
             incremental = fast and job.strategy == OFFSET and bool(inputs.previous_parts)
-            parallelism = max(1, self.spark.sparkContext.defaultParallelism)
             if fast:
                 segments = self.segments(job, inputs, incremental=incremental)
-                groups = arrow_phases.group_segments(segments, parallelism)
-                labels = self._labels(len(groups))
-                bounds = arrow_phases.group_bounds(groups)
-                first_new = sum(1 for seg in segments if seg.previous)
+                groups = arrow_phases.group_segments(segments, self._group_count(segments))
+                plan = arrow_phases.RoundPlan(
+                    groups=tuple(tuple(g) for g in groups),
+                    out_dir=str(tmp),
+                    scratch_dir=str(tmp / SCRATCH_DIR),
+                    row_group_bytes=ROW_GROUP_BYTES,
+                    retain_null_key=job.retain_null_key,
+                    keep_tombstones_since=since,
+                )
 
             self._fault("phase_one")
             t0 = time.perf_counter()
             with self._job_description(f"compaction {job.output_ledger_id}: phase one"):
-                # Each branch materialises its cache; the count of rows read comes from it.
                 if fast and job.strategy == OFFSET:
-                    plan = arrow_phases.PhaseOnePlan(
-                        segments=tuple(segments),
-                        buckets=parallelism,
-                        group_bounds=bounds,
-                        labels=labels,
-                        retain_null_key=job.retain_null_key,
-                        keep_tombstones_since=since,
-                        first_new=first_new,
-                    )
-                    summary = arrow_phases.phase_one(self.spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
-                    read = summary.where(F.col(arrow_phases.LABEL) == arrow_phases.STATS_LABEL)
-                    totals = read.agg(F.sum(arrow_phases.ID)).first()
-                    entries_read = int(totals[0] or 0) if totals is not None else 0
+                    entries_read = arrow_phases.phase_one(self.spark, plan)
                     if incremental:  # the previous ledger's rows were not read: count them
                         entries_read += Manifest.load(Path(job.previous_compacted)).entries  # type: ignore[arg-type]
                 else:
+                    # Materialised here; phase two joins against it, the count comes from it.
                     summary = self.phase_one_frame(job, inputs=inputs).persist(StorageLevel.MEMORY_AND_DISK)
                     totals = summary.agg(F.sum(RECORDS)).first()
                     entries_read = int(totals[0] or 0) if totals is not None else 0
@@ -330,33 +346,22 @@ class TwoPhaseCompactor:
             self._fault("phase_two")
             t1 = time.perf_counter()
             with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
-                if fast:
-                    if job.strategy == OFFSET:
-                        keep = summary
-                    else:
-                        ids = keep_ids(summary, keep_tombstones_since=since)
-                        keep = ids.select(
-                            arrow_phases.label_column(ids[LATEST_ID], bounds, labels).alias(
-                                arrow_phases.LABEL
-                            ),
-                            ids[LATEST_ID].alias(arrow_phases.ID),
-                        )
-                    arrow_phases.phase_two(
-                        keep,
-                        arrow_phases.WritePlan(
-                            groups=tuple(tuple(g) for g in groups),
-                            labels=labels,
-                            out_dir=str(tmp),
-                            row_group_bytes=ROW_GROUP_BYTES,
-                            new_segments=tuple(seg for seg in segments if not seg.previous),
-                            retain_null_key=job.retain_null_key,
-                            keep_tombstones_since=since,
-                        ),
+                if fast and job.strategy == OFFSET:
+                    arrow_phases.phase_two(self.spark, plan)
+                elif fast:
+                    labels = self._labels(len(groups))
+                    ids = keep_ids(summary, keep_tombstones_since=since)  # type: ignore[arg-type]
+                    keep = ids.select(
+                        arrow_phases.label_column(
+                            ids[LATEST_ID], arrow_phases.group_bounds(groups), labels
+                        ).alias(arrow_phases.LABEL),
+                        ids[LATEST_ID].alias(arrow_phases.ID),
                     )
+                    arrow_phases.phase_two_from_ids(self.spark, keep, plan, labels)
                 else:
                     kept = phase_two(
                         self.read_input(job, inputs=inputs),
-                        summary.where(F.col(KEY).isNotNull()),
+                        summary.where(F.col(KEY).isNotNull()),  # type: ignore[union-attr]
                         retain_null_key=job.retain_null_key,
                         keep_tombstones_since=since,
                     )
@@ -366,6 +371,7 @@ class TwoPhaseCompactor:
                         .option("parquet.block.size", str(ROW_GROUP_BYTES))
                         .parquet(spark_path(tmp))
                     )
+            shutil.rmtree(tmp / SCRATCH_DIR, ignore_errors=True)
             tmp.mkdir(parents=True, exist_ok=True)
             for path in sorted(tmp.iterdir()):
                 if path.is_file():

@@ -87,7 +87,8 @@ def topic(tmp_path: Path) -> Topic:
 
 @pytest.fixture
 def compactor(spark: SparkSession) -> TwoPhaseCompactor:
-    return TwoPhaseCompactor(spark)
+    # One group per core even for tiny topics, so every round crosses group boundaries.
+    return TwoPhaseCompactor(spark, min_part_bytes=0)
 
 
 def kept(result: CompactionResult | Path) -> list[Kept]:
@@ -275,6 +276,10 @@ def test_output_spread_over_many_parts_stays_in_id_order(
     with session_conf(spark, **{"spark.sql.adaptive.coalescePartitions.enabled": "false"}):
         result = compactor.compact(topic.job(9, horizon=P(4, 29)))
     assert len(result.manifest.parts) > 1
+    # Only the parts and the manifest: no scratch of the phases, no attempt files.
+    assert sorted(p.name for p in result.directory.iterdir()) == sorted(
+        [MANIFEST_NAME, *(p.name for p in result.manifest.parts)]
+    )
     rows = kept(result)
     assert [p for p, _, _ in rows] == sorted(p for p, _, _ in rows)
     assert len({k for _, k, _ in rows}) == len(rows) == 40
@@ -290,6 +295,16 @@ def test_output_spread_over_many_parts_stays_in_id_order(
         page, start = ledger.read(start, 3)
         paged.extend(e.position for e in page)
     assert paged == [p for p, _, _ in rows]
+
+
+def test_a_small_round_writes_one_part_by_default(spark: SparkSession, topic: Topic) -> None:
+    for lid in range(1, 5):
+        topic.seal(lid, [(f"k{i % 7}", f"{lid}:{i}".encode()) for i in range(30)])
+    result = TwoPhaseCompactor(spark).compact(topic.job(9, horizon=P(4, 29)))
+    assert len(result.manifest.parts) == 1
+    assert [(p, k, v) for p, k, v in kept(result)] == [
+        (P(4, i), f"k{i % 7}", f"4:{i}".encode()) for i in range(23, 30)
+    ]
 
 
 def test_phase_one_reads_only_the_narrow_columns(topic: Topic, compactor: TwoPhaseCompactor) -> None:
@@ -365,11 +380,11 @@ def test_fault_in_a_phase_leaves_nothing_behind(spark: SparkSession, topic: Topi
             raise RuntimeError(f"injected failure in {name}")
 
     with pytest.raises(RuntimeError, match="injected"):
-        TwoPhaseCompactor(spark, fault_hook=hook).compact(topic.job(2, horizon=P(1, 1)))
+        TwoPhaseCompactor(spark, fault_hook=hook, min_part_bytes=0).compact(topic.job(2, horizon=P(1, 1)))
     assert seen[-1] == phase
     assert leftovers(topic) == []
     # The topic is as it was: a retry with the same ledger id succeeds.
-    assert kept(TwoPhaseCompactor(spark).compact(topic.job(2, horizon=P(1, 1)))) == [
+    assert kept(TwoPhaseCompactor(spark, min_part_bytes=0).compact(topic.job(2, horizon=P(1, 1)))) == [
         (P(1, 0), "a", b"a0"),
         (P(1, 1), "b", b"b0"),
     ]

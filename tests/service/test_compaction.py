@@ -27,7 +27,7 @@ EARLIEST = Position(0, 0)
 
 @pytest.fixture
 def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
-    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark))
+    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0))
     svc.start()
     yield svc
     svc.stop()
@@ -278,7 +278,7 @@ def test_restart_removes_unreferenced_compacted_ledgers_and_keeps_the_view(
     broker.stop()
     b2 = Broker(settings=settings, db=db)
     b2.start()
-    svc = CompactionService(broker=b2, compactor=lambda: TwoPhaseCompactor(spark))
+    svc = CompactionService(broker=b2, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0))
     svc.start()
     assert [p.name for p in root.iterdir() if p.name.startswith("compacted-")] == [
         f"compacted-{b2.topic(topic).view.ledger_id:020d}"

@@ -184,7 +184,7 @@ def test_bad_input_is_refused_and_changes_no_cursor(broker, subs) -> None:
 
 @pytest.fixture
 def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
-    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark))
+    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0))
     svc.start()
     yield svc
     svc.stop()

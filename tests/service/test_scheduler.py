@@ -29,7 +29,9 @@ def policies(broker: Broker) -> PolicyStore:
 
 @pytest.fixture
 def compaction(broker: Broker, spark, policies: PolicyStore) -> Iterator[CompactionService]:
-    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark), policies=policies)
+    svc = CompactionService(
+        broker=broker, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0), policies=policies
+    )
     svc.start()
     yield svc
     svc.stop()
