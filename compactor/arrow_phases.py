@@ -27,15 +27,25 @@ by key: unless a new row of the key exists.
 
 The only data moving between tasks is the partials' key columns, through files a task reads
 directly: no shuffle, no collect of rows to the driver.
+
+One job (:func:`both_phases`): a Spark job costs tens of milliseconds before any work, which
+is most of an incremental round that adds 1% to a compacted ledger. When the new rows are a
+small share of the round (:func:`fits_one_job`), each task runs both phases itself: its
+partial stays in memory and it reads the keys of the later groups' new rows directly (a few
+narrow reads) instead of waiting for their partials. The previous ledger's parts are then
+split by row group, so that copying them spreads over every task.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +56,8 @@ from pyspark.sql import functions as F
 
 from compactor.phases import PACK_SHIFT
 from ledger.schema import ARROW_SCHEMA, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, PUBLISH_TIME
+
+T = TypeVar("T")
 
 KEEP_DDL = "label INT, id BIGINT"
 WRITTEN_DDL = "part INT, rows BIGINT"
@@ -61,6 +73,8 @@ _FOLD_ROWS = 2_000_000
 # Below this many ids per row of a chunk's id span, a kept-row mask is a bitmap over the span
 # (original ledgers: consecutive entry ids); sparser ids are matched by binary search.
 _BITMAP_SPAN_PER_ROW = 8
+# One job for both phases when new bytes x groups x this <= the round's bytes.
+_ONE_JOB_NEW_SHARE = 2
 _KEY_INDEX = ARROW_SCHEMA.get_field_index(KEY)
 _ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
 
@@ -76,6 +90,9 @@ class Segment:
     # A part of the previous compacted ledger in an incremental round: its rows are kept by
     # key (unless a newer row of the key exists) rather than by id.
     previous: bool = False
+    # Only these row groups of the file (None: all); a large part is split so that groups
+    # can balance.
+    row_groups: tuple[int, ...] | None = None
 
 
 def bound(ledger_id: int, entry_id: int) -> int:
@@ -94,7 +111,7 @@ def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np
     """The segment's rows in its id range, in order, a bounded chunk at a time (a compacted
     part can be large), with their packed ids. ``columns`` must include both id columns."""
     with pq.ParquetFile(segment.path) as f:
-        for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=columns):
+        for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=columns, row_groups=segment.row_groups):
             table = pa.Table.from_batches([batch])
             ids = packed(table.column(LEDGER_ID), table.column(ENTRY_ID))
             if len(ids) and (ids[0] <= segment.lo or ids[-1] > segment.hi):
@@ -136,11 +153,10 @@ def _partial_schema(with_publish_time: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def group_latest(plan: RoundPlan, group: int) -> int:
-    """Runs in a task: write group ``group``'s partial -- each key's latest row among the
-    group's new segments (key, id, tombstone flag[, publish time]), plus every live keyless
-    row when keyless rows are retained (key null: they are never deduplicated). Returns how
-    many rows it read."""
+def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
+    """Group ``group``'s partial -- each key's latest row among the group's new segments
+    (key, id, tombstone flag[, publish time]), plus every live keyless row when keyless rows
+    are retained (key null: they are never deduplicated) -- and how many rows it read."""
     retention = plan.keep_tombstones_since is not None
     schema = _partial_schema(retention)
     columns = [LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE] + ([PUBLISH_TIME] if retention else [])
@@ -185,7 +201,14 @@ def group_latest(plan: RoundPlan, group: int) -> int:
     if pending:
         folded = fold([folded, *pending] if folded is not None else pending)
     parts = ([folded] if folded is not None else []) + keyless
-    partial = pa.concat_tables(parts) if parts else schema.empty_table()
+    return (pa.concat_tables(parts) if parts else schema.empty_table()), rows_read
+
+
+def group_latest(plan: RoundPlan, group: int) -> int:
+    """Runs in a task: write group ``group``'s partial (see :func:`_partial`) to the scratch
+    directory. Returns how many rows it read."""
+    partial, rows_read = _partial(plan, group)
+    schema = partial.schema
     tmp = _attempt_path(plan.partial_path(group), plan.scratch_dir)
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         writer.write_table(partial)
@@ -198,10 +221,10 @@ def phase_one(spark: SparkSession, plan: RoundPlan) -> int:
     return sum(_per_group(spark, plan, group_latest))
 
 
-def _per_group(spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, int], int]) -> list[int]:
+def _per_group(spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, int], T]) -> list[T]:
     """``work(plan, g)`` for every group ``g``, one Spark task each; their results, in order."""
 
-    def task(groups: Iterable[int]) -> Iterable[int]:
+    def task(groups: Iterable[int]) -> Iterable[T]:
         for g in groups:
             yield work(plan, g)
 
@@ -223,30 +246,49 @@ def _publish_time(plan: RoundPlan) -> list[str]:
     return [P_PUBLISH_TIME] if plan.keep_tombstones_since is not None else []
 
 
-def _in_partials(plan: RoundPlan, keys: pa.ChunkedArray, groups: Iterable[int]) -> np.ndarray:
-    """Which of ``keys`` appear in the partial of any of ``groups`` (null keys never do).
-    One partial's keys in memory at a time."""
+# The keys of group h's partial (None when it has none), for h at or after the writing group.
+KeySets = Callable[[int], "pa.Array | None"]
+
+
+def _cached(key_sets: KeySets) -> KeySets:
+    """``key_sets`` computing each group's set once per task (they are asked for per chunk)."""
+    return functools.lru_cache(maxsize=None)(key_sets)
+
+
+def _partial_keys(plan: RoundPlan) -> KeySets:
+    """Key sets read from the partials phase one wrote."""
+
+    def keys(h: int) -> pa.Array | None:
+        if not os.path.exists(plan.partial_path(h)):
+            return None
+        return _read_partial(plan, h, [P_KEY]).column(P_KEY).combine_chunks()
+
+    return _cached(keys)
+
+
+def _in_any(keys: pa.ChunkedArray, key_sets: KeySets, groups: Iterable[int]) -> np.ndarray:
+    """Which of ``keys`` appear in the key set of any of ``groups`` (null keys never do).
+    One key set in memory at a time."""
     found = np.zeros(len(keys), dtype=bool)
     for h in groups:
-        if not len(keys) or not os.path.exists(plan.partial_path(h)):
-            continue
-        other = _read_partial(plan, h, [P_KEY]).column(P_KEY).combine_chunks()
-        if len(other):
+        if not len(keys):
+            break
+        other = key_sets(h)
+        if other is not None and len(other):
             found |= _bool_numpy(pc.is_in(keys, value_set=other, skip_nulls=True))
     return found
 
 
-def _winners(plan: RoundPlan, group: int) -> pa.Table:
-    """The rows of ``group``'s partial that are their key's latest overall and are kept
-    (key, id), sorted by id."""
-    own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
+def _winners(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) -> pa.Table:
+    """The rows of ``group``'s partial ``own`` that are their key's latest overall and are
+    kept (key, id), sorted by id."""
     keep = ~_bool_numpy(own.column(P_TOMBSTONE))
     if plan.keep_tombstones_since is not None:
         # Kafka's delete.retention.ms: a recent delete stays visible to slow readers.
         published = np.asarray(own.column(P_PUBLISH_TIME).to_numpy(), dtype=np.int64)
         keep |= published >= plan.keep_tombstones_since
     # A key in a later group has a later row there.
-    keep &= ~_in_partials(plan, own.column(P_KEY), range(group + 1, len(plan.groups)))
+    keep &= ~_in_any(own.column(P_KEY), key_sets, range(group + 1, len(plan.groups)))
     kept = own.select([P_KEY, P_ID]).filter(pa.array(keep))
     return kept.take(pc.sort_indices(kept.column(P_ID)))
 
@@ -293,8 +335,10 @@ def _attempt_path(path: str, scratch_dir: str) -> str:
 
 
 class _PartWriter:
-    """One output part file, created on its first non-empty table; on close it is fsynced
-    and renamed into place (see :func:`_attempt_path`)."""
+    """One output part file, created on its first row. Rows are buffered into row groups of
+    about ``row_group_bytes`` (a page read decodes one row group, so they should be neither
+    tiny nor huge); on close the file is fsynced and renamed into place (see
+    :func:`_attempt_path`)."""
 
     def __init__(self, path: str, scratch_dir: str, row_group_bytes: int) -> None:
         self.path = path
@@ -303,20 +347,35 @@ class _PartWriter:
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None
         self._tmp = ""
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = 0
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        table = table.cast(ARROW_SCHEMA)
+        self._pending.append(table.cast(ARROW_SCHEMA))
+        self._pending_bytes += table.nbytes
+        self.rows += table.num_rows
+        if self._pending_bytes >= self.row_group_bytes:
+            self._flush(final=False)
+
+    def _flush(self, *, final: bool) -> None:
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        per_group = max(1, self.row_group_bytes * table.num_rows // max(1, self._pending_bytes))
+        # Whole row groups now; the rest waits for more rows, unless this is the end.
+        now = table.num_rows if final else table.num_rows // per_group * per_group
         if self._writer is None:
             self._tmp = _attempt_path(self.path, self.scratch_dir)
             self._writer = pq.ParquetWriter(self._tmp, ARROW_SCHEMA, compression="zstd")
-        # Row groups of about row_group_bytes: a page read decodes one, not a part.
-        per_group = max(1, self.row_group_bytes * table.num_rows // max(1, table.nbytes))
-        self._writer.write_table(table, row_group_size=per_group)
-        self.rows += table.num_rows
+        self._writer.write_table(table.slice(0, now), row_group_size=per_group)
+        rest = table.slice(now)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_bytes = self._pending_bytes * rest.num_rows // table.num_rows
 
     def close(self) -> int:
+        self._flush(final=True)
         if self._writer is not None:
             self._writer.close()
             with open(self._tmp, "rb") as f:
@@ -331,6 +390,23 @@ class _PartWriter:
                 os.unlink(self._tmp)
 
 
+def _previous_chunks(segments: Iterable[Segment]) -> Iterator[pa.Table]:
+    """The rows of consecutive previous-ledger segments (often one row group each), in
+    chunks of at least ``_CHUNK_ROWS`` rows but the last: each chunk costs a hash set of the
+    superseding keys."""
+    pending: list[pa.Table] = []
+    rows = 0
+    for segment in segments:
+        for table, _ in _chunks(segment, list(ARROW_SCHEMA.names)):
+            pending.append(table)
+            rows += table.num_rows
+            if rows >= _CHUNK_ROWS:
+                yield pa.concat_tables(pending)
+                pending, rows = [], 0
+    if pending:
+        yield pa.concat_tables(pending)
+
+
 def write_part(
     plan: RoundPlan,
     group: int,
@@ -343,14 +419,19 @@ def write_part(
     :func:`_previous_rows_kept`). ``keys``, when given, are the keys of the ``wanted`` rows and
     the key column is not read again. Returns the rows written."""
     writer = _PartWriter(plan.part_path(group), plan.scratch_dir, plan.row_group_bytes)
+    segments = plan.groups[group]
     try:
-        for segment in plan.groups[group]:
-            if segment.previous:
-                if superseded is None:
-                    raise ValueError("a previous compacted part needs the keys that supersede its rows")
-                for table, _ in _chunks(segment, list(ARROW_SCHEMA.names)):
-                    writer.write(table.filter(pa.array(_previous_rows_kept(table, superseded, plan))))
-                continue
+        # The previous ledger's segments come first: its rows precede every new row.
+        n_previous = next((i for i, s in enumerate(segments) if not s.previous), len(segments))
+        previous = segments[:n_previous]
+        if any(s.previous for s in segments[n_previous:]):
+            raise ValueError("the previous ledger's segments must precede the new ones")
+        if previous:
+            if superseded is None:
+                raise ValueError("a previous compacted part needs the keys that supersede its rows")
+            for table in _previous_chunks(previous):
+                writer.write(table.filter(pa.array(_previous_rows_kept(table, superseded, plan))))
+        for segment in segments[n_previous:]:
             lo = int(np.searchsorted(wanted, segment.lo, side="right"))
             hi = int(np.searchsorted(wanted, segment.hi, side="right"))
             if lo == hi:
@@ -374,17 +455,24 @@ def write_part(
     return writer.close()
 
 
-def group_write(plan: RoundPlan, group: int) -> int:
-    """Runs in a task: resolve group ``group``'s winners against the later partials and
-    write its part. Returns the rows written."""
-    winners = _winners(plan, group)
+def _write_group(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) -> int:
+    """Resolve group ``group``'s winners (its partial ``own`` against the later key sets)
+    and write its part. Returns the rows written."""
+    winners = _winners(plan, group, own, key_sets)
     wanted = np.asarray(winners.column(P_ID).to_numpy(), dtype=np.int64)
 
     def superseded(keys: pa.ChunkedArray) -> np.ndarray:
         # A previous row is replaced by any new row of its key: this group's or a later one's.
-        return _in_partials(plan, keys, range(group, len(plan.groups)))
+        return _in_any(keys, key_sets, range(group, len(plan.groups)))
 
     return write_part(plan, group, wanted, winners.column(P_KEY), superseded)
+
+
+def group_write(plan: RoundPlan, group: int) -> int:
+    """Runs in a task: phase two of group ``group`` from the partials phase one wrote.
+    Returns the rows written."""
+    own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
+    return _write_group(plan, group, own, _partial_keys(plan))
 
 
 def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
@@ -392,6 +480,64 @@ def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
     written. Tasks write only their own part and read only partials."""
     os.makedirs(plan.out_dir, exist_ok=True)
     return sum(_per_group(spark, plan, group_write))
+
+
+# ---------------------------------------------------------------------------- one job
+
+
+def new_bytes(plan: RoundPlan) -> int:
+    return sum(s.size for g in plan.groups for s in g if not s.previous)
+
+
+def fits_one_job(plan: RoundPlan) -> bool:
+    """Whether both phases should run in one Spark job (:func:`both_phases`): with one group
+    (nothing to exchange), or when the new segments are a small share of the round (an
+    incremental round), so that every task reading the later groups' new keys itself costs
+    less than a second job."""
+    if len(plan.groups) == 1:
+        return True
+    total = sum(s.size for g in plan.groups for s in g)
+    return _ONE_JOB_NEW_SHARE * len(plan.groups) * new_bytes(plan) <= total
+
+
+def _new_keys(plan: RoundPlan, group: int) -> pa.Array | None:
+    """Every key of group ``group``'s new segments (tombstones included)."""
+    chunks = [
+        c
+        for s in plan.groups[group]
+        if not s.previous
+        for t, _ in _chunks(s, [LEDGER_ID, ENTRY_ID, KEY])
+        for c in t.column(KEY).chunks
+        if len(c)
+    ]
+    return pa.concat_arrays(chunks) if chunks else None
+
+
+def group_round(plan: RoundPlan, group: int) -> tuple[int, int, float]:
+    """Runs in a task: both phases of group ``group``, computing the later groups' key sets
+    from their new segments rather than from partials. Returns the rows read, the rows
+    written and the seconds phase one took."""
+    t0 = time.perf_counter()
+    own, rows_read = _partial(plan, group)
+    phase_one_s = time.perf_counter() - t0
+    own_keys = own.column(P_KEY).combine_chunks()
+
+    def key_sets(h: int) -> pa.Array | None:
+        return own_keys if h == group else _new_keys(plan, h)
+
+    return rows_read, _write_group(plan, group, own, _cached(key_sets)), phase_one_s
+
+
+def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
+    """Both phases in one job (one task per group): rows read, rows written, and the longest
+    phase one of a task in seconds."""
+    os.makedirs(plan.out_dir, exist_ok=True)
+    results = _per_group(spark, plan, group_round)
+    return (
+        sum(r for r, _, _ in results),
+        sum(w for _, w, _ in results),
+        max((p for _, _, p in results), default=0.0),
+    )
 
 
 # ------------------------------------------------------- phase two after a Spark SQL phase one

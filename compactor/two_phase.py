@@ -4,13 +4,16 @@ The round (see DESIGN.md, "The compaction"):
 
 1. Input: the previous compacted ledger, whole, plus the rows of the sealed original ledgers
    with ids in ``(previous_horizon, horizon]``. Both share ``ledger.schema``.
-2. Phase one reads the narrow columns only and computes, per key, the latest id and whether
-   it is a tombstone (:func:`compactor.phases.key_summary`). The result is cached: phase two
-   joins against it and the statistics read their counts from it.
-3. Phase two reads the full columns, keeps the winners (:func:`compactor.phases.phase_two`)
-   and writes them in message-id order as Parquet part files into ``<dir>.tmp``. The driver
-   fsyncs every file, writes the manifest, renames the directory into place and fsyncs the
-   parent. A reader therefore sees a complete compacted ledger or none.
+2. Phase one reads the narrow columns only and finds, per key, the latest id and whether it
+   is a tombstone. Phase two reads the full columns, keeps the winners and writes them in
+   message-id order as Parquet part files into ``<dir>.tmp``; the driver fsyncs every file,
+   writes the manifest, renames the directory into place and fsyncs the parent. A reader
+   therefore sees a complete compacted ledger or none.
+3. When message ids pack into one BIGINT (always, in practice) both phases run as Arrow work
+   in Spark tasks, one task per group of input files (``compactor.arrow_phases``): two Spark
+   jobs, or one when the round adds little to a previous compacted ledger. Otherwise, and for
+   phase one of the event-time and property strategies, they run as Spark SQL
+   (``compactor.phases``).
 
 The compactor never touches the metadata database: it returns a :class:`CompactionResult`
 and the caller commits it. On any failure it removes what it wrote and re-raises.
@@ -262,20 +265,26 @@ class TwoPhaseCompactor:
         self, job: CompactionJob, inputs: CompactionInputs, *, incremental: bool = False
     ) -> list[arrow_phases.Segment]:
         """The round's input as id-ordered segments: the previous compacted ledger's parts
-        (whole), then the original ledgers clipped to ``(previous_horizon, horizon]``."""
+        (whole; in an ``incremental`` round one segment per row group, so that its copy
+        spreads over the tasks), then the original ledgers clipped to
+        ``(previous_horizon, horizon]``."""
         out: list[arrow_phases.Segment] = []
         if inputs.previous_parts:
             manifest = Manifest.load(Path(job.previous_compacted))  # type: ignore[arg-type]
             for part in manifest.parts:
-                out.append(
-                    arrow_phases.Segment(
-                        str(Path(job.previous_compacted) / part.name),  # type: ignore[arg-type]
-                        arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1,
-                        arrow_phases.bound(part.last.ledger_id, part.last.entry_id),
-                        part.size,
-                        previous=incremental,
+                part_path = str(Path(job.previous_compacted) / part.name)  # type: ignore[arg-type]
+                first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
+                last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
+                if not incremental:
+                    out.append(arrow_phases.Segment(part_path, first, last, part.size))
+                    continue
+                meta = pq.read_metadata(part_path)
+                for rg in range(meta.num_row_groups):
+                    group = meta.row_group(rg)
+                    size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+                    out.append(
+                        arrow_phases.Segment(part_path, first, last, size, previous=True, row_groups=(rg,))
                     )
-                )
         after = job.previous_horizon
         lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
         hi = arrow_phases.bound(job.horizon.ledger_id, job.horizon.entry_id)
@@ -329,48 +338,39 @@ class TwoPhaseCompactor:
                     keep_tombstones_since=since,
                 )
 
-            self._fault("phase_one")
-            t0 = time.perf_counter()
-            with self._job_description(f"compaction {job.output_ledger_id}: phase one"):
-                if fast and job.strategy == OFFSET:
-                    entries_read = arrow_phases.phase_one(self.spark, plan)
-                    if incremental:  # the previous ledger's rows were not read: count them
-                        entries_read += Manifest.load(Path(job.previous_compacted)).entries  # type: ignore[arg-type]
-                else:
-                    # Materialised here; phase two joins against it, the count comes from it.
-                    summary = self.phase_one_frame(job, inputs=inputs).persist(StorageLevel.MEMORY_AND_DISK)
-                    totals = summary.agg(F.sum(RECORDS)).first()
-                    entries_read = int(totals[0] or 0) if totals is not None else 0
-            phase_one_ms = _ms_since(t0)
+            one_job = fast and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)
+            if one_job:
+                # Both phases in each task: a second Spark job would cost more than the reads
+                # it saves (see arrow_phases.fits_one_job).
+                self._fault("phase_one")
+                self._fault("phase_two")
+                t0 = time.perf_counter()
+                with self._job_description(f"compaction {job.output_ledger_id}: both phases"):
+                    entries_read, _, phase_one_s = arrow_phases.both_phases(self.spark, plan)
+                phase_one_ms = int(phase_one_s * 1000)
+                t1 = t0 + phase_one_s
+            else:
+                self._fault("phase_one")
+                t0 = time.perf_counter()
+                with self._job_description(f"compaction {job.output_ledger_id}: phase one"):
+                    if fast and job.strategy == OFFSET:
+                        entries_read = arrow_phases.phase_one(self.spark, plan)
+                    else:
+                        # Materialised here; phase two joins against it, the count comes from it.
+                        summary = self.phase_one_frame(job, inputs=inputs).persist(
+                            StorageLevel.MEMORY_AND_DISK
+                        )
+                        totals = summary.agg(F.sum(RECORDS)).first()
+                        entries_read = int(totals[0] or 0) if totals is not None else 0
+                phase_one_ms = _ms_since(t0)
+                self._fault("phase_two")
+                t1 = time.perf_counter()
+            if incremental:  # the previous ledger's rows were not read: count them
+                entries_read += Manifest.load(Path(job.previous_compacted)).entries  # type: ignore[arg-type]
 
-            self._fault("phase_two")
-            t1 = time.perf_counter()
-            with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
-                if fast and job.strategy == OFFSET:
-                    arrow_phases.phase_two(self.spark, plan)
-                elif fast:
-                    labels = self._labels(len(groups))
-                    ids = keep_ids(summary, keep_tombstones_since=since)  # type: ignore[arg-type]
-                    keep = ids.select(
-                        arrow_phases.label_column(
-                            ids[LATEST_ID], arrow_phases.group_bounds(groups), labels
-                        ).alias(arrow_phases.LABEL),
-                        ids[LATEST_ID].alias(arrow_phases.ID),
-                    )
-                    arrow_phases.phase_two_from_ids(self.spark, keep, plan, labels)
-                else:
-                    kept = phase_two(
-                        self.read_input(job, inputs=inputs),
-                        summary.where(F.col(KEY).isNotNull()),  # type: ignore[union-attr]
-                        retain_null_key=job.retain_null_key,
-                        keep_tombstones_since=since,
-                    )
-                    (
-                        kept.write.mode("errorifexists")
-                        .option("compression", "zstd")
-                        .option("parquet.block.size", str(ROW_GROUP_BYTES))
-                        .parquet(spark_path(tmp))
-                    )
+            if not one_job:
+                with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
+                    self._phase_two(job, inputs, plan if fast else None, summary, since, tmp)
             shutil.rmtree(tmp / SCRATCH_DIR, ignore_errors=True)
             tmp.mkdir(parents=True, exist_ok=True)
             for path in sorted(tmp.iterdir()):
@@ -403,6 +403,43 @@ class TwoPhaseCompactor:
             phase_two_ms=phase_two_ms,
             manifest=manifest,
         )
+
+    def _phase_two(
+        self,
+        job: CompactionJob,
+        inputs: CompactionInputs,
+        plan: arrow_phases.RoundPlan | None,
+        summary: DataFrame | None,
+        since: int | None,
+        tmp: Path,
+    ) -> None:
+        """Phase two as its own job: the Arrow path's (``plan``) from its partials, or from
+        the ids of a Spark SQL phase one (``summary``), or all in Spark SQL."""
+        if plan is not None and job.strategy == OFFSET:
+            arrow_phases.phase_two(self.spark, plan)
+        elif plan is not None:
+            labels = self._labels(len(plan.groups))
+            ids = keep_ids(summary, keep_tombstones_since=since)  # type: ignore[arg-type]
+            keep = ids.select(
+                arrow_phases.label_column(
+                    ids[LATEST_ID], arrow_phases.group_bounds(plan.groups), labels
+                ).alias(arrow_phases.LABEL),
+                ids[LATEST_ID].alias(arrow_phases.ID),
+            )
+            arrow_phases.phase_two_from_ids(self.spark, keep, plan, labels)
+        else:
+            kept = phase_two(
+                self.read_input(job, inputs=inputs),
+                summary.where(F.col(KEY).isNotNull()),  # type: ignore[union-attr]
+                retain_null_key=job.retain_null_key,
+                keep_tombstones_since=since,
+            )
+            (
+                kept.write.mode("errorifexists")
+                .option("compression", "zstd")
+                .option("parquet.block.size", str(ROW_GROUP_BYTES))
+                .parquet(spark_path(tmp))
+            )
 
     # ------------------------------------------------------------------ helpers
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
+from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor, arrow_phases
 from compactor.phases import NARROW_COLUMNS, phase_one
 from compactor.spark import explain_string, get_spark, local_cores, spark_conf
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
@@ -221,6 +222,36 @@ def test_second_round_merges_with_the_previous_compacted_ledger(
     assert kept(third) == [(P(1, 0), "once", b"long ago"), (P(3, 0), "a", b"a1")]
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_incremental_round_in_one_spark_job_or_two_equals_a_full_round(
+    spark: SparkSession,
+    topic: Topic,
+    compactor: TwoPhaseCompactor,
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: int,
+) -> None:
+    # The compactor runs both phases in one job when the new rows are few; force each way.
+    monkeypatch.setattr(arrow_phases, "_ONE_JOB_NEW_SHARE", 0 if jobs == 1 else 10**9)
+    for lid in range(1, 7):
+        topic.seal(lid, [(f"k{(lid * 5 + i) % 23}", f"{lid}:{i}".encode()) for i in range(20)])
+    first = compactor.compact(topic.job(10, horizon=P(6, 19)))
+    # New: overwrites, deletes (of old keys, and of a key only in the new rows), new keys.
+    topic.seal(7, [("k3", b"7:0"), ("k4", None), ("fresh", b"7:2"), ("k3", b"7:3"), ("short", b"x")])
+    topic.seal(8, [("short", None), ("k5", None), ("k6", b"8:2")])
+    sc = spark.sparkContext
+    group = f"incremental-round-{jobs}-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "counting the round's Spark jobs")
+    try:
+        second = compactor.compact(topic.job(11, horizon=P(8, 2), previous=first, ledger_ids=[7, 8]))
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    assert len(sc.statusTracker().getJobIdsForGroup(group)) == jobs
+    full = compactor.compact(topic.job(12, horizon=P(8, 2)))
+    assert kept(second) == kept(full)
+    assert {k for _, k, _ in kept(second)} == ({f"k{i}" for i in range(23)} - {"k4", "k5"}) | {"fresh"}
+    assert second.entries_read == first.records_kept + 8
+
+
 def test_rows_after_the_horizon_are_left_for_the_next_round(
     topic: Topic, compactor: TwoPhaseCompactor
 ) -> None:
@@ -337,6 +368,17 @@ def test_compacted_parts_use_zstd_and_bounded_row_groups(
 
 
 # ------------------------------------------------------------------ the session
+
+
+def test_parts_are_not_split_into_a_row_group_per_input_ledger(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    for lid in range(1, 41):
+        topic.seal(lid, [(f"k{lid}", b"v"), (f"k{lid}", b"latest")])
+    result = compactor.compact(topic.job(50, horizon=P(40, 1)))
+    metas = [pq.read_metadata(p) for p in CompactedLedger(result.directory).part_paths()]
+    assert sum(m.num_rows for m in metas) == 40
+    assert [m.num_row_groups for m in metas] == [1] * len(metas)
 
 
 def test_one_session_per_process(spark: SparkSession) -> None:
