@@ -38,12 +38,16 @@ split by row group, so that copying them spreads over every task.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -51,6 +55,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark import RDD, SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -65,6 +70,10 @@ LABEL, ID = "label", "id"
 
 # Columns of a partial (phase one's output per group).
 P_KEY, P_ID, P_TOMBSTONE, P_PUBLISH_TIME = KEY, "id", "tombstone", "publish_time"
+# Phase one's running aggregate without delete retention: ``id << 1 | tombstone``, for ids
+# below this bound (ledger ids below 2**30).
+_ENCODED = "id_tombstone"
+_ENCODABLE_IDS = 1 << 62
 
 # Rows decoded at a time from one file.
 _CHUNK_ROWS = 262_144
@@ -160,6 +169,11 @@ def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
     retention = plan.keep_tombstones_since is not None
     schema = _partial_schema(retention)
     columns = [LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE] + ([PUBLISH_TIME] if retention else [])
+    segments = [s for s in plan.groups[group] if not s.previous]
+    # Without delete retention, a key's latest row is its greatest ``id << 1 | tombstone``:
+    # one column and a plain hash "max", which costs half of the ordered "last" of each column.
+    encoded = not retention and all(s.hi < _ENCODABLE_IDS for s in segments)
+    folding = pa.schema([pa.field(P_KEY, pa.string()), pa.field(_ENCODED, pa.int64())]) if encoded else schema
     folded: pa.Table | None = None
     pending: list[pa.Table] = []
     pending_rows = 0
@@ -167,32 +181,44 @@ def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
     rows_read = 0
 
     def fold(tables: list[pa.Table]) -> pa.Table:
+        rows = pa.concat_tables(tables)
+        if encoded:
+            agg = rows.group_by(P_KEY, use_threads=False).aggregate([(_ENCODED, "max")])
+            return pa.table([agg.column(P_KEY), agg.column(f"{_ENCODED}_max")], schema=folding)
         # Rows in id order and one thread: "last" is each key's row with the latest id.
-        agg = (
-            pa.concat_tables(tables)
-            .group_by(P_KEY, use_threads=False)
-            .aggregate([(name, "last") for name in schema.names[1:]])
-        )
+        agg = rows.group_by(P_KEY, use_threads=False).aggregate([(n, "last") for n in schema.names[1:]])
         return pa.table(
             [agg.column(P_KEY), *(agg.column(f"{n}_last") for n in schema.names[1:])], schema=schema
         )
 
-    for segment in plan.groups[group]:
-        if segment.previous:
-            continue
+    for segment in segments:
         for table, ids in _chunks(segment, columns):
             rows_read += table.num_rows
             keys = table.column(KEY)
-            rows = pa.table(
-                [keys, pa.array(ids, pa.int64()), table.column(IS_TOMBSTONE)]
-                + ([table.column(PUBLISH_TIME)] if retention else []),
-                schema=schema,
-            )
+            tombstone = table.column(IS_TOMBSTONE)
             if keys.null_count:
                 null_key = _bool_numpy(keys.is_null())
                 if plan.retain_null_key:
-                    keyless.append(rows.filter(pa.array(null_key & ~_bool_numpy(table.column(IS_TOMBSTONE)))))
-                rows = rows.filter(pa.array(~null_key))
+                    live = null_key & ~_bool_numpy(tombstone)
+                    keyless.append(
+                        pa.table(
+                            [keys, pa.array(ids, pa.int64()), tombstone]
+                            + ([table.column(PUBLISH_TIME)] if retention else []),
+                            schema=schema,
+                        ).filter(pa.array(live))
+                    )
+                table, ids = table.filter(pa.array(~null_key)), ids[~null_key]
+                keys, tombstone = table.column(KEY), table.column(IS_TOMBSTONE)
+            if encoded:
+                rows = pa.table(
+                    [keys, pa.array((ids << 1) | _bool_numpy(tombstone), pa.int64())], schema=folding
+                )
+            else:
+                rows = pa.table(
+                    [keys, pa.array(ids, pa.int64()), tombstone]
+                    + ([table.column(PUBLISH_TIME)] if retention else []),
+                    schema=schema,
+                )
             pending.append(rows)
             pending_rows += rows.num_rows
             if pending_rows >= _FOLD_ROWS:
@@ -200,6 +226,12 @@ def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
                 pending, pending_rows = [], 0
     if pending:
         folded = fold([folded, *pending] if folded is not None else pending)
+    if encoded and folded is not None:
+        v = np.asarray(folded.column(_ENCODED).to_numpy(), dtype=np.int64)
+        folded = pa.table(
+            [folded.column(P_KEY), pa.array(v >> 1, pa.int64()), pa.array((v & 1).astype(bool))],
+            schema=schema,
+        )
     parts = ([folded] if folded is not None else []) + keyless
     return (pa.concat_tables(parts) if parts else schema.empty_table()), rows_read
 
@@ -221,6 +253,21 @@ def phase_one(spark: SparkSession, plan: RoundPlan) -> int:
     return sum(_per_group(spark, plan, group_latest))
 
 
+# Per SparkContext, an RDD of the group numbers ``0 .. n-1`` in ``n`` partitions, by ``n``:
+# building one costs a round trip through a file, reusing it costs nothing.
+_GROUP_RDDS: weakref.WeakKeyDictionary[SparkContext, dict[int, RDD[int]]] = weakref.WeakKeyDictionary()
+_GROUP_RDDS_LOCK = threading.Lock()
+
+
+def _group_rdd(spark: SparkSession, n: int) -> RDD[int]:
+    sc = spark.sparkContext
+    with _GROUP_RDDS_LOCK:
+        by_n = _GROUP_RDDS.setdefault(sc, {})
+        if n not in by_n:
+            by_n[n] = sc.parallelize(range(n), n)
+        return by_n[n]
+
+
 def _per_group(spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, int], T]) -> list[T]:
     """``work(plan, g)`` for every group ``g``, one Spark task each; their results, in order."""
 
@@ -231,7 +278,7 @@ def _per_group(spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, 
     n = len(plan.groups)
     if n == 0:
         return []
-    return spark.sparkContext.parallelize(range(n), n).mapPartitions(task).collect()
+    return _group_rdd(spark, n).mapPartitions(task).collect()
 
 
 # ---------------------------------------------------------------------------- phase two
@@ -337,8 +384,13 @@ def _attempt_path(path: str, scratch_dir: str) -> str:
 class _PartWriter:
     """One output part file, created on its first row. Rows are buffered into row groups of
     about ``row_group_bytes`` (a page read decodes one row group, so they should be neither
-    tiny nor huge); on close the file is fsynced and renamed into place (see
-    :func:`_attempt_path`)."""
+    tiny nor huge) and encoded by a thread of their own while the task reads on (pyarrow
+    releases the GIL; the part holding the latest rows is the largest by far, so its task
+    would otherwise finish long after the others). On close the file is fsynced and renamed
+    into place (see :func:`_attempt_path`)."""
+
+    # Row groups handed to the encoding thread but not yet written, at most.
+    _IN_FLIGHT = 2
 
     def __init__(self, path: str, scratch_dir: str, row_group_bytes: int) -> None:
         self.path = path
@@ -349,6 +401,8 @@ class _PartWriter:
         self._tmp = ""
         self._pending: list[pa.Table] = []
         self._pending_bytes = 0
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="part-writer")
+        self._in_flight: collections.deque[Future[None]] = collections.deque()
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -369,13 +423,22 @@ class _PartWriter:
         if self._writer is None:
             self._tmp = _attempt_path(self.path, self.scratch_dir)
             self._writer = pq.ParquetWriter(self._tmp, ARROW_SCHEMA, compression="zstd")
-        self._writer.write_table(table.slice(0, now), row_group_size=per_group)
+        while len(self._in_flight) >= self._IN_FLIGHT:
+            self._in_flight.popleft().result()  # raises what the encoder raised
+        self._in_flight.append(
+            self._encoder.submit(self._writer.write_table, table.slice(0, now), row_group_size=per_group)
+        )
         rest = table.slice(now)
         self._pending = [rest] if rest.num_rows else []
         self._pending_bytes = self._pending_bytes * rest.num_rows // table.num_rows
 
     def close(self) -> int:
-        self._flush(final=True)
+        try:
+            self._flush(final=True)
+            while self._in_flight:
+                self._in_flight.popleft().result()
+        finally:
+            self._encoder.shutdown()
         if self._writer is not None:
             self._writer.close()
             with open(self._tmp, "rb") as f:
@@ -384,8 +447,12 @@ class _PartWriter:
         return self.rows
 
     def abort(self) -> None:
+        for pending in self._in_flight:
+            pending.cancel()
+        self._encoder.shutdown(wait=True)
         if self._writer is not None:
-            self._writer.close()
+            with contextlib.suppress(Exception):
+                self._writer.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
 

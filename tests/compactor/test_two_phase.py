@@ -296,6 +296,23 @@ def test_large_ledger_ids_fall_back_to_struct_ids(topic: Topic, compactor: TwoPh
     assert got == [(P(big, 4), None, b"n"), (P(big + 1, 0), "b", b"b1"), (P(big + 1, 2), "d", b"d0")]
 
 
+@pytest.mark.parametrize("first_ledger", [2**30 - 1, 2**31 - 2], ids=["below-2^30", "near-2^31"])
+def test_every_packable_ledger_id_compacts_the_same(
+    topic: Topic, compactor: TwoPhaseCompactor, first_ledger: int
+) -> None:
+    # Phase one folds ``id << 1 | tombstone`` while ledger ids are below 2**30, and the
+    # columns themselves above: the two must agree, including across that boundary.
+    topic.seal(first_ledger, [("a", b"a0"), ("b", b"b0"), ("a", None), ("c", b"c0"), (None, b"n")])
+    topic.seal(first_ledger + 1, [("b", b"b1"), ("c", None), ("d", b"d0"), ("e", b"e0"), ("e", None)])
+    job = topic.job(first_ledger + 2, horizon=P(first_ledger + 1, 4), retain_null_key=True)
+    assert compactor.inputs(job).packed
+    assert kept(compactor.compact(job)) == [
+        (P(first_ledger, 4), None, b"n"),
+        (P(first_ledger + 1, 0), "b", b"b1"),
+        (P(first_ledger + 1, 2), "d", b"d0"),
+    ]
+
+
 # ------------------------------------------------------------------ layout and plans
 
 
