@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio.to_thread
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from api import errors
+from api.guard import RequestGuard
 from api.routes import admin, consumers, fallback, health, messages, policies, subscriptions, topics
 from compactor import TwoPhaseCompactor
 from compactor.spark import get_spark
@@ -75,23 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Topic compactor", version="0.1.0", lifespan=lifespan)
     errors.install(app)
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):  # type: ignore[no-untyped-def]
-        # Routing sees the decoded path, so "a%2Fb" would reach a route as two segments and
-        # could even name a different resource: refuse an encoded slash outright.
-        if b"%2f" in request.scope.get("raw_path", b"").lower():
-            return JSONResponse(
-                {"reason": "invalid name: '/' is not allowed in a name part"}, status_code=400
-            )
-        length = request.headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                return JSONResponse({"reason": "invalid Content-Length"}, status_code=400)
-            if int(length) > settings.max_request_bytes:
-                return JSONResponse(
-                    {"reason": f"request body over {settings.max_request_bytes} bytes"}, status_code=413
-                )
-        return await call_next(request)
+    app.add_middleware(RequestGuard, max_request_bytes=settings.max_request_bytes)
 
     app.include_router(health.router)
     app.include_router(topics.router)

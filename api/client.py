@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import builtins
 import contextlib
 import logging
@@ -54,7 +55,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
@@ -316,18 +317,41 @@ class Message:
         return self.topic
 
 
+def _setters(cls: type, names: Sequence[str]) -> tuple[Callable[[Any, Any], None], ...]:
+    """The slot setters of a frozen slots dataclass: filling an instance through them skips
+    the dataclass ``__init__`` (and its checks), which costs several times as much."""
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_SET_ID = _setters(MessageId, ("ledger_id", "entry_id"))
+_SET_MESSAGE = _setters(
+    Message,
+    ("id", "partition_key", "payload", "props", "publish_time", "event_time", "redeliveries", "topic"),
+)
+
+
 def _message(topic: str, d: Mapping[str, Any]) -> Message:
+    """A received message from its JSON. Every page holds up to thousands, so it is built
+    through the slot setters: the server wrote the id, which is well formed by construction
+    (and a malformed one still raises, from ``int``)."""
+    ledger, _, entry = d["messageId"].partition(":")
+    mid = object.__new__(MessageId)
+    set_ledger, set_entry = _SET_ID
+    set_ledger(mid, int(ledger))
+    set_entry(mid, int(entry))
     value = d.get("value")
-    return Message(
-        id=MessageId.parse(d["messageId"]),
-        partition_key=d.get("key"),
-        payload=base64.b64decode(value) if value is not None else None,
-        props=dict(d.get("properties") or {}),
-        publish_time=int(d.get("publishTime") or 0),
-        event_time=d.get("eventTime"),
-        redeliveries=int(d.get("redeliveryCount") or 0),
-        topic=topic,
-    )
+    props = d.get("properties")
+    m = object.__new__(Message)
+    s_id, s_key, s_payload, s_props, s_publish, s_event, s_redeliveries, s_topic = _SET_MESSAGE
+    s_id(m, mid)
+    s_key(m, d.get("key"))
+    s_payload(m, binascii.a2b_base64(value) if value is not None else None)
+    s_props(m, dict(props) if props else {})
+    s_publish(m, int(d.get("publishTime") or 0))
+    s_event(m, d.get("eventTime"))
+    s_redeliveries(m, int(d.get("redeliveryCount") or 0))
+    s_topic(m, topic)
+    return m
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ledger.entry import Entry, Position
@@ -221,6 +222,9 @@ class CompactedLedger:
         self._index: dict[int, _PartIndex] = {}
         self._ids: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
+        # (part, first row group, last row group, rows): the row groups decoded last. Replaced
+        # whole, never changed, so threads share it without the lock.
+        self._decoded: tuple[int, int, int, pa.Table] | None = None
 
     # ------------------------------------------------------------------ summary
 
@@ -280,6 +284,7 @@ class CompactedLedger:
         with self._lock:
             self._index.clear()
             self._ids.clear()
+            self._decoded = None
 
     # ------------------------------------------------------------------ internals
 
@@ -348,6 +353,11 @@ class CompactedLedger:
         index = self._part_index(part)
         first_rg = bisect.bisect_right(index.rg_starts, lo) - 1
         last_rg = bisect.bisect_right(index.rg_starts, hi - 1) - 1
-        with pq.ParquetFile(self._path(part), metadata=index.metadata) as pf:
-            table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
-        return table_to_entries(table.slice(lo - index.rg_starts[first_rg], hi - lo))
+        # Readers go page by page and a row group holds many pages: keep the last one decoded.
+        decoded = self._decoded
+        if decoded is None or decoded[0] != part or not decoded[1] <= first_rg <= last_rg <= decoded[2]:
+            with pq.ParquetFile(self._path(part), metadata=index.metadata) as pf:
+                rows = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+            decoded = self._decoded = (part, first_rg, last_rg, rows)
+        _, first, _, table = decoded
+        return table_to_entries(table.slice(lo - index.rg_starts[first], hi - lo))

@@ -76,6 +76,9 @@ class SealedLedger:
         self.file_bytes = path.stat().st_size
         self._lock = threading.Lock()
         self._publish_times: list[int] | None = None
+        # The row groups decoded last (first, last, table): consumers read a ledger page by
+        # page, and a page is much smaller than a row group.
+        self._decoded: tuple[int, int, pa.Table] | None = None
 
     def read(self, start: int, max_entries: int) -> list[Entry]:
         """Entries ``start`` .. ``start + max_entries - 1`` that exist, in order."""
@@ -85,9 +88,12 @@ class SealedLedger:
         first_rg = bisect.bisect_right(self._starts, start) - 1
         last_rg = bisect.bisect_right(self._starts, end - 1) - 1
         with self._lock:  # ParquetFile keeps one file handle; serialise its use.
-            table = self._file.read_row_groups(list(range(first_rg, last_rg + 1)))
-        offset = start - self._starts[first_rg]
-        return table_to_entries(table.slice(offset, end - start))
+            decoded = self._decoded
+            if decoded is None or not decoded[0] <= first_rg <= last_rg <= decoded[1]:
+                rows = self._file.read_row_groups(list(range(first_rg, last_rg + 1)))
+                decoded = self._decoded = (first_rg, last_rg, rows)
+        first, _, table = decoded
+        return table_to_entries(table.slice(start - self._starts[first], end - start))
 
     def first_entry_at_or_after(self, publish_time: int) -> int:
         """Id of the first entry published at or after ``publish_time`` (``entries`` if none).

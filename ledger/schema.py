@@ -52,7 +52,11 @@ def entries_to_table(entries: Sequence[Entry]) -> pa.Table:
 
 def table_to_entries(table: pa.Table) -> list[Entry]:
     """Turn rows of a ledger table (any row order) back into entries."""
-    cols = table.select(list(COLUMNS)).to_pydict()
+    # Column by column: Table.to_pydict costs ten times as much on a slice of a row group.
+    lids, eids, keys, values, propss, pts, ets = (
+        table.column(name).to_pylist()
+        for name in (LEDGER_ID, ENTRY_ID, KEY, VALUE, PROPERTIES, PUBLISH_TIME, EVENT_TIME)
+    )
     return [
         Entry(
             ledger_id=lid,
@@ -64,14 +68,7 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
             event_time=et,
         )
         for lid, eid, key, value, props, pt, et in zip(
-            cols[LEDGER_ID],
-            cols[ENTRY_ID],
-            cols[KEY],
-            cols[VALUE],
-            cols[PROPERTIES],
-            cols[PUBLISH_TIME],
-            cols[EVENT_TIME],
-            strict=True,
+            lids, eids, keys, values, propss, pts, ets, strict=True
         )
     ]
 

@@ -76,9 +76,7 @@ async def receive(
     delivered = await run_in_threadpool(
         subs.receive, name, sub, consumer_id, max_messages=body.maxMessages, timeout_ms=body.timeoutMs
     )
-    return json_response(
-        {"messages": [message_json(d.entry) | {"redeliveryCount": d.redelivery_count} for d in delivered]}
-    )
+    return json_response({"messages": [message_json(d.entry, d.redelivery_count) for d in delivered]})
 
 
 @router.post(BASE + "/{consumer_id}/ack", status_code=204, response_class=Response)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+import binascii
 from typing import Annotated
 
 import orjson
@@ -63,12 +63,17 @@ def json_response(body: object) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-def message_json(e: Entry) -> dict[str, object]:
-    return {
+def message_json(e: Entry, redelivery_count: int | None = None) -> dict[str, object]:
+    """A message as the REST API writes it; with ``redelivery_count`` as a consumer gets it."""
+    value = e.value
+    out: dict[str, object] = {
         "messageId": f"{e.ledger_id}:{e.entry_id}",
         "key": e.key,
-        "value": base64.b64encode(e.value).decode() if e.value is not None else None,
+        "value": binascii.b2a_base64(value, newline=False).decode() if value is not None else None,
         "properties": e.properties,
         "publishTime": e.publish_time,
         "eventTime": e.event_time,
     }
+    if redelivery_count is not None:
+        out["redeliveryCount"] = redelivery_count
+    return out
