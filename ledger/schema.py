@@ -57,20 +57,9 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
         table.column(name).to_pylist()
         for name in (LEDGER_ID, ENTRY_ID, KEY, VALUE, PROPERTIES, PUBLISH_TIME, EVENT_TIME)
     )
-    return [
-        Entry(
-            ledger_id=lid,
-            entry_id=eid,
-            key=key,
-            value=value,
-            properties=dict(props) if props else {},
-            publish_time=pt,
-            event_time=et,
-        )
-        for lid, eid, key, value, props, pt, et in zip(
-            lids, eids, keys, values, propss, pts, ets, strict=True
-        )
-    ]
+    properties = [dict(p) if p else {} for p in propss]
+    # map() calls the constructor positionally, without a Python frame per row.
+    return list(map(Entry, lids, eids, keys, values, properties, pts, ets))
 
 
 def records_to_table(ledger_id: int, records: Sequence[Record] | Sequence[Entry]) -> pa.Table:
