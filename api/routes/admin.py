@@ -13,7 +13,7 @@ from service.compaction import CompactionService
 router = APIRouter(prefix="/admin/v2/persistent", tags=["compaction"])
 
 
-def get_compaction(request: Request) -> CompactionService:
+async def get_compaction(request: Request) -> CompactionService:
     return request.app.state.compaction  # type: ignore[no-any-return]
 
 

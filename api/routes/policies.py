@@ -15,7 +15,7 @@ from service.policies import FIELDS, Policy, PolicyStore, Scope, validate
 router = APIRouter(tags=["policies"])
 
 
-def get_policies(request: Request) -> PolicyStore:
+async def get_policies(request: Request) -> PolicyStore:
     return request.app.state.policies  # type: ignore[no-any-return]
 
 

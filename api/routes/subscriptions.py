@@ -13,7 +13,7 @@ from service.cursors import COMPACTION_CURSOR, SubscriptionService, backlog_of
 router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])
 
 
-def get_subscriptions(request: Request) -> SubscriptionService:
+async def get_subscriptions(request: Request) -> SubscriptionService:
     return request.app.state.subscriptions  # type: ignore[no-any-return]
 
 
