@@ -15,6 +15,7 @@ from api.guard import RequestGuard
 from api.routes import admin, consumers, fallback, health, messages, policies, subscriptions, topics
 from compactor import TwoPhaseCompactor
 from compactor.spark import get_spark
+from compactor.warmup import warm_up
 from service.compaction import CompactionService
 from service.cursors import SubscriptionService
 from service.db import Database, upgrade
@@ -63,7 +64,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.compaction = compaction
         if settings.spark_warmup:
             # Spark takes seconds to start; do it now so the first compaction does not wait.
-            threading.Thread(target=spark_session, args=(settings,), name="spark-warmup", daemon=True).start()
+            threading.Thread(
+                target=_warm_up_spark, args=(settings,), name="spark-warmup", daemon=True
+            ).start()
         try:
             yield
         finally:
@@ -86,6 +89,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(policies.router)
     app.include_router(fallback.router)
     return app
+
+
+def _warm_up_spark(settings: Settings) -> None:
+    """Start Spark and run a throw-away round, so the first compaction is a warm one."""
+    try:
+        warm_up(spark_session(settings), settings.data_dir)
+    except Exception:  # noqa: BLE001 - a real round reports the same failure where it matters
+        log.exception("warming Spark up failed")
 
 
 def spark_session(settings: Settings):  # type: ignore[no-untyped-def]

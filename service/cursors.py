@@ -53,7 +53,7 @@ class ConsumerInfo:
     last_seen: float = field(default_factory=time.monotonic)
 
 
-@dataclass
+@dataclass(slots=True)
 class Delivered:
     entry: Entry
     redelivery_count: int
