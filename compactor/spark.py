@@ -11,6 +11,8 @@ What the configuration does, and why:
 - no ``_SUCCESS`` markers and no ``.crc`` side files (the raw local file system): a compacted
   ledger directory holds part files and its manifest only;
 - zstd Parquet, like the sealed ledgers;
+- Python workers reach the JVM over a Unix domain socket, which halves the fixed cost of a
+  job with Python tasks;
 - in local mode: the driver binds to 127.0.0.1, the shuffle has 2 partitions per core, and
   the JVM logs only warnings (a log4j2 configuration is handed to the driver JVM at launch).
 """
@@ -93,6 +95,11 @@ def spark_conf(
         # The compactor's Arrow tasks run in Python workers; give them big Arrow batches.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
     }
+    if os.name == "posix":
+        # Python workers talk to their JVM over a Unix domain socket (Spark 4.1, SPARK-51688)
+        # instead of loopback TCP: a job with Python tasks then costs ~40 ms instead of ~90 ms
+        # before any work, most of an incremental round.
+        conf["spark.python.unix.domain.socket.enabled"] = "true"
     cores = local_cores(master)
     if cores is not None:
         conf["spark.driver.host"] = "127.0.0.1"

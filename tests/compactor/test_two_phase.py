@@ -418,6 +418,7 @@ def test_session_configuration_defaults() -> None:
     assert conf["spark.sql.shuffle.partitions"] == "6"
     assert conf["spark.driver.host"] == "127.0.0.1"
     assert conf["spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"] == "false"
+    assert conf["spark.python.unix.domain.socket.enabled"] == "true"  # half the cost of a job
     cluster = spark_conf(master="spark://master:7077", extra_conf={"spark.executor.memory": "8g"})
     assert "spark.sql.shuffle.partitions" not in cluster and "spark.driver.host" not in cluster
     assert cluster["spark.executor.memory"] == "8g"
