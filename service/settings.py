@@ -49,7 +49,10 @@ class Settings(BaseSettings):
     spark_driver_memory: str = "2g"
     spark_ui: bool = False
     spark_shuffle_partitions: int | None = Field(default=None, ge=1)
-    spark_warmup: bool = Field(default=True, description="Start Spark, and run a throw-away compaction round, in the background at start-up.")
+    spark_warmup: bool = Field(
+        default=True,
+        description="Start Spark, and run a throw-away compaction round, in the background at start-up.",
+    )
 
     compaction_monitor_interval_seconds: float = Field(default=60.0, gt=0)
     compaction_workers: int = Field(default=1, ge=1)
