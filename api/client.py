@@ -330,28 +330,33 @@ _SET_MESSAGE = _setters(
 )
 
 
-def _message(topic: str, d: Mapping[str, Any]) -> Message:
-    """A received message from its JSON. Every page holds up to thousands, so it is built
-    through the slot setters: the server wrote the id, which is well formed by construction
-    (and a malformed one still raises, from ``int``)."""
-    ledger, _, entry = d["messageId"].partition(":")
-    mid = object.__new__(MessageId)
+def _messages(topic: str, items: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """Received messages from their JSON. A page holds up to thousands, so they are built in
+    one loop through the slot setters (see ``_setters``): the server wrote the ids, well
+    formed by construction (a malformed one still raises, from ``int``)."""
     set_ledger, set_entry = _SET_ID
-    set_ledger(mid, int(ledger))
-    set_entry(mid, int(entry))
-    value = d.get("value")
-    props = d.get("properties")
-    m = object.__new__(Message)
     s_id, s_key, s_payload, s_props, s_publish, s_event, s_redeliveries, s_topic = _SET_MESSAGE
-    s_id(m, mid)
-    s_key(m, d.get("key"))
-    s_payload(m, binascii.a2b_base64(value) if value is not None else None)
-    s_props(m, dict(props) if props else {})
-    s_publish(m, int(d.get("publishTime") or 0))
-    s_event(m, d.get("eventTime"))
-    s_redeliveries(m, int(d.get("redeliveryCount") or 0))
-    s_topic(m, topic)
-    return m
+    new, a2b = object.__new__, binascii.a2b_base64
+    out: list[Message] = []
+    append = out.append
+    for d in items:
+        ledger, _, entry = d["messageId"].partition(":")
+        mid = new(MessageId)
+        set_ledger(mid, int(ledger))
+        set_entry(mid, int(entry))
+        value = d.get("value")
+        props = d.get("properties")
+        m = new(Message)
+        s_id(m, mid)
+        s_key(m, d.get("key"))
+        s_payload(m, a2b(value) if value is not None else None)
+        s_props(m, dict(props) if props else {})
+        s_publish(m, int(d.get("publishTime") or 0))
+        s_event(m, d.get("eventTime"))
+        s_redeliveries(m, int(d.get("redeliveryCount") or 0))
+        s_topic(m, topic)
+        append(m)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -760,8 +765,7 @@ class _ConsumerBase(_Child[_C]):
         body = yield from self._op_call(
             "receive", {"maxMessages": max_messages, "timeoutMs": wait_ms}, wait=wait_ms / 1000
         )
-        topic = str(self._topic)
-        return [_message(topic, m) for m in body["messages"]]
+        return _messages(str(self._topic), body["messages"])
 
     def _op_receive(self, timeout_millis: int | None, max_messages: int | None) -> _Op[list[Message]]:
         """Up to ``max_messages`` (``None``: one, from a full receiver queue); waits until at
@@ -863,8 +867,7 @@ class _ReaderBase(_Child[_C]):
         )
         if body.get("nextMessageId"):
             self._next = body["nextMessageId"]
-        topic = str(self._topic)
-        messages = [_message(topic, m) for m in body["messages"]]
+        messages = _messages(str(self._topic), body["messages"])
         if self._after is not None:
             after = self._after
             messages = [m for m in messages if m.id > after]

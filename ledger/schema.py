@@ -58,8 +58,8 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
         for name in (LEDGER_ID, ENTRY_ID, KEY, VALUE, PROPERTIES, PUBLISH_TIME, EVENT_TIME)
     )
     properties = [dict(p) if p else {} for p in propss]
-    # map() calls the constructor positionally, without a Python frame per row.
-    return list(map(Entry, lids, eids, keys, values, properties, pts, ets))
+    make = Entry._make
+    return [make(row) for row in zip(lids, eids, keys, values, properties, pts, ets, strict=True)]
 
 
 def records_to_table(ledger_id: int, records: Sequence[Record] | Sequence[Entry]) -> pa.Table:
