@@ -111,6 +111,4 @@ def test_errors_exit_1_with_the_reason(srv: Server, monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(app, ["topics", "list", "public/cli"])
     assert result.exit_code == 1 and result.stderr.startswith("error: ConnectError")
     monkeypatch.setenv("COMPACTOR_URL", srv.url)
-    assert "persistent://public/cli/dup" in ok(
-        CliRunner().invoke(app, ["topics", "list", "public/cli"])
-    )
+    assert "persistent://public/cli/dup" in ok(CliRunner().invoke(app, ["topics", "list", "public/cli"]))
