@@ -64,7 +64,6 @@ from ledger.schema import ARROW_SCHEMA, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, 
 
 T = TypeVar("T")
 
-KEEP_DDL = "label INT, id BIGINT"
 WRITTEN_DDL = "part INT, rows BIGINT"
 LABEL, ID = "label", "id"
 
@@ -553,6 +552,7 @@ def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
 
 
 def new_bytes(plan: RoundPlan) -> int:
+    """Bytes of the round's new segments (not the previous compacted ledger's)."""
     return sum(s.size for g in plan.groups for s in g if not s.previous)
 
 
