@@ -6,7 +6,7 @@ extra task and memory stream; a page of a thousand messages pays for that on eac
 
 from __future__ import annotations
 
-import orjson
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 
@@ -27,7 +27,8 @@ class RequestGuard:
             refusal = self._refusal(scope)
             if refusal is not None:
                 status, reason = refusal
-                await _reply(send, status, reason)
+                # The same body as every other refusal (api/errors.py).
+                await JSONResponse({"reason": reason}, status_code=status)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -41,10 +42,3 @@ class RequestGuard:
                 if int(value) > self.max_request_bytes:
                     return 413, f"request body over {self.max_request_bytes} bytes"
         return None
-
-
-async def _reply(send: Send, status: int, reason: str) -> None:
-    body = orjson.dumps({"reason": reason})
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
