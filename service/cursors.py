@@ -7,8 +7,13 @@ Invariants of a subscription:
 - every id the reader can see in ``(mark_delete, read_pos)`` is either in ``acked`` or in
   ``pending`` (delivered, not yet acknowledged), so the mark-delete position can advance to
   the greatest acked id below the smallest pending one;
+- ``pending`` is in id order (deliveries read forward from ``read_pos``, and a rewind empties
+  it), so its first key is its smallest and a cumulative ack removes a prefix;
 - redelivery (explicit, ack timeout, a new consumer, a restart) rewinds ``read_pos`` to just
   after ``mark_delete``; reading skips ids in ``acked``, so acknowledged messages never come back.
+
+Delivery keeps no object per message beyond its ``pending`` entry: a consumer reads pages of
+thousands, and this bookkeeping ran on every one of them.
 """
 
 from __future__ import annotations
@@ -16,7 +21,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
+from typing import NamedTuple, overload
 
 from sqlalchemy import delete, insert, select, update
 
@@ -53,11 +62,51 @@ class ConsumerInfo:
     last_seen: float = field(default_factory=time.monotonic)
 
 
-@dataclass(slots=True)
-class Delivered:
+class Delivered(NamedTuple):
+    """One delivered message and how often the subscription delivered it before."""
+
     entry: Entry
     redelivery_count: int
-    deadline: float | None
+
+
+class Delivery(Sequence[Delivered]):
+    """A page of messages delivered to a consumer, in id order.
+
+    Kept as columns (the entries, and their redelivery counts when any is above zero) so that
+    a page of thousands builds no object per message; indexing yields ``Delivered``.
+    """
+
+    __slots__ = ("entries", "redelivery_counts")
+
+    def __init__(self, entries: list[Entry], redelivery_counts: list[int] | None = None) -> None:
+        self.entries = entries
+        #: None when every message is delivered for the first time.
+        self.redelivery_counts = redelivery_counts
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @overload
+    def __getitem__(self, i: int) -> Delivered: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Delivered]: ...
+    def __getitem__(self, i: int | slice) -> Delivered | list[Delivered]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        counts = self.redelivery_counts
+        return Delivered(self.entries[i], counts[i] if counts is not None else 0)
+
+    def __iter__(self) -> Iterator[Delivered]:
+        counts = self.redelivery_counts
+        if counts is None:
+            return (Delivered(e, 0) for e in self.entries)
+        return (Delivered(e, n) for e, n in zip(self.entries, counts, strict=True))
+
+    def __repr__(self) -> str:
+        return f"Delivery({len(self.entries)} messages)"
+
+
+_Key = tuple[int, int]  # a position as a plain tuple: equal to, and hashed as, its Position
 
 
 class Subscription:
@@ -80,8 +129,12 @@ class Subscription:
         self.mark_delete = mark_delete
         self.acked = acked
         self.read_pos = mark_delete.next()
-        self.pending: dict[Position, Delivered] = {}
-        self.deliveries: dict[Position, int] = {}
+        # Delivered, not acknowledged: position -> times delivered before this delivery.
+        self.pending: dict[_Key, int] = {}
+        # Delivered and then rewound, not yet consumed: position -> times delivered so far.
+        self.redelivered: dict[_Key, int] = {}
+        # Pages delivered under an ack timeout, oldest first: (deadline, their positions).
+        self.timeouts: deque[tuple[float, list[_Key]]] = deque()
         self.consumer: ConsumerInfo | None = None
         self.lock = threading.RLock()
         # Whether the database holds individual acks for this cursor (else a write skips them).
@@ -90,21 +143,50 @@ class Subscription:
     def rewind(self) -> None:
         """Deliver every unacknowledged message again, in order."""
         with self.lock:
+            redelivered = self.redelivered
+            for pos, count in self.pending.items():
+                redelivered[pos] = count + 1
             self.pending.clear()
+            self.timeouts.clear()
             self.read_pos = self.mark_delete.next()
 
+    def was_delivered(self, pos: Position) -> bool:
+        return pos in self.pending or pos in self.redelivered or pos in self.acked
+
+    def next_ack_deadline(self) -> float | None:
+        return self.timeouts[0][0] if self.timeouts else None
+
     def expire_ack_timeouts(self) -> None:
+        """Rewind when a page delivered under an ack timeout still has a message pending past
+        its deadline. Pages are checked oldest first, each once its deadline has passed."""
         now = time.monotonic()
-        if any(d.deadline is not None and d.deadline <= now for d in self.pending.values()):
-            self.rewind()
+        while self.timeouts and self.timeouts[0][0] <= now:
+            _, positions = self.timeouts[0]
+            if any(p in self.pending for p in positions):
+                self.rewind()
+                return
+            self.timeouts.popleft()
+
+    def ack_upto(self, upto: Position) -> None:
+        """Consume every id up to ``upto`` (a cumulative ack)."""
+        self.mark_delete = max(self.mark_delete, upto)
+        pending = self.pending
+        if pending:
+            if next(reversed(pending)) <= upto:  # the usual case: the page's last message
+                pending.clear()
+            else:
+                for pos in list(takewhile(lambda p: p <= upto, pending)):
+                    del pending[pos]
 
     def advance_mark_delete(self) -> None:
-        floor = min([*self.pending, self.read_pos])
-        below = [a for a in self.acked if a < floor]
-        if below:
-            self.mark_delete = max(self.mark_delete, max(below))
-        self.acked = {a for a in self.acked if a > self.mark_delete}
-        self.deliveries = {p: n for p, n in self.deliveries.items() if p > self.mark_delete}
+        floor = next(iter(self.pending)) if self.pending else self.read_pos
+        if self.acked:
+            below = [a for a in self.acked if a < floor]
+            if below:
+                self.mark_delete = max(self.mark_delete, max(below))
+            self.acked = {a for a in self.acked if a > self.mark_delete}
+        if self.redelivered:
+            self.redelivered = {p: n for p, n in self.redelivered.items() if p > self.mark_delete}
 
 
 class SubscriptionService:
@@ -243,7 +325,7 @@ class SubscriptionService:
 
     def receive(
         self, name: TopicName, sub: str, consumer_id: str, *, max_messages: int = 100, timeout_ms: int = 0
-    ) -> list[Delivered]:
+    ) -> Delivery:
         """Deliver up to ``max_messages``; waits up to ``timeout_ms`` for the first one."""
         if max_messages < 1:
             raise InvalidInput("maxMessages must be at least 1")
@@ -259,9 +341,7 @@ class SubscriptionService:
                 seen = state.topic.ledger.last_position() or NOTHING
                 out = self._deliver(state, consumer, limit)
                 # An ack timeout due before the deadline must wake us: it makes messages due.
-                due = min(
-                    (d.deadline for d in state.pending.values() if d.deadline is not None), default=None
-                )
+                due = state.next_ack_deadline()
             now = time.monotonic()
             remaining = deadline - now
             if out or remaining <= 0:
@@ -270,26 +350,36 @@ class SubscriptionService:
                 remaining = min(remaining, max(0.0, due - now) + 0.001)
             state.topic.ledger.wait_for_entries(seen, remaining)
 
-    def _deliver(self, state: Subscription, consumer: ConsumerInfo, limit: int) -> list[Delivered]:
-        out: list[Delivered] = []
-        deadline = time.monotonic() + consumer.ack_timeout_ms / 1000 if consumer.ack_timeout_ms else None
+    def _deliver(self, state: Subscription, consumer: ConsumerInfo, limit: int) -> Delivery:
+        out: list[Entry] = []
+        counts: list[int] = []
+        delivered: list[_Key] = []
+        pending, redelivered = state.pending, state.redelivered
         while len(out) < limit:
             entries, nxt = self.broker.read_at(
                 state.topic, state.read_pos, limit - len(out), state.read_compacted
             )
             if not entries:
                 break
-            for e in entries:
-                pos = e.position
-                if pos <= state.mark_delete or pos in state.acked:
-                    continue
-                count = state.deliveries.get(pos, 0)
-                state.deliveries[pos] = count + 1
-                d = Delivered(entry=e, redelivery_count=count, deadline=deadline)
-                state.pending[pos] = d
-                out.append(d)
+            positions: list[_Key] = [e[:2] for e in entries]
+            if state.acked or positions[0] <= state.mark_delete:
+                md, acked = state.mark_delete, state.acked
+                keep = [i for i, p in enumerate(positions) if p > md and p not in acked]
+                entries = [entries[i] for i in keep]
+                positions = [positions[i] for i in keep]
+            if redelivered:
+                page = [redelivered.get(p, 0) for p in positions]
+                pending.update(zip(positions, page, strict=True))
+            else:
+                page = [0] * len(positions)
+                pending.update(dict.fromkeys(positions, 0))
+            out.extend(entries)
+            counts.extend(page)
+            delivered.extend(positions)
             state.read_pos = nxt
-        return out
+        if consumer.ack_timeout_ms and delivered:
+            state.timeouts.append((time.monotonic() + consumer.ack_timeout_ms / 1000, delivered))
+        return Delivery(out, counts if any(counts) else None)
 
     def ack(
         self, name: TopicName, sub: str, consumer_id: str, ids: list[Position], *, cumulative: bool
@@ -301,12 +391,10 @@ class SubscriptionService:
         with state.lock:
             self._consumer(state, consumer_id)
             for pos in ids:
-                if pos > state.mark_delete and pos not in state.deliveries:
+                if pos > state.mark_delete and not state.was_delivered(pos):
                     raise InvalidInput(f"message {pos} was not delivered to this subscription")
             if cumulative:
-                upto = max(ids)
-                state.mark_delete = max(state.mark_delete, upto)
-                state.pending = {p: d for p, d in state.pending.items() if p > upto}
+                state.ack_upto(max(ids))
             else:
                 for pos in ids:
                     if pos > state.mark_delete:
@@ -347,8 +435,8 @@ class SubscriptionService:
                 self._consumer(state, consumer_id)
             state.mark_delete = before(target)
             state.acked = set()
-            state.deliveries = {}
             state.rewind()
+            state.redelivered = {}  # counts start again from the new position
             self._persist(state)
 
     def _persist(self, state: Subscription) -> None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import TopicDep
-from api.routes.messages import json_response, message_json
+from api.routes.messages import columns_json, json_response, message_json
 from api.routes.subscriptions import SubscriptionsDep
 from ledger.entry import Position
 from service.errors import InvalidInput
@@ -36,6 +36,9 @@ class ReceiveRequest(BaseModel):
 
     maxMessages: Annotated[int, Field(ge=1)] = 100
     timeoutMs: Annotated[int, Field(ge=0)] = 0
+    # "rows": {"messages": [...]} as the read endpoint; "columns": the compact page of
+    # ``columns_json``, which the Python client uses.
+    format: Literal["rows", "columns"] = "rows"
 
 
 class AckRequest(BaseModel):
@@ -76,7 +79,9 @@ async def receive(
     delivered = await run_in_threadpool(
         subs.receive, name, sub, consumer_id, max_messages=body.maxMessages, timeout_ms=body.timeoutMs
     )
-    return json_response({"messages": [message_json(d.entry, d.redelivery_count) for d in delivered]})
+    if body.format == "columns":
+        return json_response(columns_json(delivered.entries, delivered.redelivery_counts))
+    return json_response({"messages": [message_json(e, n) for e, n in delivered]})
 
 
 @router.post(BASE + "/{consumer_id}/ack", status_code=204, response_class=Response)

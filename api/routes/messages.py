@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import binascii
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -77,3 +78,31 @@ def message_json(e: Entry, redelivery_count: int | None = None) -> dict[str, obj
     if redelivery_count is not None:
         out["redeliveryCount"] = redelivery_count
     return out
+
+
+def columns_json(
+    entries: Sequence[Entry], redelivery_counts: Sequence[int] | None = None
+) -> dict[str, object]:
+    """A page of messages as columns, the compact form a consumer may ask for.
+
+    The same fields as ``message_json``, one array each, plus the values as one base64 string
+    of the non-null values laid end to end (``valueLengths`` cuts it; -1 marks a tombstone).
+    ``properties``, ``eventTimes`` and ``redeliveryCounts`` are ``null`` when every message
+    has none, no event time, or is delivered for the first time. A page of thousands then
+    costs no object per message to write, nor to read: the row form spends most of its time
+    on per-message dicts and base64 calls.
+    """
+    columns: Sequence[tuple[Any, ...]] = list(zip(*entries, strict=True)) or [()] * 7
+    lids, eids, keys, values, propss, pts, ets = columns
+    return {
+        "count": len(entries),
+        "ledgerIds": lids,
+        "entryIds": eids,
+        "keys": keys,
+        "valueLengths": [len(v) if v is not None else -1 for v in values],
+        "values": binascii.b2a_base64(b"".join([v for v in values if v is not None]), newline=False).decode(),
+        "properties": propss if any(propss) else None,
+        "publishTimes": pts,
+        "eventTimes": ets if any(e is not None for e in ets) else None,
+        "redeliveryCounts": redelivery_counts,
+    }

@@ -54,6 +54,60 @@ def test_receive_ack_and_stats(client: TestClient, consumer: str) -> None:
     assert client.get(f"{ADMIN}/subscriptions").json() == []
 
 
+def test_a_page_as_columns_holds_what_the_rows_hold(client: TestClient) -> None:
+    """The column form of a page (what the Python client asks for) carries every field of
+    the row form: ids, keys, values with tombstones, properties, times, redelivery counts."""
+    assert client.put(ADMIN).status_code == 204
+    msgs = [
+        {"key": "a", "value": b64(b"one"), "properties": {"p": "1"}, "eventTime": 7},
+        {"key": None, "value": b64(b"")},
+        {"key": "a", "value": None},
+        {"key": "b", "value": b64(bytes(range(256)))},
+    ]
+    assert client.post(TOPIC, json={"messages": msgs}).status_code == 200
+    assert client.put(f"{ADMIN}/subscription/s", params={"initialPosition": "earliest"}).status_code == 204
+    cid = client.post(SUB, json={}).json()["consumerId"]
+
+    def both() -> tuple[list[dict], dict]:
+        rows = client.post(f"{SUB}/{cid}/receive", json={"maxMessages": 10}).json()["messages"]
+        assert client.post(f"{SUB}/{cid}/redeliver").status_code == 204
+        page = client.post(f"{SUB}/{cid}/receive", json={"maxMessages": 10, "format": "columns"}).json()
+        assert client.post(f"{SUB}/{cid}/redeliver").status_code == 204
+        return rows, page
+
+    def as_rows(page: dict) -> list[dict]:
+        blob, at, out = base64.b64decode(page["values"]), 0, []
+        for i in range(page["count"]):
+            n = page["valueLengths"][i]
+            out.append(
+                {
+                    "messageId": f"{page['ledgerIds'][i]}:{page['entryIds'][i]}",
+                    "key": page["keys"][i],
+                    "value": b64(blob[at : at + n]) if n >= 0 else None,
+                    "properties": (page["properties"] or [{}] * page["count"])[i],
+                    "publishTime": page["publishTimes"][i],
+                    "eventTime": (page["eventTimes"] or [None] * page["count"])[i],
+                    "redeliveryCount": (page["redeliveryCounts"] or [0] * page["count"])[i],
+                }
+            )
+            at += max(n, 0)
+        assert at == len(blob)
+        return out
+
+    rows, page = both()
+    assert [m["redeliveryCount"] for m in rows] == [0] * 4 and page["redeliveryCounts"] == [1] * 4
+    assert as_rows(page) == [m | {"redeliveryCount": 1} for m in rows]
+    assert page["valueLengths"] == [3, 0, -1, 256]
+    # Columns every message leaves empty are null.
+    assert client.post(TOPIC, json={"messages": [{"key": "c", "value": b64(b"x")}]}).status_code == 200
+    first = rows[-1]["messageId"]
+    r = client.post(f"{SUB}/{cid}/ack", json={"messageIds": [first], "cumulative": True})
+    assert r.status_code == 204
+    page = client.post(f"{SUB}/{cid}/receive", json={"maxMessages": 10, "format": "columns"}).json()
+    assert page["count"] == 1 and page["keys"] == ["c"]
+    assert page["properties"] is None and page["eventTimes"] is None and page["redeliveryCounts"] is None
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status"),
     [
@@ -62,6 +116,7 @@ def test_receive_ack_and_stats(client: TestClient, consumer: str) -> None:
         ("post", "{SUB}/{cid}/receive", {"maxMessages": -1}, 422),
         ("post", "{SUB}/{cid}/receive", {"maxMessages": 0}, 422),
         ("post", "{SUB}/{cid}/receive", {"timeoutMs": -1}, 422),
+        ("post", "{SUB}/{cid}/receive", {"format": "arrow"}, 422),
         ("post", "{SUB}/{cid}/ack", {"messageIds": ["{never}"]}, 400),
         ("post", "{SUB}/{cid}/ack", {"messageIds": ["99:0"], "cumulative": True}, 400),
         ("post", "{SUB}/{cid}/ack", {"messageIds": ["nonsense"]}, 400),
