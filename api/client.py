@@ -106,6 +106,9 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 #: The reserved cursor that holds the compaction horizon; not a subscription a consumer may use.
 COMPACTION_SUBSCRIPTION = "__compaction"
 
+#: Individual acknowledgements a consumer holds before it sends them regardless of the time
+#: (Pulsar's ``maxAcknowledgmentGroupSize``).
+MAX_ACK_GROUP = 1000
 _LONG_POLL_MS = 10_000  # one receive long poll when waiting without a deadline (server cap: 30 s)
 _POLL_MIN_S = 0.02  # a reader with nothing to read polls again after this, doubling ...
 _POLL_MAX_S = 0.5  # ... up to this
@@ -714,6 +717,42 @@ class _ProducerBase(_Child[_C]):
         return ids[0]
 
 
+class _AckGroup:
+    """Acknowledgements made and not sent yet (Pulsar's acknowledgment grouping): the greatest
+    cumulative one, and the individual ones beyond it."""
+
+    __slots__ = ("cumulative", "individual", "since")
+
+    def __init__(self) -> None:
+        self.cumulative: MessageId | None = None
+        self.individual: dict[MessageId, None] = {}  # an ordered set
+        self.since = 0.0  # when the oldest of them was made (monotonic)
+
+    def __bool__(self) -> bool:
+        return self.cumulative is not None or bool(self.individual)
+
+    def add(self, ids: list[MessageId], cumulative: bool) -> None:
+        if not self:
+            self.since = time.monotonic()
+        if cumulative:
+            top = max(ids)
+            if self.cumulative is None or top > self.cumulative:
+                self.cumulative = top
+        else:
+            self.individual.update(dict.fromkeys(ids))
+
+    def due(self, group_s: float) -> bool:
+        return bool(self) and (
+            time.monotonic() - self.since >= group_s or len(self.individual) >= MAX_ACK_GROUP
+        )
+
+    def take(self) -> tuple[MessageId | None, list[MessageId]]:
+        """Empty the group; what it held, individual acks a cumulative one covers left out."""
+        upto, individual = self.cumulative, self.individual
+        self.cumulative, self.individual = None, {}
+        return upto, [i for i in individual if upto is None or i > upto]
+
+
 class _ConsumerBase(_Child[_C]):
     def __init__(
         self,
@@ -726,12 +765,15 @@ class _ConsumerBase(_Child[_C]):
         ack_timeout_ms: int,
         consumer_name: str | None,
         receiver_queue_size: int,
+        ack_group_time_ms: int,
     ) -> None:
         super().__init__(client, topic)
         if subscription == COMPACTION_SUBSCRIPTION:
             raise ValueError(f"{COMPACTION_SUBSCRIPTION!r} is the compactor's cursor, not a subscription")
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size is at least 1")
+        if ack_group_time_ms < 0:
+            raise ValueError("ack_group_time_ms is 0 (send each acknowledgement) or more")
         self._subscription = subscription
         self._sub_path = topic.subscription(subscription)  # the subscription (admin)
         self._consumers = f"{topic.data}/subscription/{_q(subscription)}/consumers"  # its consumers
@@ -744,6 +786,8 @@ class _ConsumerBase(_Child[_C]):
         self._consumer_id: str | None = None
         # The receiver queue: messages the server delivered that receive() has not returned yet.
         self._queue: deque[Message] = deque()
+        self._ack_group_s = ack_group_time_ms / 1000
+        self._acks = _AckGroup()
 
     def subscription_name(self) -> str:
         return self._subscription
@@ -820,6 +864,8 @@ class _ConsumerBase(_Child[_C]):
         self._check_open()
         if max_messages is not None and max_messages < 1:
             raise ValueError("max_messages is at least 1")
+        if self._acks.due(self._ack_group_s):
+            yield from self._op_flush_acks()
         want = max_messages or 1
         out = [self._queue.popleft() for _ in range(min(want, len(self._queue)))]
         if len(out) == want:
@@ -834,6 +880,10 @@ class _ConsumerBase(_Child[_C]):
                 # The server's long poll wakes for new messages, not when an ack deadline
                 # passes: poll at least that often so a redelivery is not held back.
                 wait_ms = min(wait_ms, max(self._ack_timeout_ms, 50))
+            if self._acks:
+                # Held acknowledgements are not kept back while we wait: look without
+                # waiting first, and send them if the wait is real.
+                wait_ms = 0
             n = want - len(out) if max_messages is not None else self._receiver_queue_size
             got = yield from self._op_fetch(n, wait_ms)
             if max_messages is None:
@@ -841,21 +891,62 @@ class _ConsumerBase(_Child[_C]):
                 got = got[:1]
             out.extend(got)
             if out or (deadline is not None and time.monotonic() >= deadline):
+                if not out and self._acks:
+                    yield from self._op_flush_acks()
                 return out
+            if self._acks:
+                yield from self._op_flush_acks()
 
     def _op_ack(self, ids: Iterable[MessageIdLike | Message], cumulative: bool) -> _Op[None]:
-        wire = [str(_as_id(i)) for i in ids]
-        if wire:
+        self._check_open()
+        wanted = [_as_id(i) for i in ids]
+        if not wanted:
+            return
+        if not self._ack_group_s:
+            wire = [str(i) for i in wanted]
             yield from self._op_call("ack", {"messageIds": wire, "cumulative": cumulative})
+            return
+        self._acks.add(wanted, cumulative)
+        if self._acks.due(self._ack_group_s):
+            yield from self._op_flush_acks()
+
+    def _op_flush_acks(self) -> _Op[None]:
+        """Send the held acknowledgements. One the server refuses (it does not know the
+        message as delivered: a wrong id, or the server restarted) is dropped with a warning,
+        and the others still count: its message comes again, as at-least-once allows. On any
+        other error they stay held."""
+        upto, individual = self._acks.take()
+        for cumulative, ids in ((True, [upto] if upto is not None else []), (False, individual)):
+            try:
+                if ids:
+                    yield from self._op_send_acks(ids, cumulative)
+            except BaseException:
+                self._acks.add(ids, cumulative)
+                if cumulative and individual:
+                    self._acks.add(individual, False)
+                raise
+
+    def _op_send_acks(self, ids: list[MessageId], cumulative: bool) -> _Op[None]:
+        body = {"messageIds": [str(i) for i in ids], "cumulative": cumulative}
+        try:
+            yield from self._op_call("ack", body)
+        except BadRequest as e:
+            if len(ids) == 1:
+                log.warning("%s/%s: acknowledgement dropped: %s", self._topic, self._subscription, e)
+                return
+            for one in ids:  # the server refuses a request whole: find the ids it takes
+                yield from self._op_send_acks([one], cumulative)
 
     def _op_redeliver(self) -> _Op[None]:
         self._check_open()
+        yield from self._op_flush_acks()
         self._queue.clear()  # they are delivered again, in order, from the server
         yield from self._op_call("redeliver", {})
 
     def _op_seek(self, target: MessageIdLike | int) -> _Op[None]:
         body = _seek_body(target)
         self._check_open()
+        yield from self._op_flush_acks()
         self._queue.clear()
         yield from self._op_call("seek", body)
         self._queue.clear()
@@ -863,6 +954,9 @@ class _ConsumerBase(_Child[_C]):
     def _op_close(self) -> _Op[None]:
         if self._closed:
             return
+        if self._acks and self._consumer_id is not None and not self._client._closed:
+            with contextlib.suppress(NotFound):  # the subscription is gone: nothing to ack
+                yield from self._op_flush_acks()
         self._closed = True
         self._queue.clear()
         if self._consumer_id is not None and not self._client._closed:
@@ -1226,6 +1320,7 @@ class Client(_BaseClient):
         ack_timeout_ms: int = 0,
         consumer_name: str | None = None,
         receiver_queue_size: int = 100,
+        ack_group_time_ms: int = 100,
     ) -> Consumer:
         """Create the subscription if it does not exist (at ``initial_position``, reading the
         compacted topic if ``read_compacted``), then attach this consumer to it.
@@ -1233,6 +1328,14 @@ class Client(_BaseClient):
         Subscriptions are exclusive: ``ConsumerBusy`` if another consumer is attached. An
         existing subscription keeps its settings (see ``Consumer.read_compacted``).
         ``ack_timeout_ms`` > 0 has the server redeliver messages left unacknowledged that long.
+
+        Acknowledgements are grouped, as Pulsar's ``acknowledgmentGroupTime``: an acknowledge
+        call returns at once, and what was acknowledged is sent at the next call of the
+        consumer once ``ack_group_time_ms`` has passed since the oldest (or when
+        ``MAX_ACK_GROUP`` individual ones are held), before a receive waits on the server,
+        and by ``redeliver_unacknowledged_messages``, ``seek`` and ``close``. A consumer that
+        stops without ``close`` may have its last acknowledged messages delivered again.
+        ``ack_group_time_ms=0`` sends each acknowledgement and returns once the server has it.
         """
         self._check_open()
         consumer = Consumer(
@@ -1244,6 +1347,7 @@ class Client(_BaseClient):
             ack_timeout_ms=ack_timeout_ms,
             consumer_name=consumer_name,
             receiver_queue_size=receiver_queue_size,
+            ack_group_time_ms=ack_group_time_ms,
         )
         self._run(consumer._op_open())
         self._children.add(consumer)
@@ -1676,6 +1780,7 @@ class AsyncClient(_BaseClient):
         ack_timeout_ms: int = 0,
         consumer_name: str | None = None,
         receiver_queue_size: int = 100,
+        ack_group_time_ms: int = 100,
     ) -> AsyncConsumer:
         """See ``Client.subscribe``."""
         self._check_open()
@@ -1688,6 +1793,7 @@ class AsyncClient(_BaseClient):
             ack_timeout_ms=ack_timeout_ms,
             consumer_name=consumer_name,
             receiver_queue_size=receiver_queue_size,
+            ack_group_time_ms=ack_group_time_ms,
         )
         await self._run(consumer._op_open())
         self._children.add(consumer)

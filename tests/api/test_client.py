@@ -197,6 +197,44 @@ def test_table_view_is_the_latest_value_of_every_key(client: Client) -> None:
     assert "g" not in view  # closed: no longer following
 
 
+def test_acknowledgements_are_grouped_then_sent_before_a_wait_and_on_close(
+    srv: Server, client: Client
+) -> None:
+    topic = new_topic(client, "grouped")
+    ids = client.create_producer(topic).send_many([(f"k{i}", b"v") for i in range(6)])
+
+    def backlog() -> int:
+        return client.admin.topics.stats(topic)["subscriptions"]["s"]["msgBacklog"]
+
+    consumer = client.subscribe(topic, "s", initial_position="earliest", ack_group_time_ms=60_000)
+    got = consumer.batch_receive(4, timeout_millis=2000)
+    assert [m.message_id() for m in got] == ids[:4]
+    consumer.acknowledge_cumulative(got[1])
+    consumer.acknowledge(got[3])
+    consumer.acknowledge(MessageId(999, 0))  # never delivered: refused alone when sent
+    assert backlog() == 6  # held: the group time has not passed
+    more = consumer.batch_receive(10, timeout_millis=2000)  # messages are there: no wait
+    assert [m.message_id() for m in more] == ids[4:] and backlog() == 6
+    assert consumer.batch_receive(10, timeout_millis=300) == []  # a real wait sends them first
+    assert backlog() == 3  # 0 and 1 cumulatively, 3 alone; 999:0 was dropped, not the others
+    consumer.acknowledge_many(more)
+    consumer.close()
+    assert backlog() == 1  # only 2 is left
+
+    # Once the group time has passed, the next call of the consumer sends what is held.
+    consumer = client.subscribe(topic, "s", ack_group_time_ms=50)
+    (again,) = consumer.batch_receive(10, timeout_millis=2000)
+    assert again.message_id() == ids[2] and again.redelivery_count() == 1
+    consumer.acknowledge(again)
+    time.sleep(0.1)
+    consumer.batch_receive(10, timeout_millis=0)
+    assert backlog() == 0
+    consumer.close()
+
+    with pytest.raises(ValueError):
+        client.subscribe(topic, "s", ack_group_time_ms=-1)
+
+
 def test_consumer_receive_ack_redeliver_and_seek(srv: Server, client: Client) -> None:
     topic = new_topic(client, "consume")
     producer = client.create_producer(topic)
@@ -204,8 +242,14 @@ def test_consumer_receive_ack_redeliver_and_seek(srv: Server, client: Client) ->
     time.sleep(0.05)  # the second half is published strictly later: seek by time finds it
     ids += producer.send_many([(f"k{i}", f"v{i}") for i in range(5, 10)])
 
+    # Each acknowledgement is sent as it is made (no grouping): the checks below see it at once.
     consumer = client.subscribe(
-        topic, "s1", initial_position="earliest", receiver_queue_size=4, consumer_name="c1"
+        topic,
+        "s1",
+        initial_position="earliest",
+        receiver_queue_size=4,
+        consumer_name="c1",
+        ack_group_time_ms=0,
     )
     assert consumer.subscription_name() == "s1" and consumer.topic() == topic and not consumer.read_compacted
     got = [consumer.receive(timeout_millis=2000) for _ in range(10)]
@@ -447,8 +491,8 @@ def test_compaction_then_read_compacted_subscription_and_table_view(client: Clie
     with pytest.raises(Timeout):
         consumer.receive(200)
     consumer.acknowledge_cumulative(after[-1])
+    consumer.close()  # sends the held acknowledgement
     assert admin.stats(topic)["subscriptions"]["compacted"]["msgBacklog"] == 0
-    consumer.close()
 
     view = client.create_table_view(topic)
     assert view.to_dict() == {"a": b"a3", "b": b"b2", "d": b"d1"}

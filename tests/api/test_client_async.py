@@ -103,7 +103,9 @@ def test_consumer_and_admin(srv: Server) -> None:
             await asyncio.sleep(0.05)
             ids += await producer.send_many([(f"k{i}", f"v{i}") for i in range(4, 8)])
 
-            consumer = await client.subscribe(topic, "s", initial_position="earliest", receiver_queue_size=3)
+            consumer = await client.subscribe(
+                topic, "s", initial_position="earliest", receiver_queue_size=3, ack_group_time_ms=0
+            )
             assert isinstance(consumer, AsyncConsumer)
             got = [await consumer.receive(2000) for _ in range(8)]
             assert [m.message_id() for m in got] == ids
@@ -166,6 +168,26 @@ def test_consumer_and_admin(srv: Server) -> None:
 
 
 @pytest.mark.spark
+def test_grouped_acknowledgements_are_sent_on_close(srv: Server) -> None:
+    async def main() -> None:
+        async with AsyncClient(srv.url, timeout=20) as client:
+            topic = "public/default/async-grouped"
+            await client.admin.topics.create(topic)
+            await (await client.create_producer(topic)).send_many([("a", b"1"), ("b", b"2")])
+            consumer = await client.subscribe(
+                topic, "s", initial_position="earliest", ack_group_time_ms=60_000
+            )
+            got = await consumer.batch_receive(10, timeout_millis=2000)
+            await consumer.acknowledge_cumulative(got[-1])
+            stats = await client.admin.topics.stats(topic)
+            assert stats["subscriptions"]["s"]["msgBacklog"] == 2  # held
+            await consumer.close()
+            stats = await client.admin.topics.stats(topic)
+            assert stats["subscriptions"]["s"]["msgBacklog"] == 0
+
+    asyncio.run(main())
+
+
 def test_compaction_and_read_compacted(srv: Server) -> None:
     async def main() -> None:
         async with AsyncClient(srv.url, timeout=20) as client:

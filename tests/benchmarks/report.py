@@ -363,8 +363,9 @@ def serving_table(r: ServingResult) -> Table:
     t.notes.append(
         f"consume: {f_int(p.state_keys)} keys x {p.versions} versions, compacted first "
         f"(compaction through the REST API took {f_s(r.compaction_s)} s incl. polling); a consumer "
-        f"subscribes at earliest, batch_receive({p.page}), acknowledge_cumulative per batch, builds "
-        "key -> value; the two maps are checked equal"
+        f"subscribes at earliest, batch_receive({p.page}), acknowledge_cumulative per batch (the "
+        "client groups acks, 100 ms, as Pulsar's), builds key -> value, closes (the clock stops "
+        "here); the two maps are checked equal and the server's backlog empty"
     )
     t.notes.append(f"client and server share the machine's {os.cpu_count()} cores; client: {r.client}")
     return t
