@@ -1480,11 +1480,13 @@ class Consumer(_ConsumerBase[Client]):
         return self._client._run(self._op_receive(timeout_millis, max_messages))
 
     def acknowledge(self, message: Message | MessageIdLike) -> None:
-        """Acknowledge one message: it will not be delivered to this subscription again."""
+        """Acknowledge one message: it will not be delivered to this subscription again.
+        Sent grouped with others unless the consumer was made with ``ack_group_time_ms=0``
+        (see ``Client.subscribe``)."""
         self._client._run(self._op_ack([message], cumulative=False))
 
     def acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
-        """Acknowledge several messages in one request (not in Pulsar's API)."""
+        """Acknowledge several messages at once (not in Pulsar's API)."""
         self._client._run(self._op_ack(messages, cumulative=False))
 
     def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:

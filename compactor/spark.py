@@ -10,7 +10,8 @@ What the configuration does, and why:
 - ``spark.sql.session.timeZone=UTC``: nothing here is zoned, but never depend on the host's zone;
 - no ``_SUCCESS`` markers and no ``.crc`` side files (the raw local file system): a compacted
   ledger directory holds part files and its manifest only;
-- zstd Parquet, like the sealed ledgers;
+- LZ4 Parquet for what Spark SQL writes, as the compacted parts written with Arrow
+  (``arrow_phases.PART_CODEC``);
 - Python workers reach the JVM over a Unix domain socket, which halves the fixed cost of a
   job with Python tasks;
 - in local mode: the driver binds to 127.0.0.1, the shuffle has 2 partitions per core, and
@@ -87,7 +88,7 @@ def spark_conf(
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.sql.parquet.compression.codec": "lz4_raw",
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
         # The raw local file system writes no .crc side files.
         "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",

@@ -436,7 +436,7 @@ class TwoPhaseCompactor:
             )
             (
                 kept.write.mode("errorifexists")
-                .option("compression", "zstd")
+                .option("compression", "lz4_raw")  # as arrow_phases.PART_CODEC
                 .option("parquet.block.size", str(ROW_GROUP_BYTES))
                 .parquet(spark_path(tmp))
             )

@@ -371,17 +371,35 @@ def test_phase_one_reads_only_the_narrow_columns(topic: Topic, compactor: TwoPha
     assert "value:binary" in explain_string(compactor.read_input(job))
 
 
-def test_compacted_parts_use_zstd_and_bounded_row_groups(
+def test_compacted_parts_use_lz4_and_bounded_row_groups(
     topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("compactor.two_phase.ROW_GROUP_BYTES", 64 * 1024)
     topic.seal(1, [(f"k{i}", bytes([i % 251]) * 1000 + str(i).encode()) for i in range(400)])
     result = compactor.compact(topic.job(2, horizon=P(1, 399)))
     metas = [pq.read_metadata(p) for p in CompactedLedger(result.directory).part_paths()]
-    assert all(m.row_group(0).column(0).compression == "ZSTD" for m in metas)
+    columns = [m.row_group(0).column(i) for m in metas for i in range(m.num_columns)]
+    assert {c.compression for c in columns} == {"LZ4"}
+    by_name = {c.path_in_schema: c for c in columns}
+    # Keys are unique in a compacted ledger: no dictionary is built for them, nor for values.
+    assert not any("DICTIONARY" in e for name in ("key", "value") for e in by_name[name].encodings)
+    assert by_name["entry_id"].is_stats_set and not by_name["value"].is_stats_set
     assert sum(m.num_row_groups for m in metas) > 1
     ledger = CompactedLedger(result.directory)
     assert [e.entry_id for e in ledger.read(P(1, 150), 120)[0]] == list(range(150, 270))
+
+    # Ids that do not pack take the Spark SQL path: its parts are LZ4 as well.
+    big = 2**31 + 5
+    other = Topic(topic.root.with_name("big"))
+    other.root.mkdir()
+    other.seal(big, [("a", b"a0"), ("a", b"a1"), ("b", b"b0")])
+    job = other.job(big + 1, horizon=P(big, 2))
+    assert not compactor.inputs(job).packed
+    sql = compactor.compact(job)
+    assert kept(sql) == [(P(big, 1), "a", b"a1"), (P(big, 2), "b", b"b0")]
+    for path in CompactedLedger(sql.directory).part_paths():
+        meta = pq.read_metadata(path)
+        assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"LZ4"}
 
 
 # ------------------------------------------------------------------ the session
