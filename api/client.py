@@ -334,39 +334,11 @@ _SET_MESSAGE = _setters(
 )
 
 
-def _messages(topic: str, items: Iterable[Mapping[str, Any]]) -> list[Message]:
-    """Received messages from their JSON. A page holds up to thousands, so they are built in
-    one loop through the slot setters (see ``_setters``): the server wrote the ids, well
-    formed by construction (a malformed one still raises, from ``int``)."""
-    set_ledger, set_entry = _SET_ID
-    s_id, s_key, s_payload, s_props, s_publish, s_event, s_redeliveries, s_topic = _SET_MESSAGE
-    new, a2b = object.__new__, binascii.a2b_base64
-    out: list[Message] = []
-    append = out.append
-    for d in items:
-        ledger, _, entry = d["messageId"].partition(":")
-        mid = new(MessageId)
-        set_ledger(mid, int(ledger))
-        set_entry(mid, int(entry))
-        value = d.get("value")
-        props = d.get("properties")
-        m = new(Message)
-        s_id(m, mid)
-        s_key(m, d.get("key"))
-        s_payload(m, a2b(value) if value is not None else None)
-        s_props(m, dict(props) if props else {})
-        s_publish(m, int(d.get("publishTime") or 0))
-        s_event(m, d.get("eventTime"))
-        s_redeliveries(m, int(d.get("redeliveryCount") or 0))
-        s_topic(m, topic)
-        append(m)
-    return out
-
-
 def _page(topic: str, body: Mapping[str, Any]) -> list[Message]:
-    """Received messages from a page in the column form (``"format": "columns"`` of a
-    receive): ids, keys and times arrive as arrays, and every value is a slice of one
-    base64-decoded string, so a page of thousands costs one decode, not one per message."""
+    """Messages from a page in the column form (``"format": "columns"`` of a receive or a
+    read): ids, keys and times arrive as arrays, and every value is a slice of one
+    base64-decoded string, so a page of thousands costs one decode, not one per message.
+    They are built through the slot setters (see ``_setters``)."""
     n = body["count"]
     lengths = body["valueLengths"]
     blob = binascii.a2b_base64(body["values"])
@@ -1004,11 +976,16 @@ class _ReaderBase(_Child[_C]):
         body = yield _Call(
             "GET",
             f"{self._topic.data}/messages",
-            {"startMessageId": self._next, "maxMessages": self._page, "readCompacted": self._read_compacted},
+            {
+                "startMessageId": self._next,
+                "maxMessages": self._page,
+                "readCompacted": self._read_compacted,
+                "format": "columns",
+            },
         )
         if body.get("nextMessageId"):
             self._next = body["nextMessageId"]
-        messages = _messages(str(self._topic), body["messages"])
+        messages = _page(str(self._topic), body)
         if self._after is not None:
             after = self._after
             messages = [m for m in messages if m.id > after]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -48,14 +48,14 @@ def read_messages(
     startMessageId: Annotated[str, Query(max_length=64)] = "earliest",
     maxMessages: Annotated[int, Query(ge=1)] = 100,
     readCompacted: bool = False,
+    format: Literal["rows", "columns"] = "rows",
 ) -> Response:
     entries, nxt = broker.read(name, startMessageId, maxMessages, read_compacted=readCompacted)
-    return json_response(
-        {
-            "messages": [message_json(e) for e in entries],
-            "nextMessageId": str(nxt) if nxt is not None else None,
-        }
+    page: dict[str, object] = (
+        columns_json(entries) if format == "columns" else {"messages": [message_json(e) for e in entries]}
     )
+    page["nextMessageId"] = str(nxt) if nxt is not None else None
+    return json_response(page)
 
 
 def json_response(body: object) -> Response:

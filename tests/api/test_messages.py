@@ -58,6 +58,42 @@ def test_produce_returns_ids_in_request_order_and_read_returns_them(client: Test
     assert latest["messages"] == [] and latest["nextMessageId"] == nxt
 
 
+def test_a_read_as_columns_holds_what_the_rows_hold(client: TestClient, topic: str) -> None:
+    """``format=columns`` (what the Python reader asks for): the same page, one array per
+    field, values cut from one base64 string, and the same ``nextMessageId``."""
+    client.post(f"{TOPICS}/{topic}", json={"messages": [{"key": "c", "value": b64(b"xyz"), "eventTime": 9}]})
+    for start in ("earliest", "1:1"):
+        params = {"startMessageId": start, "maxMessages": 2}
+        rows = client.get(f"{TOPICS}/{topic}/messages", params=params).json()
+        cols = client.get(f"{TOPICS}/{topic}/messages", params=params | {"format": "columns"}).json()
+        assert cols["nextMessageId"] == rows["nextMessageId"]
+        assert cols["count"] == len(rows["messages"]) == 2
+        blob, at, values = base64.b64decode(cols["values"]), 0, []
+        for n in cols["valueLengths"]:
+            values.append(b64(blob[at : at + n]) if n >= 0 else None)
+            at += max(n, 0)
+        events = cols["eventTimes"] or [None] * 2
+        assert [
+            {
+                "messageId": f"{lid}:{eid}",
+                "key": k,
+                "value": v,
+                "properties": {},
+                "publishTime": t,
+                "eventTime": e,
+            }
+            for lid, eid, k, v, t, e in zip(
+                cols["ledgerIds"],
+                cols["entryIds"],
+                cols["keys"],
+                values,
+                cols["publishTimes"],
+                events,
+                strict=True,
+            )
+        ] == rows["messages"]
+
+
 def test_topic_create_conflict_list_delete(client: TestClient, topic: str) -> None:
     assert client.put(f"{ADMIN}/{topic}").status_code == 409
     assert client.get(ADMIN).json() == ["persistent://t/ns/orders"]
@@ -115,6 +151,7 @@ def test_topic_create_conflict_list_delete(client: TestClient, topic: str) -> No
         ("get", f"{TOPICS}/orders/messages", {"params": {"maxMessages": 0}}, 422),
         ("get", f"{TOPICS}/orders/messages", {"params": {"maxMessages": -5}}, 422),
         ("get", f"{TOPICS}/orders/messages", {"params": {"readCompacted": "maybe"}}, 422),
+        ("get", f"{TOPICS}/orders/messages", {"params": {"format": "csv"}}, 422),
     ],
 )
 def test_bad_input_gets_4xx_json_reason_and_changes_nothing(
