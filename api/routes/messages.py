@@ -51,9 +51,10 @@ def read_messages(
     format: Literal["rows", "columns"] = "rows",
 ) -> Response:
     entries, nxt = broker.read(name, startMessageId, maxMessages, read_compacted=readCompacted)
-    page: dict[str, object] = (
-        columns_json(entries) if format == "columns" else {"messages": [message_json(e) for e in entries]}
-    )
+    page: dict[str, object] = {"messages": [message_json(e) for e in entries]}
+    if format == "columns":
+        page = columns_json(entries)
+        del page["redeliveryCounts"]  # a read is not a delivery
     page["nextMessageId"] = str(nxt) if nxt is not None else None
     return json_response(page)
 

@@ -66,7 +66,7 @@ def test_a_read_as_columns_holds_what_the_rows_hold(client: TestClient, topic: s
         params = {"startMessageId": start, "maxMessages": 2}
         rows = client.get(f"{TOPICS}/{topic}/messages", params=params).json()
         cols = client.get(f"{TOPICS}/{topic}/messages", params=params | {"format": "columns"}).json()
-        assert cols["nextMessageId"] == rows["nextMessageId"]
+        assert cols["nextMessageId"] == rows["nextMessageId"] and "redeliveryCounts" not in cols
         assert cols["count"] == len(rows["messages"]) == 2
         blob, at, values = base64.b64decode(cols["values"]), 0, []
         for n in cols["valueLengths"]:
