@@ -143,11 +143,13 @@ def ids_packable(bounds: Sequence[IdBounds | None]) -> bool:
 
 @dataclass(frozen=True)
 class CompactionInputs:
-    """The files a round reads, and whether its ids pack into one BIGINT."""
+    """The files a round reads, and whether its ids pack into one BIGINT; with the previous
+    compacted ledger's manifest, read once for the whole round."""
 
     previous_parts: list[Path]
     originals: list[Path]
     packed: bool
+    previous_manifest: Manifest | None = None
 
     @property
     def files(self) -> list[Path]:
@@ -182,9 +184,11 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
     the sealed ledgers that may hold rows in ``(previous_horizon, horizon]`` (by ledger id and
     footer statistics). Reads only the manifest and Parquet footers."""
     previous: list[Path] = []
+    manifest: Manifest | None = None
     if job.previous_compacted is not None:
         directory = Path(job.previous_compacted)
-        previous = [directory / p.name for p in Manifest.load(directory).parts]
+        manifest = Manifest.load(directory)
+        previous = [directory / p.name for p in manifest.parts]
     bounds: list[IdBounds | None] = [file_id_bounds(p) for p in previous]
     originals: list[Path] = []
     for path, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
@@ -194,7 +198,12 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         if _may_hold_new_rows(job, b):
             originals.append(Path(path))
             bounds.append(b)
-    return CompactionInputs(previous_parts=previous, originals=originals, packed=ids_packable(bounds))
+    return CompactionInputs(
+        previous_parts=previous,
+        originals=originals,
+        packed=ids_packable(bounds),
+        previous_manifest=manifest,
+    )
 
 
 def _ms_since(t0: float) -> int:
@@ -269,9 +278,8 @@ class TwoPhaseCompactor:
         spreads over the tasks), then the original ledgers clipped to
         ``(previous_horizon, horizon]``."""
         out: list[arrow_phases.Segment] = []
-        if inputs.previous_parts:
-            manifest = Manifest.load(Path(job.previous_compacted))  # type: ignore[arg-type]
-            for part in manifest.parts:
+        if inputs.previous_manifest is not None:
+            for part in inputs.previous_manifest.parts:
                 part_path = str(Path(job.previous_compacted) / part.name)  # type: ignore[arg-type]
                 first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
                 last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
@@ -366,7 +374,7 @@ class TwoPhaseCompactor:
                 self._fault("phase_two")
                 t1 = time.perf_counter()
             if incremental:  # the previous ledger's rows were not read: count them
-                entries_read += Manifest.load(Path(job.previous_compacted)).entries  # type: ignore[arg-type]
+                entries_read += inputs.previous_manifest.entries  # type: ignore[union-attr]
 
             if not one_job:
                 with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
