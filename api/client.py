@@ -862,12 +862,10 @@ class _ConsumerBase(_Child[_C]):
                 self._queue.extend(got[1:])
                 got = got[:1]
             out.extend(got)
+            if not out and self._acks:
+                yield from self._op_flush_acks()  # the wait is real: send what is held first
             if out or (deadline is not None and time.monotonic() >= deadline):
-                if not out and self._acks:
-                    yield from self._op_flush_acks()
                 return out
-            if self._acks:
-                yield from self._op_flush_acks()
 
     def _op_ack(self, ids: Iterable[MessageIdLike | Message], cumulative: bool) -> _Op[None]:
         self._check_open()

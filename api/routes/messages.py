@@ -51,10 +51,11 @@ def read_messages(
     format: Literal["rows", "columns"] = "rows",
 ) -> Response:
     entries, nxt = broker.read(name, startMessageId, maxMessages, read_compacted=readCompacted)
-    page: dict[str, object] = {"messages": [message_json(e) for e in entries]}
     if format == "columns":
         page = columns_json(entries)
         del page["redeliveryCounts"]  # a read is not a delivery
+    else:
+        page = {"messages": [message_json(e) for e in entries]}
     page["nextMessageId"] = str(nxt) if nxt is not None else None
     return json_response(page)
 
@@ -93,7 +94,7 @@ def columns_json(
     costs no object per message to write, nor to read: the row form spends most of its time
     on per-message dicts and base64 calls.
     """
-    columns: Sequence[tuple[Any, ...]] = list(zip(*entries, strict=True)) or [()] * 7
+    columns: Sequence[tuple[Any, ...]] = list(zip(*entries, strict=True)) or [()] * len(Entry._fields)
     lids, eids, keys, values, propss, pts, ets = columns
     return {
         "count": len(entries),
