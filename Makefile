@@ -4,9 +4,14 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-postgres lint bench bench-quick install
+.PHONY: run test test-postgres lint bench bench-quick install java
 
-$(STAMP): pyproject.toml
+# Spark needs Java 17 or 21: found, else installed (root on Debian/Ubuntu), else named in one
+# line -- before anything else, so a fresh machine does not fail later in every compaction.
+java:
+	@.ci/java
+
+$(STAMP): pyproject.toml | java
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test,postgres]'
@@ -15,14 +20,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: java $(STAMP)
 	$(VENV)/bin/compactor serve
 
-test: $(STAMP)
+test: java $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The suite with PostgreSQL as the metadata store (installs and starts a local server).
-test-postgres: $(STAMP)
+test-postgres: java $(STAMP)
 	COMPACTOR_TEST_POSTGRES_URL="$$(.ci/postgres)" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,17 +10,38 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from api import errors
+from api.audit import AuditLog
 from api.guard import RequestGuard
-from api.routes import admin, consumers, fallback, health, messages, policies, subscriptions, topics
-from compactor import TwoPhaseCompactor
-from compactor.spark import get_spark
-from compactor.warmup import warm_up
+from api.http_metrics import HttpMetrics
+from api.openapi import install_openapi
+from api.routes import (
+    admin,
+    broker_stats,
+    consumers,
+    dashboard,
+    fallback,
+    health,
+    messages,
+    metrics,
+    namespaces,
+    permissions,
+    policies,
+    subscriptions,
+    tenants,
+    topics,
+)
+from service.authorization import Authorizer
 from service.compaction import CompactionService
 from service.cursors import SubscriptionService
 from service.db import Database, upgrade
+from service.engine import SparkEngine
+from service.metrics import ServiceMetrics
 from service.policies import PolicyStore
+from service.resources import raise_descriptor_limit
 from service.scheduler import CompactionScheduler
 from service.settings import Settings
+from service.tenants import TenantService
+from service.tokens import TokenVerifier, read_key
 from service.topics import Broker
 
 log = logging.getLogger(__name__)
@@ -29,20 +49,35 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    service_metrics = ServiceMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Before anything is opened: the bounds below are sized from the limit.
+        raise_descriptor_limit()
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         upgrade(settings.database_url)
         db = Database(settings.database_url)
         broker = Broker(settings=settings, db=db)
         broker.start()
         policy_store = PolicyStore(db=db, settings=settings)
+        engine = SparkEngine(settings)
+        app.state.engine = engine
+        tenant_service = TenantService(
+            db=db, topics_of=broker.list_topics, cache_seconds=settings.authorization_cache_seconds
+        )
+        app.state.tenants = tenant_service
+        app.state.authorizer = (
+            Authorizer(superusers=settings.superuser_roles, tenants=tenant_service)
+            if settings.authorization_enabled
+            else None
+        )
         compaction = CompactionService(
             broker=broker,
-            compactor=lambda: TwoPhaseCompactor(spark_session(settings)),
+            compactor=engine.compactor,
             workers=settings.compaction_workers,
             policies=policy_store,
+            metrics=service_metrics,
         )
         compaction.start()
         subs = SubscriptionService(broker=broker, consumer_timeout_ms=settings.consumer_timeout_ms)
@@ -54,22 +89,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             compaction=compaction,
             policies=policy_store,
             interval_s=settings.compaction_monitor_interval_seconds,
+            metrics=service_metrics,
         )
         scheduler.start()
+        service_metrics.watch(broker)
         # Long-polling receives each hold a worker thread; allow plenty of them.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         app.state.settings = settings
         app.state.db = db
         app.state.broker = broker
         app.state.compaction = compaction
-        if settings.spark_warmup:
-            # Spark takes seconds to start; do it now so the first compaction does not wait.
-            threading.Thread(
-                target=_warm_up_spark, args=(settings,), name="spark-warmup", daemon=True
-            ).start()
+        # Spark takes seconds to start: check Java (and with warm-up, start Spark and run a
+        # throw-away round) now, in the background, so the first compaction does not wait.
+        engine.start_in_background()
         try:
             yield
         finally:
+            service_metrics.unwatch()
             scheduler.stop()
             compaction.stop()
             broker.stop()
@@ -77,32 +113,42 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="Topic compactor", version="0.1.0", lifespan=lifespan)
     errors.install(app)
+    app.state.settings = settings
+    app.state.authorizer = None
+    app.state.token_verifier = token_verifier(settings) if settings.authentication_enabled else None
+    app.state.metrics = service_metrics
 
+    app.add_middleware(AuditLog)
     app.add_middleware(RequestGuard, max_request_bytes=settings.max_request_bytes)
+    # Outermost: a request the guard refuses is counted too.
+    app.add_middleware(HttpMetrics, metrics=service_metrics)
 
     app.include_router(health.router)
+    app.include_router(tenants.router)
+    app.include_router(namespaces.router)
+    app.include_router(permissions.router)
     app.include_router(topics.router)
     app.include_router(messages.router)
     app.include_router(admin.router)
     app.include_router(subscriptions.router)
     app.include_router(consumers.router)
     app.include_router(policies.router)
+    app.include_router(metrics.router)
+    app.include_router(dashboard.router)
+    app.include_router(broker_stats.router)
     app.include_router(fallback.router)
+    install_openapi(
+        app,
+        secured=settings.authentication_enabled,
+        metrics_open=not settings.authenticate_metrics_endpoint,
+    )
     return app
 
 
-def _warm_up_spark(settings: Settings) -> None:
-    """Start Spark and run a throw-away round, so the first compaction is a warm one."""
-    try:
-        warm_up(spark_session(settings), settings.data_dir)
-    except Exception:  # noqa: BLE001 - a real round reports the same failure where it matters
-        log.exception("warming Spark up failed")
-
-
-def spark_session(settings: Settings):  # type: ignore[no-untyped-def]
-    return get_spark(
-        master=settings.spark_master,
-        driver_memory=settings.spark_driver_memory,
-        ui=settings.spark_ui,
-        shuffle_partitions=settings.spark_shuffle_partitions,
+def token_verifier(settings: Settings) -> TokenVerifier:
+    return TokenVerifier(
+        secret_key=read_key(settings.token_secret_key) if settings.token_secret_key else None,
+        public_key=read_key(settings.token_public_key) if settings.token_public_key else None,
+        claim=settings.token_auth_claim,
+        cache_size=settings.token_cache_size,
     )

@@ -9,22 +9,39 @@
     compactor topics stats public/default/orders
 
 The service is ``--url`` (before or after the command), else ``$COMPACTOR_URL``, else
-http://127.0.0.1:8080. A client error prints ``error: <reason>`` and exits with 1.
+http://127.0.0.1:8080. A service with authentication wants ``--auth-token T`` (before or after
+the command), else ``$COMPACTOR_AUTH_TOKEN`` (``--auth-token file:///path`` reads the token
+from a file, as ``pulsar-admin --auth-params``). A client error prints ``error: <reason>`` and
+exits with 1.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import unquote, urlparse
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-from api.client import DEFAULT_URL, Client, ClientError, CompactionStatus, Message, OutgoingMessage, Timeout
+from api.client import (
+    DEFAULT_URL,
+    AuthenticationToken,
+    Client,
+    ClientError,
+    CompactionStatus,
+    Message,
+    OutgoingMessage,
+    Timeout,
+)
 
 topics_app = typer.Typer(
     help="Topics: create, list, delete, inspect, compact, produce, consume (as pulsar-admin topics).",
@@ -37,6 +54,12 @@ TopicArg = Annotated[
 UrlOpt = Annotated[
     str | None, typer.Option("--url", help="Service URL (overrides the one before the command).")
 ]
+AuthTokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--auth-token", help="Token (or file:///path) for a service with authentication.", show_default=False
+    ),
+]
 WaitTimeoutOpt = Annotated[float, typer.Option("--timeout", help="Give up waiting after this many seconds.")]
 
 
@@ -45,21 +68,61 @@ class InitialPosition(StrEnum):
     latest = "latest"
 
 
+@dataclass(frozen=True)
+class _Target:
+    url: str
+    auth_token: str | None
+    trust_certs: str | None
+
+
 @topics_app.callback()
 def _topics(
     ctx: typer.Context,
     url: Annotated[str, typer.Option("--url", envvar="COMPACTOR_URL", help="Service URL.")] = DEFAULT_URL,
+    auth_token: Annotated[
+        str | None,
+        typer.Option(
+            "--auth-token",
+            envvar="COMPACTOR_AUTH_TOKEN",
+            help="Token (or file:///path) for a service with authentication.",
+            show_default=False,
+            show_envvar=False,  # never echo a token in the help
+        ),
+    ] = None,
+    tls_trust_certs_file_path: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-trust-certs-file-path",
+            envvar="COMPACTOR_TLS_TRUST_CERTS_FILE_PATH",
+            help="CA certificates to trust for an https:// service.",
+        ),
+    ] = None,
 ) -> None:
-    ctx.obj = url
+    ctx.obj = _Target(url, auth_token, tls_trust_certs_file_path)
+
+
+def _authentication(token: str | None) -> AuthenticationToken | None:
+    if not token:
+        return None
+    if token.startswith("file:"):
+        path = Path(unquote(urlparse(token).path))
+        # A function: read again on a 401, so a renewed token file is picked up.
+        return AuthenticationToken(lambda: path.read_text().strip())
+    return AuthenticationToken(token)
 
 
 @contextmanager
-def _client(ctx: typer.Context, url: str | None) -> Iterator[Client]:
+def _client(ctx: typer.Context, url: str | None, auth_token: str | None = None) -> Iterator[Client]:
     """A client of ``--url``; client errors become ``error: <reason>`` and exit code 1."""
+    target: _Target = ctx.obj or _Target(DEFAULT_URL, None, None)
     try:
-        with Client(url or ctx.obj or DEFAULT_URL) as client:
+        with Client(
+            url or target.url,
+            authentication=_authentication(auth_token or target.auth_token),
+            tls_trust_certs_file_path=target.trust_certs,
+        ) as client:
             yield client
-    except (ClientError, ValueError, TypeError) as e:
+    except (ClientError, ValueError, TypeError, OSError) as e:
         reason = e.reason if isinstance(e, ClientError) else str(e)
         typer.echo(f"error: {reason}", err=True)
         raise typer.Exit(1) from None
@@ -70,9 +133,9 @@ def _json(value: Any) -> None:
 
 
 @topics_app.command()
-def create(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None) -> None:
+def create(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None) -> None:
     """Create a topic."""
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         c.admin.topics.create(topic)
     typer.echo(f"created {topic}")
 
@@ -82,43 +145,81 @@ def list_(
     ctx: typer.Context,
     namespace: Annotated[str, typer.Argument(help="tenant/namespace")],
     url: UrlOpt = None,
+    auth_token: AuthTokenOpt = None,
 ) -> None:
     """List the topics of a namespace, one per line."""
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         for name in c.admin.topics.list(namespace):
             typer.echo(name)
 
 
 @topics_app.command()
-def delete(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None) -> None:
+def delete(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None) -> None:
     """Delete a topic and all its data."""
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         c.admin.topics.delete(topic)
     typer.echo(f"deleted {topic}")
 
 
 @topics_app.command()
-def stats(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None) -> None:
+def stats(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None) -> None:
     """Counters and per-subscription backlog, as JSON."""
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         _json(c.admin.topics.stats(topic))
 
 
 @topics_app.command("internal-stats")
-def internal_stats(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None) -> None:
+def internal_stats(
+    ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None
+) -> None:
     """Ledgers, cursors, the compacted ledger and the horizon, as JSON."""
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         _json(c.admin.topics.internal_stats(topic))
 
 
+# How often --wait asks for the status: often enough for a bar that moves.
+WAIT_POLL_S = 0.25
+
+
+def _progress_text(st: CompactionStatus) -> str:
+    p = st.progress
+    if p is None:
+        return st.status
+    return f"{st.status} {p.phase} {p.percent:.1f}% ({p.entries_read:,}/{p.entries_total:,} entries)"
+
+
 def _await_compaction(c: Client, topic: str, timeout: float) -> CompactionStatus:
-    console = Console(stderr=True)
-    with console.status(f"compacting {topic} ...") as status:
+    """Wait while the compaction runs: a progress bar (phase, percent) on a terminal, else a
+    plain line per change of phase or percent, for logs and pipes."""
+    if not sys.stdout.isatty():
+        last: list[str] = []
 
-        def progress(st: CompactionStatus, elapsed: float) -> None:
-            status.update(f"compacting {topic}: {st.status} {elapsed:.0f} s")
+        def line(st: CompactionStatus, elapsed: float) -> None:
+            text = _progress_text(st)
+            if st.running and text not in last[-1:]:
+                last.append(text)
+                typer.echo(f"compacting {topic}: {text}")
 
-        return c.admin.topics.wait_for_compaction(topic, timeout=timeout, on_progress=progress)
+        return c.admin.topics.wait_for_compaction(
+            topic, timeout=timeout, poll_interval=WAIT_POLL_S, on_progress=line
+        )
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"compacting {topic}", total=100)
+
+        def draw(st: CompactionStatus, elapsed: float) -> None:
+            phase = st.progress.phase if st.progress is not None else st.status
+            bar.update(task, description=f"compacting {topic}: {phase}", completed=_percent(st))
+
+        return c.admin.topics.wait_for_compaction(
+            topic, timeout=timeout, poll_interval=WAIT_POLL_S, on_progress=draw
+        )
+
+
+def _percent(st: CompactionStatus) -> float:
+    if st.progress is not None:
+        return st.progress.percent
+    return 0.0 if st.running else 100.0
 
 
 def _report(topic: str, st: CompactionStatus) -> None:
@@ -137,9 +238,10 @@ def compact(
     ] = False,
     timeout: WaitTimeoutOpt = 600.0,
     url: UrlOpt = None,
+    auth_token: AuthTokenOpt = None,
 ) -> None:
     """Start a compaction (and with --wait, wait for it; exit 1 if it fails)."""
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         c.admin.topics.compact(topic)
         if not wait:
             typer.echo(f"compaction of {topic} started")
@@ -157,9 +259,10 @@ def compaction_status(
     ] = False,
     timeout: WaitTimeoutOpt = 600.0,
     url: UrlOpt = None,
+    auth_token: AuthTokenOpt = None,
 ) -> None:
     """Show the status of the last compaction: NOT_RUN, RUNNING, SUCCESS or ERROR (exit 1)."""
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         st = _await_compaction(c, topic, timeout) if wait else c.admin.topics.compaction_status(topic)
     _report(topic, st)
 
@@ -182,6 +285,7 @@ def produce(
         list[str] | None, typer.Option("--property", "-p", help="key=value, repeatable.")
     ] = None,
     url: UrlOpt = None,
+    auth_token: AuthTokenOpt = None,
 ) -> None:
     """Produce messages; prints how many and their ids' range."""
     if tombstone == bool(messages):
@@ -196,7 +300,7 @@ def produce(
         props[name] = value
     values: list[str | None] = [None] if tombstone else list(messages or [])
     batch = [OutgoingMessage(v, key=key, properties=props) for _ in range(num_produce) for v in values]
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         ids = c.create_producer(topic).send_many(batch)
     span = f"{ids[0]}" if len(ids) == 1 else f"{ids[0]} .. {ids[-1]}"
     typer.echo(f"{len(ids)} message{'s' if len(ids) != 1 else ''} produced: {span}")
@@ -226,7 +330,7 @@ def consume(
         int, typer.Option("--num-messages", "-n", min=0, help="Stop after N messages (0: never).")
     ] = 1,
     read_compacted: Annotated[
-        bool, typer.Option("--read-compacted", help="Read the compacted topic.")
+        bool, typer.Option("--read-compacted", help="This consumer reads the compacted topic.")
     ] = False,
     initial_position: Annotated[
         InitialPosition, typer.Option("--initial-position", help="Where a new subscription starts.")
@@ -235,11 +339,12 @@ def consume(
         float | None, typer.Option("--timeout", help="Stop when no message came for this many seconds.")
     ] = None,
     url: UrlOpt = None,
+    auth_token: AuthTokenOpt = None,
 ) -> None:
     """Receive messages on a subscription, print them (id, key, value) and acknowledge them."""
     wait_ms = None if timeout is None else int(timeout * 1000)
     received = 0
-    with _client(ctx, url) as c:
+    with _client(ctx, url, auth_token) as c:
         consumer = c.subscribe(
             topic,
             subscription,

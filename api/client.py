@@ -15,6 +15,14 @@
         table = client.create_table_view("public/default/orders")  # key -> latest value
 
 ``AsyncClient`` has the same surface with ``async def`` (``async with AsyncClient(url) as c``).
+
+A service with authentication wants a token, as pulsar-client-python gives it::
+
+    Client("https://broker:8443", authentication=AuthenticationToken(token),
+           tls_trust_certs_file_path="/etc/compactor/ca.pem")
+
+``AuthenticationToken`` takes the token or a function that returns one (read again, once,
+when the server answers 401: a token file that was renewed). The token is never logged.
 Topics are named ``persistent://tenant/namespace/topic`` or just ``tenant/namespace/topic``.
 
 Exceptions::
@@ -25,10 +33,16 @@ Exceptions::
     ├── AlreadyClosed            a client, producer, consumer or reader used after close()
     └── ServerError              the server answered with an error: ``status``, ``reason``
         ├── BadRequest           400, 422: a malformed name, message id, body or query
+        ├── AuthenticationError  401: no token, or one the server does not accept
+        ├── AuthorizationError   403: the role may not do this
         ├── NotFound             404: topic, subscription, consumer
         ├── Conflict             409: exists already, a compaction is running
         │   └── ConsumerBusy     409 on attaching a consumer: the subscription has an active one
-        └── TooLarge             413: a message or a request over the server's limits
+        ├── TooLarge             413: a message or a request over the server's limits
+        └── Unavailable          503 after the retries: the server is out of a resource for now
+
+A 503 (the server changed nothing) is retried with exponential back-off, honouring its
+``Retry-After``, for up to ``Client(retry_unavailable_s=...)`` seconds (default 30; 0 = never).
 
 Arguments that are malformed before any request is made (a topic name without three parts, a
 message id that does not parse) raise ``ValueError`` or ``TypeError``, as Python does.
@@ -51,6 +65,8 @@ import builtins
 import contextlib
 import itertools
 import logging
+import random
+import ssl
 import struct
 import threading
 import time
@@ -68,6 +84,9 @@ import orjson
 __all__ = [
     "AlreadyClosed",
     "Admin",
+    "AuthenticationError",
+    "AuthenticationToken",
+    "AuthorizationError",
     "AsyncAdmin",
     "AsyncClient",
     "AsyncConsumer",
@@ -77,6 +96,7 @@ __all__ = [
     "BadRequest",
     "Client",
     "ClientError",
+    "CompactionProgress",
     "CompactionStatus",
     "Conflict",
     "Consumer",
@@ -92,6 +112,7 @@ __all__ = [
     "Timeout",
     "TooLarge",
     "TransportError",
+    "Unavailable",
 ]
 
 log = logging.getLogger(__name__)
@@ -154,8 +175,16 @@ class BadRequest(ServerError):
     """400 or 422: a malformed name, message id, body or query."""
 
 
+class AuthenticationError(ServerError):
+    """401: no token was sent, or the server did not accept it (malformed, wrongly signed, expired)."""
+
+
+class AuthorizationError(ServerError):
+    """403: the token's role may not do this (its reason names the role and the action)."""
+
+
 class NotFound(ServerError):
-    """404: no such topic, subscription or consumer."""
+    """404: no such tenant, namespace, topic, subscription or consumer."""
 
 
 class Conflict(ServerError):
@@ -170,13 +199,24 @@ class TooLarge(ServerError):
     """413: a message over ``maxMessageSize`` or a request over ``maxRequestBytes``."""
 
 
+class Unavailable(ServerError):
+    """503: the server is out of a resource for now (its seal backlog is full, or it ran out of
+    file descriptors) and changed nothing; raised once the client's retries are used up."""
+
+
 _ERRORS: dict[int, type[ServerError]] = {
     400: BadRequest,
+    401: AuthenticationError,
+    403: AuthorizationError,
     404: NotFound,
     409: Conflict,
     413: TooLarge,
     422: BadRequest,
+    503: Unavailable,
 }
+
+_RETRY_FIRST_S = 0.05  # the first back-off after a 503, doubling ...
+_RETRY_MAX_S = 2.0  # ... up to this, or the server's Retry-After if it asks for longer
 
 
 # --------------------------------------------------------------------------- ids, messages
@@ -453,11 +493,41 @@ def _batches(messages: Iterable[MessageLike]) -> Iterator[list[dict[str, Any]]]:
 
 
 @dataclass(frozen=True, slots=True)
+class CompactionProgress:
+    """How far a running compaction is: its ``phase`` (``phase-one``, ``phase-two``,
+    ``commit``), the phase's share of the input read, and the round's ``percent``."""
+
+    phase: str
+    entries_read: int
+    entries_total: int
+    bytes_read: int
+    bytes_total: int
+    percent: float
+    started_at: int  # epoch ms
+    elapsed_ms: int
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> CompactionProgress:
+        return cls(
+            phase=body["phase"],
+            entries_read=body["entriesRead"],
+            entries_total=body["entriesTotal"],
+            bytes_read=body["bytesRead"],
+            bytes_total=body["bytesTotal"],
+            percent=body["percent"],
+            started_at=body["startedAt"],
+            elapsed_ms=body["elapsedMs"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionStatus:
-    """A topic's compaction status: ``NOT_RUN``, ``RUNNING``, ``SUCCESS`` or ``ERROR``."""
+    """A topic's compaction status: ``NOT_RUN``, ``RUNNING``, ``SUCCESS`` or ``ERROR``; while
+    it is ``RUNNING``, its ``progress``."""
 
     status: str
     last_error: str | None = None
+    progress: CompactionProgress | None = None
 
     NOT_RUN: ClassVar[str] = "NOT_RUN"
     RUNNING: ClassVar[str] = "RUNNING"
@@ -607,17 +677,83 @@ def _decode(response: httpx.Response) -> Any:
     raise _ERRORS.get(status, ServerError)(status, reason)
 
 
+class AuthenticationToken:
+    """A token to send with every request (``Authorization: Bearer``), as pulsar-client-python's.
+
+    ``token`` is the token itself or a function returning it: the function is called once at
+    first and again when the server answers 401 (the request is then retried once), so that a
+    token that is renewed elsewhere (a file rewritten by an agent) is picked up.
+    """
+
+    def __init__(self, token: str | Callable[[], str]) -> None:
+        if not callable(token) and not (isinstance(token, str) and token.strip()):
+            raise ValueError("a token is a non-empty string or a function that returns one")
+        self._supplier: Callable[[], str] | None = token if callable(token) else None
+        self._token: str | None = None if callable(token) else token.strip()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "AuthenticationToken(<hidden>)"  # a token is a password: never in logs or reprs
+
+    @property
+    def renewable(self) -> bool:
+        return self._supplier is not None
+
+    def header(self) -> str:
+        token = self._token
+        if token is None:
+            with self._lock:
+                if self._token is None:
+                    self._token = self._read()
+                token = self._token
+        return f"Bearer {token}"
+
+    def renew(self) -> None:
+        """Read the token again (after a 401)."""
+        if self._supplier is not None:
+            with self._lock:
+                self._token = self._read()
+
+    def _read(self) -> str:
+        assert self._supplier is not None
+        token = self._supplier()
+        if not isinstance(token, str) or not token.strip():
+            raise ClientError("the authentication token function returned no token")
+        return token.strip()
+
+
+def _tls_verify(trust_certs_file_path: str | None, allow_insecure: bool) -> ssl.SSLContext | bool:
+    """httpx's ``verify`` for pulsar-client-python's TLS options."""
+    if allow_insecure:
+        return False
+    if trust_certs_file_path is not None:
+        return ssl.create_default_context(cafile=trust_certs_file_path)
+    return True
+
+
 class _BaseClient:
     """What the sync and async clients share: configuration and request building."""
 
-    def __init__(self, service_url: str, timeout: float) -> None:
+    def __init__(
+        self,
+        service_url: str,
+        timeout: float,
+        authentication: AuthenticationToken | None = None,
+        retry_unavailable_s: float = 30.0,
+    ) -> None:
         url = service_url.rstrip("/")
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"the service URL is http:// or https://, not {service_url!r}")
         if timeout <= 0:
             raise ValueError("timeout is a positive number of seconds")
+        if authentication is not None and not isinstance(authentication, AuthenticationToken):
+            raise TypeError("authentication is an AuthenticationToken")
+        if retry_unavailable_s < 0:
+            raise ValueError("retry_unavailable_s is 0 (never retry a 503) or more seconds")
         self.service_url = url
         self.timeout = float(timeout)
+        self._authentication = authentication
+        self.retry_unavailable_s = float(retry_unavailable_s)
         self._closed = False
         # Consumers and table views hold server or thread state that close() releases.
         self._children: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -629,15 +765,38 @@ class _BaseClient:
     def _build(self, http: httpx.Client | httpx.AsyncClient, call: _Call) -> httpx.Request:
         """The one place a request is built."""
         has_body = call.body is not None
+        headers = {"Content-Type": "application/json"} if has_body else {}
+        if self._authentication is not None:
+            headers["Authorization"] = self._authentication.header()
         return http.build_request(
             call.method,
             call.path,
             params=dict(call.params) if call.params else None,
             # orjson: a batch of a thousand messages encodes several times faster than with json.
             content=orjson.dumps(call.body) if has_body else None,
-            headers={"Content-Type": "application/json"} if has_body else None,
+            headers=headers or None,
             timeout=httpx.Timeout(self.timeout + call.wait),
         )
+
+    def _renew_after(self, response: httpx.Response) -> bool:
+        """Whether to send a request again: a 401 with a token that can be read anew."""
+        if response.status_code != 401 or self._authentication is None or not self._authentication.renewable:
+            return False
+        self._authentication.renew()
+        return True
+
+    def _retry_delay(self, response: httpx.Response, attempt: int, started: float) -> float | None:
+        """Seconds to wait before sending a request again that was answered ``response``, or
+        None to take the answer. Only a 503 is retried: the server changed nothing for it."""
+        if response.status_code != 503:
+            return None
+        delay = min(_RETRY_MAX_S, _RETRY_FIRST_S * 2**attempt)
+        with contextlib.suppress(ValueError):
+            delay = max(delay, float(response.headers.get("Retry-After", 0)))
+        delay *= 1 + random.random() / 4  # jitter: clients refused together do not return together
+        if time.monotonic() + delay - started > self.retry_unavailable_s:
+            return None
+        return delay
 
     @staticmethod
     def _headers() -> dict[str, str]:
@@ -668,7 +827,8 @@ class _Child(Generic[_C]):
 class _ProducerBase(_Child[_C]):
     def _op_open(self) -> _Op[None]:
         # As Pulsar without auto-creation: a producer of an unknown topic fails now (NotFound).
-        yield _Call("GET", f"{self._topic.data}/messages", {"startMessageId": "latest", "maxMessages": 1})
+        # The compaction status is a look-up the produce permission allows (a read is not).
+        yield _Call("GET", f"{self._topic.admin}/compaction")
 
     def _op_send_many(self, messages: Iterable[MessageLike]) -> _Op[list[MessageId]]:
         self._check_open()
@@ -749,7 +909,6 @@ class _ConsumerBase(_Child[_C]):
         self._subscription = subscription
         self._sub_path = topic.subscription(subscription)  # the subscription (admin)
         self._consumers = f"{topic.data}/subscription/{_q(subscription)}/consumers"  # its consumers
-        self._want_read_compacted = read_compacted
         self._read_compacted = read_compacted
         self._initial_position = _position(initial_position)
         self._ack_timeout_ms = int(ack_timeout_ms)
@@ -774,22 +933,18 @@ class _ConsumerBase(_Child[_C]):
 
     @property
     def read_compacted(self) -> bool:
-        """The subscription's choice, as the server reports it: an existing subscription keeps
-        the ``read_compacted`` it was created with."""
+        """Whether this consumer reads the compacted view (this consumer's choice, as in
+        Pulsar: another consumer of the same subscription may read the whole log)."""
         return self._read_compacted
 
     def _op_open(self) -> _Op[None]:
         # 409: it exists; attach to it as it is, as Pulsar's subscribe does.
         with contextlib.suppress(Conflict):
-            yield _Call(
-                "PUT",
-                self._sub_path,
-                {"initialPosition": self._initial_position, "readCompacted": self._want_read_compacted},
-            )
+            yield _Call("PUT", self._sub_path, {"initialPosition": self._initial_position})
         yield from self._op_attach()
 
     def _op_attach(self) -> _Op[None]:
-        body: dict[str, Any] = {"ackTimeoutMs": self._ack_timeout_ms}
+        body: dict[str, Any] = {"ackTimeoutMs": self._ack_timeout_ms, "readCompacted": self._read_compacted}
         if self._consumer_name is not None:
             body["consumerName"] = self._consumer_name
         try:
@@ -797,7 +952,6 @@ class _ConsumerBase(_Child[_C]):
         except Conflict as e:
             raise ConsumerBusy(e.status, e.reason) from None
         self._consumer_id = str(reply["consumerId"])
-        self._read_compacted = bool(reply.get("readCompacted", self._want_read_compacted))
         self._queue.clear()  # what the previous consumer held is redelivered to this one
 
     def _consumer_call(self, action: str, body: Any, wait: float) -> _Call:
@@ -1059,11 +1213,12 @@ class _TableViewBase(Generic[_R]):
             for m in messages:
                 if m.partition_key is None:
                     continue  # a keyless message has no place in a table
-                if m.payload is None:
+                if not m.payload:  # null or empty: a delete, as compaction reads it
                     self._data.pop(m.partition_key, None)
+                    updates.append((m.partition_key, None))
                 else:
                     self._data[m.partition_key] = m.payload
-                updates.append((m.partition_key, m.payload))
+                    updates.append((m.partition_key, m.payload))
             listeners = list(self._listeners)
         for key, value in updates:
             for listener in listeners:
@@ -1159,7 +1314,12 @@ class _TopicsBase(Generic[_C]):
 
     def _op_compaction_status(self, topic: str) -> _Op[CompactionStatus]:
         body = yield _Call("GET", f"{_Topic.parse(topic).admin}/compaction")
-        return CompactionStatus(status=body["status"], last_error=body.get("lastError"))
+        progress = body.get("progress")
+        return CompactionStatus(
+            status=body["status"],
+            last_error=body.get("lastError"),
+            progress=CompactionProgress.from_json(progress) if progress else None,
+        )
 
     def _op_wait_for_compaction(
         self, topic: str, timeout: float | None, poll_interval: float, on_progress: ProgressCallback | None
@@ -1181,12 +1341,9 @@ class _TopicsBase(Generic[_C]):
         return [str(s) for s in (yield _Call("GET", f"{_Topic.parse(topic).admin}/subscriptions"))]
 
     def _op_create_subscription(
-        self, topic: str, subscription: str, initial_position: MessageIdLike, read_compacted: bool
+        self, topic: str, subscription: str, initial_position: MessageIdLike
     ) -> _Op[None]:
-        params: dict[str, str | int | bool] = {
-            "initialPosition": _position(initial_position),
-            "readCompacted": read_compacted,
-        }
+        params: dict[str, str | int | bool] = {"initialPosition": _position(initial_position)}
         yield _Call("PUT", _Topic.parse(topic).subscription(subscription), params)
 
     def _op_delete_subscription(self, topic: str, subscription: str) -> _Op[None]:
@@ -1203,6 +1360,15 @@ class _TopicsBase(Generic[_C]):
     def _op_threshold(self, topic: str, method: str, value: int | None = None) -> _Op[int | None]:
         return (yield from _op_threshold(f"{_Topic.parse(topic).admin}/compactionThreshold", method, value))
 
+    def _op_permissions(self, topic: str) -> _Op[dict[str, list[str]]]:
+        return dict((yield _Call("GET", f"{_Topic.parse(topic).admin}/permissions")))
+
+    def _op_grant(self, topic: str, role: str, actions: Iterable[str]) -> _Op[None]:
+        yield _Call("POST", f"{_Topic.parse(topic).admin}/permissions/{_q(role)}", body=_actions(actions))
+
+    def _op_revoke(self, topic: str, role: str) -> _Op[None]:
+        yield _Call("DELETE", f"{_Topic.parse(topic).admin}/permissions/{_q(role)}")
+
 
 class _NamespacesBase(Generic[_C]):
     def __init__(self, client: _C) -> None:
@@ -1211,6 +1377,51 @@ class _NamespacesBase(Generic[_C]):
     def _op_threshold(self, namespace: str, method: str, value: int | None = None) -> _Op[int | None]:
         path = f"/admin/v2/namespaces/{_namespace(namespace)}/compactionThreshold"
         return (yield from _op_threshold(path, method, value))
+
+    def _op_create(self, namespace: str) -> _Op[None]:
+        yield _Call("PUT", f"/admin/v2/namespaces/{_namespace(namespace)}")
+
+    def _op_delete(self, namespace: str) -> _Op[None]:
+        yield _Call("DELETE", f"/admin/v2/namespaces/{_namespace(namespace)}")
+
+    def _op_list(self, tenant: str) -> _Op[list[str]]:
+        return [str(n) for n in (yield _Call("GET", f"/admin/v2/namespaces/{_q(tenant)}"))]
+
+    def _op_permissions(self, namespace: str) -> _Op[dict[str, list[str]]]:
+        return dict((yield _Call("GET", f"/admin/v2/namespaces/{_namespace(namespace)}/permissions")))
+
+    def _op_grant(self, namespace: str, role: str, actions: Iterable[str]) -> _Op[None]:
+        path = f"/admin/v2/namespaces/{_namespace(namespace)}/permissions/{_q(role)}"
+        yield _Call("POST", path, body=_actions(actions))
+
+    def _op_revoke(self, namespace: str, role: str) -> _Op[None]:
+        yield _Call("DELETE", f"/admin/v2/namespaces/{_namespace(namespace)}/permissions/{_q(role)}")
+
+
+class _TenantsBase(Generic[_C]):
+    def __init__(self, client: _C) -> None:
+        self._client = client
+
+    def _op_list(self) -> _Op[list[str]]:
+        return [str(t) for t in (yield _Call("GET", "/admin/v2/tenants"))]
+
+    def _op_get(self, tenant: str) -> _Op[dict[str, list[str]]]:
+        return dict((yield _Call("GET", f"/admin/v2/tenants/{_q(tenant)}")))
+
+    def _op_put(
+        self, method: str, tenant: str, admin_roles: Iterable[str], allowed_clusters: Iterable[str]
+    ) -> _Op[None]:
+        body = {"adminRoles": list(admin_roles), "allowedClusters": list(allowed_clusters)}
+        yield _Call(method, f"/admin/v2/tenants/{_q(tenant)}", body=body)
+
+    def _op_delete(self, tenant: str) -> _Op[None]:
+        yield _Call("DELETE", f"/admin/v2/tenants/{_q(tenant)}")
+
+
+def _actions(actions: Iterable[str]) -> list[str]:
+    if isinstance(actions, str):
+        raise TypeError('actions are a list, such as ["produce", "consume"]')
+    return list(actions)
 
 
 def _op_threshold(path: str, method: str, value: int | None) -> _Op[int | None]:
@@ -1227,7 +1438,8 @@ def _op_threshold(path: str, method: str, value: int | None) -> _Op[int | None]:
 class Client(_BaseClient):
     """A client of one compactor service, as ``pulsar.Client``.
 
-    ``timeout`` (seconds) bounds every HTTP request; long polls get their wait on top.
+    ``timeout`` (seconds) bounds every HTTP request; long polls get their wait on top. A 503
+    is retried with back-off for up to ``retry_unavailable_s`` seconds (0: raise ``Unavailable``).
     ``transport`` is passed to ``httpx.Client`` (``httpx.MockTransport``, a WSGI app, ...).
     Closing the client closes the consumers and table views it made. A client may be shared
     by threads; a consumer or a reader is meant for one thread at a time.
@@ -1239,10 +1451,18 @@ class Client(_BaseClient):
         *,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        authentication: AuthenticationToken | None = None,
+        tls_trust_certs_file_path: str | None = None,
+        tls_allow_insecure_connection: bool = False,
+        retry_unavailable_s: float = 30.0,
     ) -> None:
-        super().__init__(service_url, timeout)
+        super().__init__(service_url, timeout, authentication, retry_unavailable_s)
         self._http = httpx.Client(
-            base_url=self.service_url, timeout=self.timeout, transport=transport, headers=self._headers()
+            base_url=self.service_url,
+            timeout=self.timeout,
+            transport=transport,
+            headers=self._headers(),
+            verify=_tls_verify(tls_trust_certs_file_path, tls_allow_insecure_connection),
         )
         self._admin: Admin | None = None
 
@@ -1251,8 +1471,21 @@ class Client(_BaseClient):
             time.sleep(effect.seconds)
             return None
         request = self._build(self._http, effect)
-        with _transport_errors(request):
-            response = self._http.send(request)
+        started = time.monotonic()
+        renewed = False
+        for attempt in itertools.count():
+            with _transport_errors(request):
+                response = self._http.send(request)
+            if not renewed and self._renew_after(response):
+                renewed = True  # a token read anew, once
+                response.close()
+                request = self._build(self._http, effect)
+                continue
+            delay = self._retry_delay(response, attempt, started)
+            if delay is None:
+                break
+            response.close()
+            time.sleep(delay)
         return _decode(response)
 
     def _run(self, op: _Op[T]) -> T:
@@ -1297,11 +1530,13 @@ class Client(_BaseClient):
         receiver_queue_size: int = 100,
         ack_group_time_ms: int = 100,
     ) -> Consumer:
-        """Create the subscription if it does not exist (at ``initial_position``, reading the
-        compacted topic if ``read_compacted``), then attach this consumer to it.
+        """Create the subscription if it does not exist (at ``initial_position``), then attach
+        this consumer to it. With ``read_compacted`` the consumer reads the compacted topic up
+        to the horizon and the log after it; without, every message of the log. It is the
+        consumer's choice, as in Pulsar: the subscription holds only the position and the
+        acknowledgements, shared by consumers of either kind.
 
-        Subscriptions are exclusive: ``ConsumerBusy`` if another consumer is attached. An
-        existing subscription keeps its settings (see ``Consumer.read_compacted``).
+        Subscriptions are exclusive: ``ConsumerBusy`` if another consumer is attached.
         ``ack_timeout_ms`` > 0 has the server redeliver messages left unacknowledged that long.
 
         Acknowledgements are grouped, as Pulsar's ``acknowledgmentGroupTime``: an acknowledge
@@ -1656,10 +1891,10 @@ class TopicsAdmin(_TopicsBase[Client]):
         subscription: str,
         *,
         initial_position: MessageIdLike = "latest",
-        read_compacted: bool = False,
     ) -> None:
-        """Create a durable subscription at ``earliest`` or ``latest``; ``Conflict`` if it exists."""
-        self._client._run(self._op_create_subscription(topic, subscription, initial_position, read_compacted))
+        """Create a durable subscription at ``earliest`` or ``latest``; ``Conflict`` if it exists.
+        As in Pulsar it has no ``read_compacted``: each consumer chooses when it subscribes."""
+        self._client._run(self._op_create_subscription(topic, subscription, initial_position))
 
     def delete_subscription(self, topic: str, subscription: str) -> None:
         self._client._run(self._op_delete_subscription(topic, subscription))
@@ -1667,6 +1902,17 @@ class TopicsAdmin(_TopicsBase[Client]):
     def reset_cursor(self, topic: str, subscription: str, target: MessageIdLike | int) -> None:
         """Move a subscription to a message id or (an ``int``) to a publish time in ms."""
         self._client._run(self._op_reset_cursor(topic, subscription, target))
+
+    def permissions(self, topic: str) -> dict[str, builtins.list[str]]:
+        """role -> actions granted on the topic, its own and its namespace's."""
+        return self._client._run(self._op_permissions(topic))
+
+    def grant_permission(self, topic: str, role: str, actions: Iterable[str]) -> None:
+        """Set the role's actions (``"produce"``, ``"consume"``) on the topic."""
+        self._client._run(self._op_grant(topic, role, actions))
+
+    def revoke_permission(self, topic: str, role: str) -> None:
+        self._client._run(self._op_revoke(topic, role))
 
 
 class NamespacesAdmin(_NamespacesBase[Client]):
@@ -1682,11 +1928,60 @@ class NamespacesAdmin(_NamespacesBase[Client]):
     def remove_compaction_threshold(self, namespace: str) -> None:
         self._client._run(self._op_threshold(namespace, "DELETE"))
 
+    def create(self, namespace: str) -> None:
+        """Create ``"tenant/namespace"``; ``NotFound`` without the tenant, ``Conflict`` if it exists."""
+        self._client._run(self._op_create(namespace))
+
+    def delete(self, namespace: str) -> None:
+        """``Conflict`` while it has topics."""
+        self._client._run(self._op_delete(namespace))
+
+    def list(self, tenant: str) -> builtins.list[str]:
+        """The tenant's namespaces as ``"tenant/namespace"``."""
+        return self._client._run(self._op_list(tenant))
+
+    def permissions(self, namespace: str) -> dict[str, builtins.list[str]]:
+        """role -> actions granted on the namespace."""
+        return self._client._run(self._op_permissions(namespace))
+
+    def grant_permission(self, namespace: str, role: str, actions: Iterable[str]) -> None:
+        """Set the role's actions (``"produce"``, ``"consume"``) on every topic of the namespace."""
+        self._client._run(self._op_grant(namespace, role, actions))
+
+    def revoke_permission(self, namespace: str, role: str) -> None:
+        self._client._run(self._op_revoke(namespace, role))
+
+
+class TenantsAdmin(_TenantsBase[Client]):
+    """``client.admin.tenants``: pulsar-admin's tenant verbs (a superuser's)."""
+
+    def list(self) -> builtins.list[str]:
+        return self._client._run(self._op_list())
+
+    def get(self, tenant: str) -> dict[str, builtins.list[str]]:
+        """``{"adminRoles": [...], "allowedClusters": [...]}``."""
+        return self._client._run(self._op_get(tenant))
+
+    def create(
+        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
+    ) -> None:
+        self._client._run(self._op_put("PUT", tenant, admin_roles, allowed_clusters))
+
+    def update(
+        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
+    ) -> None:
+        self._client._run(self._op_put("POST", tenant, admin_roles, allowed_clusters))
+
+    def delete(self, tenant: str) -> None:
+        """``Conflict`` while it has namespaces."""
+        self._client._run(self._op_delete(tenant))
+
 
 class Admin:
-    """``client.admin``: ``topics`` and ``namespaces``, as ``pulsar-admin``."""
+    """``client.admin``: ``tenants``, ``namespaces`` and ``topics``, as ``pulsar-admin``."""
 
     def __init__(self, client: Client) -> None:
+        self.tenants = TenantsAdmin(client)
         self.topics = TopicsAdmin(client)
         self.namespaces = NamespacesAdmin(client)
 
@@ -1703,10 +1998,18 @@ class AsyncClient(_BaseClient):
         *,
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        authentication: AuthenticationToken | None = None,
+        tls_trust_certs_file_path: str | None = None,
+        tls_allow_insecure_connection: bool = False,
+        retry_unavailable_s: float = 30.0,
     ) -> None:
-        super().__init__(service_url, timeout)
+        super().__init__(service_url, timeout, authentication, retry_unavailable_s)
         self._http = httpx.AsyncClient(
-            base_url=self.service_url, timeout=self.timeout, transport=transport, headers=self._headers()
+            base_url=self.service_url,
+            timeout=self.timeout,
+            transport=transport,
+            headers=self._headers(),
+            verify=_tls_verify(tls_trust_certs_file_path, tls_allow_insecure_connection),
         )
         self._admin: AsyncAdmin | None = None
 
@@ -1715,8 +2018,21 @@ class AsyncClient(_BaseClient):
             await asyncio.sleep(effect.seconds)
             return None
         request = self._build(self._http, effect)
-        with _transport_errors(request):
-            response = await self._http.send(request)
+        started = time.monotonic()
+        renewed = False
+        for attempt in itertools.count():
+            with _transport_errors(request):
+                response = await self._http.send(request)
+            if not renewed and self._renew_after(response):
+                renewed = True  # a token read anew, once
+                await response.aclose()
+                request = self._build(self._http, effect)
+                continue
+            delay = self._retry_delay(response, attempt, started)
+            if delay is None:
+                break
+            await response.aclose()
+            await asyncio.sleep(delay)
         return _decode(response)
 
     async def _run(self, op: _Op[T]) -> T:
@@ -2017,17 +2333,23 @@ class AsyncTopicsAdmin(_TopicsBase[AsyncClient]):
         subscription: str,
         *,
         initial_position: MessageIdLike = "latest",
-        read_compacted: bool = False,
     ) -> None:
-        await self._client._run(
-            self._op_create_subscription(topic, subscription, initial_position, read_compacted)
-        )
+        await self._client._run(self._op_create_subscription(topic, subscription, initial_position))
 
     async def delete_subscription(self, topic: str, subscription: str) -> None:
         await self._client._run(self._op_delete_subscription(topic, subscription))
 
     async def reset_cursor(self, topic: str, subscription: str, target: MessageIdLike | int) -> None:
         await self._client._run(self._op_reset_cursor(topic, subscription, target))
+
+    async def permissions(self, topic: str) -> dict[str, builtins.list[str]]:
+        return await self._client._run(self._op_permissions(topic))
+
+    async def grant_permission(self, topic: str, role: str, actions: Iterable[str]) -> None:
+        await self._client._run(self._op_grant(topic, role, actions))
+
+    async def revoke_permission(self, topic: str, role: str) -> None:
+        await self._client._run(self._op_revoke(topic, role))
 
 
 class AsyncNamespacesAdmin(_NamespacesBase[AsyncClient]):
@@ -2042,10 +2364,52 @@ class AsyncNamespacesAdmin(_NamespacesBase[AsyncClient]):
     async def remove_compaction_threshold(self, namespace: str) -> None:
         await self._client._run(self._op_threshold(namespace, "DELETE"))
 
+    async def create(self, namespace: str) -> None:
+        await self._client._run(self._op_create(namespace))
+
+    async def delete(self, namespace: str) -> None:
+        await self._client._run(self._op_delete(namespace))
+
+    async def list(self, tenant: str) -> builtins.list[str]:
+        return await self._client._run(self._op_list(tenant))
+
+    async def permissions(self, namespace: str) -> dict[str, builtins.list[str]]:
+        return await self._client._run(self._op_permissions(namespace))
+
+    async def grant_permission(self, namespace: str, role: str, actions: Iterable[str]) -> None:
+        await self._client._run(self._op_grant(namespace, role, actions))
+
+    async def revoke_permission(self, namespace: str, role: str) -> None:
+        await self._client._run(self._op_revoke(namespace, role))
+
+
+class AsyncTenantsAdmin(_TenantsBase[AsyncClient]):
+    """See ``TenantsAdmin``."""
+
+    async def list(self) -> builtins.list[str]:
+        return await self._client._run(self._op_list())
+
+    async def get(self, tenant: str) -> dict[str, builtins.list[str]]:
+        return await self._client._run(self._op_get(tenant))
+
+    async def create(
+        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
+    ) -> None:
+        await self._client._run(self._op_put("PUT", tenant, admin_roles, allowed_clusters))
+
+    async def update(
+        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
+    ) -> None:
+        await self._client._run(self._op_put("POST", tenant, admin_roles, allowed_clusters))
+
+    async def delete(self, tenant: str) -> None:
+        await self._client._run(self._op_delete(tenant))
+
 
 class AsyncAdmin:
-    """``AsyncClient.admin``: ``topics`` and ``namespaces`` with ``async def``."""
+    """``AsyncClient.admin``: ``tenants``, ``namespaces`` and ``topics`` with ``async def``."""
 
     def __init__(self, client: AsyncClient) -> None:
+        self.tenants = AsyncTenantsAdmin(client)
         self.topics = AsyncTopicsAdmin(client)
         self.namespaces = AsyncNamespacesAdmin(client)

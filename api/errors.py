@@ -1,19 +1,38 @@
-"""Domain errors to HTTP, in one place. Every error body is ``{"reason": "..."}``."""
+"""Domain errors to HTTP, in one place. Every error body is ``{"reason": "..."}``.
+
+``Unavailable`` (a full seal backlog, descriptors exhausted) is 503 with ``Retry-After``. An
+``OSError`` that is the process running out of descriptors, wherever it is raised, becomes the
+same 503 (and is noted for ``/health``); any other ``OSError`` stays a 500, as a bug should.
+"""
 
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.errors import Conflict, InvalidInput, NotFound, ServiceError, TooLarge
+from service.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    ServiceError,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    is_descriptor_exhaustion,
+)
 
 STATUS: dict[type[ServiceError], int] = {
     InvalidInput: 400,
+    Unauthenticated: 401,
+    Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
     TooLarge: 413,
+    Unavailable: 503,
 }
 
 
@@ -35,7 +54,17 @@ def _describe(errors: list[dict]) -> str:  # type: ignore[type-arg]
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse({"reason": exc.reason}, status_code=_status(exc))
+        return _error_response(exc)
+
+    @app.exception_handler(OSError)
+    async def _os_error(request: Request, exc: OSError) -> JSONResponse:
+        if not is_descriptor_exhaustion(exc):
+            raise exc  # a 500: not the client's doing, nor a resource to wait for
+        broker = getattr(request.app.state, "broker", None)
+        where = f"{request.method} {request.url.path}"
+        if broker is None:
+            return _error_response(Unavailable(f"the service ran out of file descriptors ({where})"))
+        return _error_response(broker.resources.exhaustion.note(where, exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -43,8 +72,33 @@ def install(app: FastAPI) -> None:
         return JSONResponse({"reason": _describe(list(errors)), "detail": _jsonable(errors)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"reason": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = exc.headers
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route that matched the path; a path
+            # served by several routes (PUT and DELETE of a topic) allows all of theirs.
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
+        return JSONResponse({"reason": str(exc.detail)}, status_code=exc.status_code, headers=headers)
+
+
+def _allowed(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):
+        regex = getattr(route, "path_regex", None)
+        if getattr(route, "include_in_schema", False) and regex is not None and regex.match(request.url.path):
+            methods |= route.methods or set()
+    return sorted(methods)
+
+
+def _error_response(exc: ServiceError) -> JSONResponse:
+    status = _status(exc)
+    headers: dict[str, str] | None = None
+    if isinstance(exc, Unavailable):
+        headers = {"Retry-After": str(exc.retry_after)}
+    elif status == 401:
+        # RFC 6750: a 401 names the scheme the client should use.
+        headers = {"WWW-Authenticate": 'Bearer realm="compactor"'}
+    return JSONResponse({"reason": exc.reason}, status_code=status, headers=headers)
 
 
 def _jsonable(errors: object) -> object:

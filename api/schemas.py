@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,4 +68,37 @@ class ReadResponse(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str  # "ok" or "degraded"
+    reason: str | None = None  # why it is degraded
+    # Whether compactions can run: "available", "starting", "on demand" (Spark starts with
+    # the first round) or "unavailable: <one-line reason>".
+    compaction: str
+
+
+# A role as a path segment: what token subjects look like (names, e-mail addresses, DNs
+# without spaces), never a '/'.
+ROLE_PATTERN = r"^[A-Za-z0-9_.,=@+:-]{1,256}$"
+Action = Literal["produce", "consume"]
+RoleName = Annotated[str, Field(min_length=1, max_length=256, pattern=ROLE_PATTERN)]
+
+
+class TenantInfoBody(BaseModel):
+    """A tenant's admin roles and allowed clusters (Pulsar's ``TenantInfo``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adminRoles: Annotated[list[RoleName], Field(max_length=1000)] = Field(default_factory=list)
+    allowedClusters: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=1000)
+    ] = Field(default_factory=list)
+
+
+class NamespaceOut(BaseModel):
+    name: str
+    permissions: dict[str, list[str]]
+
+
+class ErrorOut(BaseModel):
+    """Every error: a sentence for people. Validation errors (422) add ``detail``."""
+
+    reason: str

@@ -60,7 +60,17 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compactor.phases import PACK_SHIFT
-from ledger.schema import ARROW_SCHEMA, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, PROPERTIES, PUBLISH_TIME
+from ledger.schema import (
+    ARROW_SCHEMA,
+    ENTRY_ID,
+    IS_TOMBSTONE,
+    KEY,
+    LEDGER_ID,
+    PROPERTIES,
+    PUBLISH_TIME,
+    VALUE,
+    derived_delete_flags,
+)
 
 T = TypeVar("T")
 
@@ -114,6 +124,8 @@ class Segment:
     # Only these row groups of the file (None: all); a large part is split so that groups
     # can balance.
     row_groups: tuple[int, ...] | None = None
+    # Written before empty values deleted: its ``is_tombstone`` is derived again on read.
+    derive_deletes: bool = False
 
 
 def bound(ledger_id: int, entry_id: int) -> int:
@@ -131,9 +143,15 @@ def packed(ledger_ids: pa.ChunkedArray | pa.Array, entry_ids: pa.ChunkedArray | 
 def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """The segment's rows in its id range, in order, a bounded chunk at a time (a compacted
     part can be large), with their packed ids. ``columns`` must include both id columns."""
+    derive = segment.derive_deletes and IS_TOMBSTONE in columns
+    read = list(dict.fromkeys([*columns, KEY, VALUE])) if derive else columns
     with pq.ParquetFile(segment.path) as f:
-        for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=columns, row_groups=segment.row_groups):
+        for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=read, row_groups=segment.row_groups):
             table = pa.Table.from_batches([batch])
+            if derive:
+                flags = derived_delete_flags(table.column(KEY), table.column(VALUE))
+                table = table.set_column(table.schema.get_field_index(IS_TOMBSTONE), IS_TOMBSTONE, flags)
+                table = table.select(columns)
             ids = packed(table.column(LEDGER_ID), table.column(ENTRY_ID))
             if len(ids) and (ids[0] <= segment.lo or ids[-1] > segment.hi):
                 mask = (ids > segment.lo) & (ids <= segment.hi)

@@ -28,6 +28,7 @@ from ledger.schema import (
     LEDGER_ID,
     PROPERTIES,
     PUBLISH_TIME,
+    VALUE,
 )
 
 # Columns phase one reads (the offset strategy; see ``narrow_columns`` for the others).
@@ -36,6 +37,13 @@ NARROW_COLUMNS = (LEDGER_ID, ENTRY_ID, KEY, IS_TOMBSTONE, PUBLISH_TIME)
 OFFSET = "offset"
 EVENT_TIME_STRATEGY = "eventTime"
 PROPERTY_PREFIX = "property:"
+
+
+def derived_delete_column() -> Column:
+    """``is_tombstone`` under Pulsar's delete rule (``ledger.entry.is_delete``), from the key and
+    value: for files written before empty values deleted, whose stored flag is stale. Reading
+    the value column is the price of such files; files written since carry the flag."""
+    return F.col(VALUE).isNull() | (F.col(KEY).isNotNull() & (F.length(F.col(VALUE)) == 0))
 
 
 def narrow_columns(strategy: str = OFFSET) -> tuple[str, ...]:

@@ -15,7 +15,13 @@ What the configuration does, and why:
 - Python workers reach the JVM over a Unix domain socket, which halves the fixed cost of a
   job with Python tasks;
 - in local mode: the driver binds to 127.0.0.1, the shuffle has 2 partitions per core, and
-  the JVM logs only warnings (a log4j2 configuration is handed to the driver JVM at launch).
+  the JVM logs only warnings (a log4j2 configuration is handed to the driver JVM at launch);
+- on a cluster (any other master): the executors' interpreter is ``python``
+  (``spark.pyspark.python``), ``archives`` are unpacked beside each executor (``spark.archives``,
+  e.g. a venv-pack'ed environment), and the code the tasks import is shipped to them as a zip
+  (``compactor.cluster.code_zip``, through ``addPyFile``), so an executor needs only pyarrow,
+  numpy and pandas. Local mode needs no zip: its Python workers run this interpreter, which
+  has the project installed.
 """
 
 from __future__ import annotations
@@ -38,9 +44,10 @@ _session: SparkSession | None = None
 
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 
-# Handed to the driver JVM with -Dlog4j2.configurationFile. Without it Spark installs its own
-# default profile and announces so on the console, and Hadoop warns about native libraries.
-_LOG4J2_PROPERTIES = """\
+# Handed to the driver JVM with -Dlog4j2.configurationFile (the tests' standalone cluster uses it
+# too). Without it Spark installs its own default profile and announces so on the console, and
+# Hadoop warns about native libraries.
+LOG4J2_PROPERTIES = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
 appender.stderr.type = Console
@@ -76,6 +83,8 @@ def spark_conf(
     driver_memory: str = "2g",
     ui: bool = False,
     shuffle_partitions: int | None = None,
+    python: str | None = None,
+    archives: str | None = None,
     extra_conf: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The configuration ``get_spark`` starts a session with (without the log4j2 option)."""
@@ -106,8 +115,13 @@ def spark_conf(
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         # Local Python workers run this interpreter, which has the project and pyarrow. On a
-        # cluster, set spark.pyspark.python to an environment with the project installed.
+        # cluster, ``python`` names the executors' one, which needs only pyarrow, numpy and
+        # pandas: the project's code is shipped to it (see get_spark).
         conf["spark.pyspark.python"] = sys.executable
+    if python:
+        conf["spark.pyspark.python"] = python
+    if archives:
+        conf["spark.archives"] = archives
     if shuffle_partitions is None and cores is not None:
         shuffle_partitions = 2 * cores
     if shuffle_partitions is not None:
@@ -124,9 +138,13 @@ def get_spark(
     driver_memory: str = "2g",
     ui: bool = False,
     shuffle_partitions: int | None = None,
+    python: str | None = None,
+    archives: str | None = None,
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
-    """The process's SparkSession, created on the first call; later calls return it unchanged."""
+    """The process's SparkSession, created on the first call; later calls return it unchanged.
+    ``python``: the executors' interpreter; ``archives``: ``spark.archives`` (see the module
+    docstring)."""
     global _session
     with _lock:
         if _session is not None:
@@ -136,19 +154,27 @@ def get_spark(
             driver_memory=driver_memory,
             ui=ui,
             shuffle_partitions=shuffle_partitions,
+            python=python,
+            archives=archives,
             extra_conf=extra_conf,
         )
-        if local_cores(master) is not None:
+        local = local_cores(master) is not None
+        if local:
             # Read by the launcher scripts; stops Spark warning that the host name is a loopback.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # PySpark starts local Python workers with $PYSPARK_PYTHON (not the conf).
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        executor_python = conf.get("spark.pyspark.python")
+        if executor_python and (python or not local):
+            # The interpreter a Python task is started with is the one PySpark read from
+            # $PYSPARK_PYTHON when the context was created (SparkContext.pythonExec), not the conf.
+            os.environ["PYSPARK_PYTHON"] = executor_python
         log4j_file: Path | None = None
         java_opts = conf.get("spark.driver.extraJavaOptions", "")
         if "log4j" not in java_opts:
             fd, name = tempfile.mkstemp(prefix="topic-compactor-log4j2-", suffix=".properties")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(_LOG4J2_PROPERTIES)
+                f.write(LOG4J2_PROPERTIES)
             log4j_file = Path(name)
             conf["spark.driver.extraJavaOptions"] = (
                 f"{java_opts} -Dlog4j2.configurationFile={log4j_file.as_uri()}".strip()
@@ -163,6 +189,11 @@ def get_spark(
             if log4j_file is not None:
                 log4j_file.unlink(missing_ok=True)
         session.sparkContext.setLogLevel("WARN")
+        if not local or python:
+            # Executors that do not run this interpreter do not have the project: send it.
+            from compactor.cluster import code_zip
+
+            session.sparkContext.addPyFile(str(code_zip()))
         _session = session
         return session
 

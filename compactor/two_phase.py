@@ -25,7 +25,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,16 +41,18 @@ from compactor.phases import (
     OFFSET,
     RECORDS,
     can_pack,
+    derived_delete_column,
     keep_ids,
     key_summary,
     narrow_columns,
     phase_two,
 )
+from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
 from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir, fsync_path
-from ledger.schema import COLUMNS, ENTRY_ID, KEY, LEDGER_ID, SPARK_DDL
+from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, SPARK_DDL, flags_follow_rule
 
 # Target row-group size of compacted part files. A reader decodes whole row groups, so
 # smaller groups make a page read cheaper; 8 MiB still compresses well.
@@ -110,10 +112,11 @@ class IdBounds:
 EMPTY_BOUNDS = IdBounds(2**63, -1, 2**63, -1)
 
 
-def file_id_bounds(path: Path) -> IdBounds | None:
-    """Id bounds of one Parquet file from its footer; ``None`` if a row group lacks statistics
-    (then nothing may be concluded)."""
-    meta = pq.read_metadata(path)
+def _footer_facts(meta: pq.FileMetaData) -> tuple[IdBounds | None, bool]:
+    """From a Parquet footer: the file's id bounds (``None`` if a row group lacks statistics:
+    then nothing may be concluded), and whether its ``is_tombstone`` must be derived again
+    (written before empty values deleted)."""
+    derive = not flags_follow_rule(meta.metadata)
     cols = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
     bounds = EMPTY_BOUNDS
     for rg in range(meta.num_row_groups):
@@ -122,9 +125,9 @@ def file_id_bounds(path: Path) -> IdBounds | None:
             continue
         sl, se = (group.column(cols[name]).statistics for name in (LEDGER_ID, ENTRY_ID))
         if sl is None or se is None or not sl.has_min_max or not se.has_min_max:
-            return None
+            return None, derive
         bounds = bounds.union(IdBounds(int(sl.min), int(sl.max), int(se.min), int(se.max)))
-    return bounds
+    return bounds, derive
 
 
 def ids_packable(bounds: Sequence[IdBounds | None]) -> bool:
@@ -150,6 +153,11 @@ class CompactionInputs:
     originals: list[Path]
     packed: bool
     previous_manifest: Manifest | None = None
+    # Files whose ``is_tombstone`` predates today's delete rule: derived from key and value.
+    derive_deletes: frozenset[Path] = frozenset()
+    # Rows of every file, from the footers (the originals' may extend past the round's range):
+    # the round's progress counts against it.
+    rows: int = 0
 
     @property
     def files(self) -> list[Path]:
@@ -189,20 +197,36 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         directory = Path(job.previous_compacted)
         manifest = Manifest.load(directory)
         previous = [directory / p.name for p in manifest.parts]
-    bounds: list[IdBounds | None] = [file_id_bounds(p) for p in previous]
+    bounds: list[IdBounds | None] = []
+    derive: set[Path] = set()
+    rows = 0
+    for path in previous:
+        meta = pq.read_metadata(path)
+        rows += meta.num_rows
+        b, legacy = _footer_facts(meta)
+        bounds.append(b)
+        if legacy:
+            derive.add(path)
     originals: list[Path] = []
-    for path, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
+    for p, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
         if not _ledger_in_range(job, ledger_id):
             continue  # not even its footer is needed
-        b = file_id_bounds(Path(path))
+        path = Path(p)
+        meta = pq.read_metadata(path)
+        b, legacy = _footer_facts(meta)
         if _may_hold_new_rows(job, b):
-            originals.append(Path(path))
+            rows += meta.num_rows
+            originals.append(path)
             bounds.append(b)
+            if legacy:
+                derive.add(path)
     return CompactionInputs(
         previous_parts=previous,
         originals=originals,
         packed=ids_packable(bounds),
         previous_manifest=manifest,
+        derive_deletes=frozenset(derive),
+        rows=rows,
     )
 
 
@@ -254,15 +278,18 @@ class TwoPhaseCompactor:
         inputs = inputs if inputs is not None else self.inputs(job)
         reader = self.spark.read.schema(SPARK_DDL)
         frames: list[DataFrame] = []
-        if inputs.previous_parts:
-            # Taken whole: every record of the previous compacted ledger is <= the previous horizon.
-            frames.append(reader.parquet(*(spark_path(p) for p in inputs.previous_parts)))
-        if inputs.originals:
-            frames.append(
-                reader.parquet(*(spark_path(p) for p in inputs.originals)).where(
-                    id_range(job.previous_horizon, job.horizon)
-                )
-            )
+
+        def read(paths: Sequence[Path]) -> Iterator[DataFrame]:
+            # Files written before empty values deleted get the flag derived from key and value.
+            for derive in (False, True):
+                chosen = [spark_path(p) for p in paths if (p in inputs.derive_deletes) == derive]
+                if chosen:
+                    df = reader.parquet(*chosen)
+                    yield df.withColumn(IS_TOMBSTONE, derived_delete_column()) if derive else df
+
+        # Taken whole: every record of the previous compacted ledger is <= the previous horizon.
+        frames.extend(read(inputs.previous_parts))
+        frames.extend(df.where(id_range(job.previous_horizon, job.horizon)) for df in read(inputs.originals))
         if not frames:
             frames.append(self.spark.createDataFrame([], schema=SPARK_DDL))
         df = frames[0]
@@ -283,15 +310,24 @@ class TwoPhaseCompactor:
                 part_path = str(Path(job.previous_compacted) / part.name)  # type: ignore[arg-type]
                 first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
                 last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
+                derive = Path(part_path) in inputs.derive_deletes
                 if not incremental:
-                    out.append(arrow_phases.Segment(part_path, first, last, part.size))
+                    out.append(arrow_phases.Segment(part_path, first, last, part.size, derive_deletes=derive))
                     continue
                 meta = pq.read_metadata(part_path)
                 for rg in range(meta.num_row_groups):
                     group = meta.row_group(rg)
                     size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
                     out.append(
-                        arrow_phases.Segment(part_path, first, last, size, previous=True, row_groups=(rg,))
+                        arrow_phases.Segment(
+                            part_path,
+                            first,
+                            last,
+                            size,
+                            previous=True,
+                            row_groups=(rg,),
+                            derive_deletes=derive,
+                        )
                     )
         after = job.previous_horizon
         lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
@@ -300,7 +336,15 @@ class TwoPhaseCompactor:
         for path in sorted(inputs.originals, key=lambda p: ids[str(p)]):
             ledger = ids[str(path)]
             first, last = arrow_phases.bound(ledger, -1), arrow_phases.bound(ledger, MAX_PACKED_ENTRY_ID)
-            out.append(arrow_phases.Segment(str(path), max(lo, first), min(hi, last), path.stat().st_size))
+            out.append(
+                arrow_phases.Segment(
+                    str(path),
+                    max(lo, first),
+                    min(hi, last),
+                    path.stat().st_size,
+                    derive_deletes=path in inputs.derive_deletes,
+                )
+            )
         return out
 
     def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:
@@ -314,7 +358,9 @@ class TwoPhaseCompactor:
 
     # ------------------------------------------------------------------ the round
 
-    def compact(self, job: CompactionJob) -> CompactionResult:
+    def compact(self, job: CompactionJob, progress: RoundProgress | None = None) -> CompactionResult:
+        """Run the round; ``progress``, if given, is kept up to date while it runs (see
+        ``compactor.progress``)."""
         final = compacted_dir(Path(job.topic_root), job.output_ledger_id)
         tmp = final.with_name(final.name + TMP_SUFFIX)
         if final.exists():
@@ -326,6 +372,8 @@ class TwoPhaseCompactor:
                 shutil.rmtree(tmp)
             inputs = self.inputs(job)
             bytes_in = inputs.bytes_in
+            if progress is not None:
+                progress.set_totals(entries=inputs.rows, bytes_=bytes_in)
 
             since = job.now_ms - job.delete_retention_ms if job.delete_retention_ms else None
             # Arrow inside Spark tasks when ids pack (always, in practice): see arrow_phases.
@@ -353,14 +401,22 @@ class TwoPhaseCompactor:
                 self._fault("phase_one")
                 self._fault("phase_two")
                 t0 = time.perf_counter()
-                with self._job_description(f"compaction {job.output_ledger_id}: both phases"):
+                if progress is not None:
+                    progress.enter(PHASE_ONE, BOTH_PHASES_BAND)
+                with (
+                    self._job_description(f"compaction {job.output_ledger_id}: both phases"),
+                    self._tracked(job, "both", progress),
+                ):
                     entries_read, _, phase_one_s = arrow_phases.both_phases(self.spark, plan)
                 phase_one_ms = int(phase_one_s * 1000)
                 t1 = t0 + phase_one_s
             else:
                 self._fault("phase_one")
                 t0 = time.perf_counter()
-                with self._job_description(f"compaction {job.output_ledger_id}: phase one"):
+                with (
+                    self._job_description(f"compaction {job.output_ledger_id}: phase one"),
+                    self._tracked(job, PHASE_ONE, progress),
+                ):
                     if fast and job.strategy == OFFSET:
                         entries_read = arrow_phases.phase_one(self.spark, plan)
                     else:
@@ -377,8 +433,17 @@ class TwoPhaseCompactor:
                 entries_read += inputs.previous_manifest.entries  # type: ignore[union-attr]
 
             if not one_job:
-                with self._job_description(f"compaction {job.output_ledger_id}: phase two"):
+                if progress is not None:
+                    progress.set_totals(entries=entries_read)  # exact now
+                    progress.enter(PHASE_TWO)
+                with (
+                    self._job_description(f"compaction {job.output_ledger_id}: phase two"),
+                    self._tracked(job, PHASE_TWO, progress),
+                ):
                     self._phase_two(job, inputs, plan if fast else None, summary, since, tmp)
+            if progress is not None:
+                progress.set_totals(entries=entries_read)
+                progress.enter(COMMIT)
             shutil.rmtree(tmp / SCRATCH_DIR, ignore_errors=True)
             tmp.mkdir(parents=True, exist_ok=True)
             for path in sorted(tmp.iterdir()):
@@ -450,6 +515,15 @@ class TwoPhaseCompactor:
             )
 
     # ------------------------------------------------------------------ helpers
+
+    def _tracked(
+        self, job: CompactionJob, phase: str, progress: RoundProgress | None
+    ) -> AbstractContextManager[None]:
+        """The phase's Spark jobs in a group of their own, their progress polled into ``progress``."""
+        if progress is None:
+            return nullcontext()
+        group = f"compaction-{job.output_ledger_id}-{phase}"
+        return SparkJobTracker(self.spark, group, progress).tracking()
 
     def _fault(self, phase: str) -> None:
         if self.fault_hook is not None:

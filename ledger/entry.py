@@ -42,7 +42,8 @@ class Position(NamedTuple):
 class Record:
     """What a producer sends: the message before the ledger gives it an id.
 
-    ``value is None`` marks a tombstone: the key is deleted by compaction.
+    A keyed record whose value is null or empty is a tombstone: compaction deletes the key
+    (:func:`is_delete`, Pulsar's rule).
     """
 
     key: str | None
@@ -53,7 +54,7 @@ class Record:
 
     @property
     def is_tombstone(self) -> bool:
-        return self.value is None
+        return is_delete(self.key, self.value)
 
 
 class Entry(NamedTuple):
@@ -77,11 +78,18 @@ class Entry(NamedTuple):
 
     @property
     def is_tombstone(self) -> bool:
-        return self.value is None
+        return is_delete(self.key, self.value)
 
     def size(self) -> int:
         """Payload bytes, as counted for backlog and ledger size limits."""
         return record_size(self.key, self.value, self.properties)
+
+
+def is_delete(key: str | None, value: bytes | None) -> bool:
+    """Pulsar's rule: a message deletes its key in compaction when its value is null, or empty
+    and it has a key. A keyless message is never deduplicated: only a null value drops it
+    (an empty keyless value is kept, where ``retainNullKey`` keeps keyless messages)."""
+    return value is None or (key is not None and not value)
 
 
 def record_size(key: str | None, value: bytes | None, properties: dict[str, str]) -> int:

@@ -58,7 +58,12 @@ def seal_table(table: pa.Table, path: Path, *, row_group_size: int = ROW_GROUP_S
 
 
 class SealedLedger:
-    """Random access to a sealed ledger's entries by id; safe to share between threads."""
+    """Random access to a sealed ledger's entries by id; safe to share between threads.
+
+    Holds one open file (the Parquet file) from construction until :meth:`close`, and the row
+    groups it decoded last: the service keeps these in a bounded
+    :class:`ledger.file_cache.FileCache`, which asks :meth:`cached_bytes` what one weighs.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -79,6 +84,9 @@ class SealedLedger:
         # The row groups decoded last (first, last, table): consumers read a ledger page by
         # page, and a page is much smaller than a row group.
         self._decoded: tuple[int, int, pa.Table] | None = None
+        # What cached_bytes() reports, counted once per decode: Table.nbytes walks every buffer,
+        # and the file cache asks after every read.
+        self._decoded_bytes = 0
 
     def read(self, start: int, max_entries: int) -> list[Entry]:
         """Entries ``start`` .. ``start + max_entries - 1`` that exist, in order."""
@@ -92,6 +100,7 @@ class SealedLedger:
             if decoded is None or not decoded[0] <= first_rg <= last_rg <= decoded[1]:
                 rows = self._file.read_row_groups(list(range(first_rg, last_rg + 1)))
                 decoded = self._decoded = (first_rg, last_rg, rows)
+                self._decoded_bytes = rows.nbytes
         first, _, table = decoded
         return table_to_entries(table.slice(start - self._starts[first], end - start))
 
@@ -104,5 +113,15 @@ class SealedLedger:
             times = self._publish_times
         return bisect.bisect_left(times, publish_time)
 
+    def cached_bytes(self) -> int:
+        """Bytes of decoded data this reader keeps between reads (its last row groups, and
+        the publish times once a seek by time read them)."""
+        times = self._publish_times
+        return self._decoded_bytes + (8 * len(times) if times else 0)
+
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            self._decoded = None
+            self._decoded_bytes = 0
+            self._publish_times = None
+            self._file.close()

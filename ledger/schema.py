@@ -3,6 +3,12 @@
 Sealed original ledgers and compacted ledgers share this schema so that a compaction round
 can read the previous compacted ledger and the new original ledgers as one input.
 Rows are always stored in message-id order: ``(ledger_id, entry_id)`` ascending.
+
+``is_tombstone`` holds Pulsar's delete rule (:func:`is_delete`): a keyed message whose value is
+null or empty deletes its key. Files written since that rule carry ``DELETES_RULE`` in their
+schema metadata; in a file without it (written when only a null value deleted) the flag says
+nothing about empty values, and a reader derives it again from the key and value
+(:func:`derived_delete_flags`).
 """
 
 from __future__ import annotations
@@ -10,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ledger.entry import Entry, Record
+from ledger.entry import Entry, Record, is_delete
 
 LEDGER_ID = "ledger_id"
 ENTRY_ID = "entry_id"
@@ -21,6 +28,10 @@ IS_TOMBSTONE = "is_tombstone"
 PROPERTIES = "properties"
 PUBLISH_TIME = "publish_time"
 EVENT_TIME = "event_time"
+
+# Schema metadata of every file whose ``is_tombstone`` follows :func:`is_delete`.
+DELETES_RULE_KEY = b"compactor.deletes"
+DELETES_RULE = b"null-or-empty-keyed"
 
 COLUMNS = (LEDGER_ID, ENTRY_ID, KEY, VALUE, IS_TOMBSTONE, PROPERTIES, PUBLISH_TIME, EVENT_TIME)
 
@@ -34,8 +45,22 @@ ARROW_SCHEMA = pa.schema(
         pa.field(PROPERTIES, pa.map_(pa.string(), pa.string())),
         pa.field(PUBLISH_TIME, pa.int64(), nullable=False),
         pa.field(EVENT_TIME, pa.int64()),
-    ]
+    ],
+    metadata={DELETES_RULE_KEY: DELETES_RULE},
 )
+
+
+def flags_follow_rule(metadata: dict[bytes, bytes] | None) -> bool:
+    """Whether a file with this schema (or Parquet key-value) metadata stores ``is_tombstone``
+    under today's rule; if not, readers derive the flag (:func:`derived_delete_flags`)."""
+    return bool(metadata) and metadata.get(DELETES_RULE_KEY) == DELETES_RULE  # type: ignore[union-attr]
+
+
+def derived_delete_flags(keys: pa.ChunkedArray | pa.Array, values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """:func:`is_delete` over columns: the value is null, or empty with a key."""
+    empty_keyed = pc.and_(pc.equal(pc.binary_length(values), 0), pc.is_valid(keys))
+    return pc.or_(pc.is_null(values), pc.fill_null(empty_keyed, False))
+
 
 # Spark's DDL for the same schema: the compactor reads with it so that every input file,
 # sealed or compacted, lines up column for column without schema inference.
@@ -77,7 +102,7 @@ def _table(ledger_ids: object, entry_ids: object, rows: Sequence[Record] | Seque
             ENTRY_ID: entry_ids,
             KEY: [r.key for r in rows],
             VALUE: [r.value for r in rows],
-            IS_TOMBSTONE: [r.value is None for r in rows],
+            IS_TOMBSTONE: [is_delete(r.key, r.value) for r in rows],
             PROPERTIES: [list(r.properties.items()) for r in rows],
             PUBLISH_TIME: [r.publish_time for r in rows],
             EVENT_TIME: [r.event_time for r in rows],

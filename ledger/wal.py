@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +53,10 @@ _COPY_CHUNK = 1 << 20
 # fdatasync also flushes the file size, which is all an append changes besides data; it
 # skips the mtime update a full fsync would force.
 _datasync = getattr(os, "fdatasync", os.fsync)
+
+# Called with the seconds of every group-commit fsync (the service's WAL fsync latency
+# histogram); a hook, so that the ledger package knows nothing of metrics.
+fsync_observer: Callable[[float], None] | None = None
 
 
 class LedgerClosedError(RuntimeError):
@@ -406,7 +410,10 @@ class WriteAheadLog:
         """
         error: BaseException | None = None
         try:
+            t0 = time.perf_counter()
             _datasync(self._fd)
+            if fsync_observer is not None:
+                fsync_observer(time.perf_counter() - t0)
         except BaseException as e:
             # Whatever went wrong, the baton must be handed back or every waiter hangs.
             error = e

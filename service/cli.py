@@ -1,4 +1,5 @@
-"""The ``compactor`` console script: ``compactor serve``, ``compactor db upgrade``."""
+"""The ``compactor`` console script: ``compactor serve``, ``compactor db upgrade``, ``compactor topics``,
+``compactor tokens``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from typing import Annotated
 import typer
 
 from api.cli import topics_app
+from service.tokens_cli import tokens_app
 
 app = typer.Typer(help="A Pulsar-style topic compaction service.", no_args_is_help=True)
 db_app = typer.Typer(help="The metadata database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(topics_app, name="topics")
+app.add_typer(tokens_app, name="tokens")
 
 
 def _env(name: str, value: object) -> None:
@@ -35,9 +38,6 @@ def serve(
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "info",
 ) -> None:
     """Apply pending migrations, recover every topic, and serve the REST API."""
-    import uvicorn
-
-    from api.app import create_app
     from service.settings import Settings
 
     for name, value in (
@@ -50,10 +50,21 @@ def serve(
     ):
         _env(name, value)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Every admin change is audited, whatever the log level of the rest.
+    logging.getLogger("compactor.audit").setLevel(logging.INFO)
     try:
         settings = Settings()
     except Exception as e:  # pydantic's ValidationError: show it as a usage error, not a trace
         raise typer.BadParameter(str(e)) from None
+    refusal = settings.exposure_refusal()
+    if refusal is not None:
+        typer.echo(f"error: {refusal}", err=True)
+        raise typer.Exit(2)
+    # Imported only now: a refusal above comes at once, without loading Spark and the app.
+    import uvicorn
+
+    from api.app import create_app
+
     app = create_app(settings)
     # A page read allocates thousands of objects; with the default thresholds the collector
     # runs every few hundred and regularly walks the whole heap. Objects alive now (modules,
@@ -69,6 +80,8 @@ def serve(
         # uvicorn's default (5 s) is shorter than client pools keep idle connections: a client
         # sending as the server closes one gets "connection reset".
         timeout_keep_alive=settings.keep_alive_seconds,
+        ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
+        ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
     )
 
 

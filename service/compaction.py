@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,13 +24,15 @@ from pathlib import Path
 from sqlalchemy import select
 
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
+from compactor.progress import COMMIT, ProgressSnapshot, RoundProgress
 from ledger import paths
 from ledger.entry import Position
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
 from service.cursors import COMPACTION_CURSOR
-from service.errors import Conflict
+from service.errors import CompactionUnavailable, Conflict
+from service.metrics import ServiceMetrics
 from service.names import TopicName
 from service.policies import PolicyStore
 from service.topics import Broker, ManagedTopic
@@ -46,6 +49,19 @@ class CompactionStatus:
     status: str
     last_error: str | None = None
     run_id: int | None = None
+    # While RUNNING: how far the round is (None once it is done, or for a run of a previous process).
+    progress: ProgressSnapshot | None = None
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """Pulsar's ``CompactionRecord`` of topic stats: the last round that succeeded (what it
+    removed, when, how long it took) and when one last failed; 0 where there is none."""
+
+    last_removed_event_count: int = 0
+    last_succeed_timestamp: int = 0
+    last_failed_timestamp: int = 0
+    last_duration_ms: int = 0
 
 
 class CompactionService:
@@ -59,8 +75,10 @@ class CompactionService:
         workers: int = 1,
         policies: PolicyStore | None = None,
         fault_hook: Callable[[str], None] | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.broker = broker
+        self.metrics = metrics
         self.policies = policies or PolicyStore(db=broker.db, settings=broker.settings)
         self.workers = workers
         self.db = broker.db
@@ -70,6 +88,9 @@ class CompactionService:
         self.fault_hook = fault_hook
         self._futures: dict[TopicName, Future[None]] = {}
         self._lock = threading.Lock()
+        # The progress of each topic's latest round (its run id with it), kept after the round
+        # ends: a status read that saw the run RUNNING in the database still finds it.
+        self._progress: dict[TopicName, tuple[int, RoundProgress]] = {}
 
     # ---------------------------------------------------------------- start-up
 
@@ -172,7 +193,10 @@ class CompactionService:
             )
             if run is None:
                 return CompactionStatus(NOT_RUN)
-            return CompactionStatus(run.status, run.error, run.id)
+            status, error, run_id = run.status, run.error, run.id
+        latest = self._progress.get(name)
+        progress = latest[1] if latest is not None and latest[0] == run_id and status == RUNNING else None
+        return CompactionStatus(status, error, run_id, progress.snapshot() if progress is not None else None)
 
     def _new_run(self, topic: ManagedTopic, trigger: str) -> int:
         with self.db.session() as s:
@@ -181,7 +205,13 @@ class CompactionService:
             )
             s.add(run)
             s.flush()
-            return run.id
+            # Before the commit: whoever sees the run RUNNING finds its progress.
+            self._progress[topic.name] = (run.id, RoundProgress(started_at_ms=run.started_at))
+            run_id = run.id
+        live = {t.name for t in self.broker.topics()}
+        for gone in [n for n in list(self._progress) if n not in live]:  # deleted topics'
+            self._progress.pop(gone, None)
+        return run_id
 
     def _run_and_release(self, topic: ManagedTopic, run_id: int) -> None:
         try:
@@ -193,6 +223,7 @@ class CompactionService:
 
     def _run(self, topic: ManagedTopic, run_id: int) -> None:
         new_ledger_id: int | None = None
+        started = time.monotonic()
         try:
             policy = self.policies.effective(topic.name)
             now = now_ms()
@@ -201,6 +232,7 @@ class CompactionService:
             if horizon is None or (previous is not None and horizon <= previous.horizon):
                 # Nothing new since the last horizon (or nothing old enough): a quick success.
                 self._finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
+                self._observe(topic, started)
                 return
             new_ledger_id = self._allocate_ledger(topic)
             previous_horizon = previous.horizon if previous else None
@@ -220,20 +252,57 @@ class CompactionService:
             )
             compactor = self._compactor()
             compactor.fault_hook = self.fault_hook
-            result = compactor.compact(job)
+            latest = self._progress.get(topic.name)
+            progress = latest[1] if latest is not None and latest[0] == run_id else RoundProgress()
+            result = compactor.compact(job, progress)
+            progress.enter(COMMIT)
             if self.fault_hook is not None:
                 self.fault_hook("before_commit")
             view = CompactedView(horizon=horizon, ledger_id=new_ledger_id, directory=result.directory)
             self._commit(topic, run_id, result, previous)
         except Exception as e:
-            log.exception("compaction of %s failed", topic.name)
+            if isinstance(e, CompactionUnavailable):
+                error = str(e)  # one line, logged once by the engine
+            else:
+                log.exception("compaction of %s failed", topic.name)
+                error = f"{type(e).__name__}: {e}".strip() or traceback.format_exc()
             if new_ledger_id is not None:
                 self._discard(topic, new_ledger_id)
-            self._finish(run_id, ERROR, error=f"{type(e).__name__}: {e}".strip() or traceback.format_exc())
+            self._finish(run_id, ERROR, error=error)
+            self._observe(topic, started, failed=True)
             return
         topic.view = view
+        self._observe(topic, started, result)
         if previous is not None:
             previous.retire()
+
+    def _observe(
+        self,
+        topic: ManagedTopic,
+        started: float,
+        result: CompactionResult | None = None,
+        *,
+        failed: bool = False,
+    ) -> None:
+        """Add a finished round to the metrics (``result`` None: a round with nothing to do)."""
+        if self.metrics is None:
+            return
+        duration_ms = int((time.monotonic() - started) * 1000)
+        if failed:
+            self.metrics.compaction.failed(topic.topic_id, duration_ms=duration_ms)
+            return
+        if result is None:
+            self.metrics.compaction.succeeded(topic.topic_id, duration_ms=duration_ms)
+            return
+        self.metrics.compaction.succeeded(
+            topic.topic_id,
+            duration_ms=duration_ms,
+            removed=result.records_removed,
+            bytes_in=result.bytes_in,
+            bytes_out=result.bytes_out,
+        )
+        self.metrics.spark_job_seconds.labels("phase-one").observe(result.phase_one_ms / 1000)
+        self.metrics.spark_job_seconds.labels("phase-two").observe(result.phase_two_ms / 1000)
 
     @staticmethod
     def _horizon(topic: ManagedTopic, last: Position | None, min_lag_ms: int, now: int) -> Position | None:
@@ -247,6 +316,28 @@ class CompactionService:
         if not first or first[0].position > horizon:
             return None
         return horizon
+
+    def record(self, name: TopicName) -> CompactionRecord:
+        """The topic's :class:`CompactionRecord`, from its run history."""
+        topic = self.broker.topic(name)
+        runs = models.CompactionRun
+        with self.db.session() as s:
+
+            def last(status: str) -> models.CompactionRun | None:
+                return s.scalar(
+                    select(runs)
+                    .where(runs.topic_id == topic.topic_id, runs.status == status)
+                    .order_by(runs.id.desc())
+                    .limit(1)
+                )
+
+            ok, failed = last(SUCCESS), last(ERROR)
+            return CompactionRecord(
+                last_removed_event_count=ok.records_removed if ok else 0,
+                last_succeed_timestamp=(ok.finished_at or 0) if ok else 0,
+                last_failed_timestamp=(failed.finished_at or 0) if failed else 0,
+                last_duration_ms=((ok.finished_at or ok.started_at) - ok.started_at) if ok else 0,
+            )
 
     def history(self, name: TopicName, limit: int = 100) -> list[models.CompactionRun]:
         """The topic's runs, newest first."""

@@ -1,6 +1,11 @@
 """Durable subscriptions: cursors with a mark-delete position, individual acks and properties,
 and the in-memory delivery state of the one consumer attached to each (Pulsar's Exclusive).
 
+As in Pulsar, ``readCompacted`` belongs to the consumer, chosen when it attaches: the
+subscription holds only the position and the acknowledgements, which consumers of either
+kind share. A readCompacted consumer reads the compacted ledger up to the horizon, then the
+log; another reads the whole log after the same position.
+
 Invariants of a subscription:
 - every id at or before ``mark_delete`` is consumed; ``acked`` holds the ids beyond it that
   were acknowledged individually; both are persisted before an ack is answered;
@@ -59,6 +64,7 @@ class ConsumerInfo:
     consumer_id: str
     name: str
     ack_timeout_ms: int
+    read_compacted: bool = False
     last_seen: float = field(default_factory=time.monotonic)
 
 
@@ -118,14 +124,12 @@ class Subscription:
         cursor_id: int,
         name: str,
         topic: ManagedTopic,
-        read_compacted: bool,
         mark_delete: Position,
         acked: set[Position],
     ) -> None:
         self.cursor_id = cursor_id
         self.name = name
         self.topic = topic
-        self.read_compacted = read_compacted
         self.mark_delete = mark_delete
         self.acked = acked
         self.read_pos = mark_delete.next()
@@ -136,6 +140,9 @@ class Subscription:
         # Pages delivered under an ack timeout, oldest first: (deadline, their positions).
         self.timeouts: deque[tuple[float, list[_Key]]] = deque()
         self.consumer: ConsumerInfo | None = None
+        # How the last consumer attached read (in memory): the backlog is counted as it sees
+        # the log, so a readCompacted consumer that consumed everything has no backlog.
+        self.read_compacted = False
         self.lock = threading.RLock()
         # Whether the database holds individual acks for this cursor (else a write skips them).
         self.stored_acks = bool(acked)
@@ -219,16 +226,13 @@ class SubscriptionService:
                         cursor_id=c.id,
                         name=c.name,
                         topic=topic,
-                        read_compacted=c.read_compacted,
                         mark_delete=Position(c.mark_delete_ledger, c.mark_delete_entry),
                         acked={Position(lid, eid) for lid, eid in acks},
                     )
 
     # ---------------------------------------------------------------- admin
 
-    def create(
-        self, name: TopicName, sub: str, *, initial_position: str = LATEST, read_compacted: bool = False
-    ) -> None:
+    def create(self, name: TopicName, sub: str, *, initial_position: str = LATEST) -> None:
         check_subscription_name(sub)
         if sub.startswith(RESERVED_PREFIX):
             raise Conflict(f"subscription name {sub!r} is reserved")
@@ -245,7 +249,6 @@ class SubscriptionService:
                     name=sub,
                     mark_delete_ledger=md.ledger_id,
                     mark_delete_entry=md.entry_id,
-                    read_compacted=read_compacted,
                     created_at=now_ms(),
                 )
                 s.add(row)
@@ -255,7 +258,6 @@ class SubscriptionService:
                 cursor_id=cursor_id,
                 name=sub,
                 topic=topic,
-                read_compacted=read_compacted,
                 mark_delete=md,
                 acked=set(),
             )
@@ -283,9 +285,17 @@ class SubscriptionService:
     # ---------------------------------------------------------------- consumers
 
     def attach(
-        self, name: TopicName, sub: str, *, consumer_name: str | None = None, ack_timeout_ms: int = 0
+        self,
+        name: TopicName,
+        sub: str,
+        *,
+        consumer_name: str | None = None,
+        ack_timeout_ms: int = 0,
+        read_compacted: bool = False,
     ) -> ConsumerInfo:
-        """Attach the subscription's one consumer; 409 while another is active."""
+        """Attach the subscription's one consumer; 409 while another is active. The consumer
+        reads the compacted view or the whole log (``read_compacted``) from the subscription's
+        position; every unacknowledged message is delivered again, as that consumer sees it."""
         if ack_timeout_ms < 0:
             raise InvalidInput("ackTimeoutMs must be >= 0")
         state = self.get(name, sub)
@@ -296,9 +306,13 @@ class SubscriptionService:
                     f"subscription {sub!r} already has an active consumer ({current.name}); it is exclusive"
                 )
             info = ConsumerInfo(
-                consumer_id=uuid.uuid4().hex, name=consumer_name or "consumer", ack_timeout_ms=ack_timeout_ms
+                consumer_id=uuid.uuid4().hex,
+                name=consumer_name or "consumer",
+                ack_timeout_ms=ack_timeout_ms,
+                read_compacted=read_compacted,
             )
             state.consumer = info
+            state.read_compacted = read_compacted
             state.rewind()  # a new consumer gets every unacknowledged message
             return info
 
@@ -333,13 +347,17 @@ class SubscriptionService:
             raise InvalidInput("timeoutMs must be >= 0")
         state = self.get(name, sub)
         limit = min(max_messages, self.broker.settings.max_read_messages)
+        max_unacked = self.broker.settings.max_unacked_messages_per_consumer
         deadline = time.monotonic() + min(timeout_ms, MAX_WAIT_MS) / 1000
         while True:
             with state.lock:
                 consumer = self._consumer(state, consumer_id)
                 state.expire_ack_timeouts()
                 seen = state.topic.ledger.last_position() or NOTHING
-                out = self._deliver(state, consumer, limit)
+                # Pending deliveries are memory the consumer holds on the server: past the
+                # bound it gets nothing more until it acknowledges (Pulsar blocks it the same way).
+                room = max_unacked - len(state.pending) if max_unacked else limit
+                out = self._deliver(state, consumer, min(limit, room)) if room > 0 else Delivery([])
                 # An ack timeout due before the deadline must wake us: it makes messages due.
                 due = state.next_ack_deadline()
             now = time.monotonic()
@@ -357,7 +375,7 @@ class SubscriptionService:
         pending, redelivered = state.pending, state.redelivered
         while len(out) < limit:
             entries, nxt = self.broker.read_at(
-                state.topic, state.read_pos, limit - len(out), state.read_compacted
+                state.topic, state.read_pos, limit - len(out), consumer.read_compacted
             )
             if not entries:
                 break
@@ -379,6 +397,8 @@ class SubscriptionService:
             state.read_pos = nxt
         if consumer.ack_timeout_ms and delivered:
             state.timeouts.append((time.monotonic() + consumer.ack_timeout_ms / 1000, delivered))
+        if out:
+            state.topic.messages_out.add(len(out))
         return Delivery(out, counts if any(counts) else None)
 
     def ack(
@@ -471,7 +491,8 @@ class SubscriptionService:
     # ---------------------------------------------------------------- stats
 
     def backlog(self, state: Subscription) -> tuple[int, int]:
-        """Messages (and bytes) the subscription has yet to acknowledge."""
+        """Messages (and bytes) the subscription has yet to acknowledge, as its consumer (the
+        last one attached) reads the topic: the compacted view or the whole log."""
         return backlog_of(state.topic, state.mark_delete, state.read_compacted, len(state.acked))
 
     def stats(self, name: TopicName) -> list[SubscriptionStats]:
@@ -486,10 +507,9 @@ class SubscriptionService:
                         name=st.name,
                         backlog=entries,
                         backlog_bytes=size,
-                        read_compacted=st.read_compacted,
                         unacked=len(st.pending),
                         mark_delete=st.mark_delete if st.mark_delete != NOTHING else None,
-                        consumers=[(c.consumer_id, c.name) for c in consumers],
+                        consumers=[(c.consumer_id, c.name, c.read_compacted) for c in consumers],
                     )
                 )
         return out
@@ -500,10 +520,10 @@ class SubscriptionStats:
     name: str
     backlog: int
     backlog_bytes: int
-    read_compacted: bool
     unacked: int
     mark_delete: Position | None
-    consumers: list[tuple[str, str]]
+    # (consumer id, consumer name, readCompacted) of each attached consumer.
+    consumers: list[tuple[str, str, bool]]
 
 
 def backlog_of(

@@ -2,12 +2,19 @@
 
 ServiceError
 ├── InvalidInput          (400) a value the client sent is malformed
+├── Unauthenticated       (401) no token, or one that is malformed, wrongly signed or expired
+├── Forbidden             (403) the role may not do this
 ├── NotFound              (404) topic, subscription, ledger
 ├── Conflict              (409) exists already, compaction running, consumer active
-└── TooLarge              (413) message or request over its size limit
+├── TooLarge              (413) message or request over its size limit
+└── Unavailable           (503) out of a resource for now; try again after ``retry_after`` s
+    ├── SealBacklogFull         too many closed ledgers wait to be sealed (back-pressure)
+    └── DescriptorsExhausted    the process hit its open-file limit
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class ServiceError(Exception):
@@ -22,6 +29,14 @@ class InvalidInput(ServiceError):
     pass
 
 
+class Unauthenticated(ServiceError):
+    pass
+
+
+class Forbidden(ServiceError):
+    pass
+
+
 class NotFound(ServiceError):
     pass
 
@@ -32,3 +47,41 @@ class Conflict(ServiceError):
 
 class TooLarge(ServiceError):
     pass
+
+
+class CompactionUnavailable(Exception):
+    """Compaction cannot run on this machine or cluster (no usable Java, Spark did not start,
+    executors that cannot run the tasks or read the storage root). Not a client's error: it
+    is shown in ``GET /health`` and as a round's ``lastError``. ``reason`` is one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"compaction unavailable: {reason}")
+        self.reason = reason
+
+
+class Unavailable(ServiceError):
+    """The service cannot take the request now, changed nothing for it, and expects to be able
+    to in about ``retry_after`` seconds: a client should retry with back-off."""
+
+    def __init__(self, reason: str, retry_after: int = 1) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class SealBacklogFull(Unavailable):
+    pass
+
+
+class DescriptorsExhausted(Unavailable):
+    pass
+
+
+_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
+
+
+def is_descriptor_exhaustion(exc: BaseException) -> bool:
+    """Whether ``exc`` is the process or the system running out of file descriptors. pyarrow's
+    errors carry no errno, only the OS message."""
+    if not isinstance(exc, OSError):
+        return False
+    return exc.errno in _EXHAUSTED or "Too many open files" in str(exc)

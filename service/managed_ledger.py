@@ -6,12 +6,19 @@ Invariants:
 - an entry is readable only once it is acknowledged (durable under the fsync policy);
 - entry ids of a ledger run 0..n-1, and ``n <= max_entries_per_ledger``.
 
-Roll-over switches appends to a new ledger at once (its metadata row committed first) and
-seals the old one in the background, so producers never wait for Parquet: fsync the old
-write-ahead file, write the Parquet file (temporary name, fsync, rename, directory fsync),
-mark the ledger CLOSED in the metadata, and only then remove the write-ahead file. Until it is
-CLOSED the old ledger is read from its write-ahead file. Every crash point recovers (see
-``recover``): a ledger left OPEN behind a newer one is sealed at start-up.
+Roll-over switches appends to a new ledger at once (its metadata row committed and its
+write-ahead file created first) and seals the old one in the background, so producers never
+wait for Parquet: fsync and close the old write-ahead file, write the Parquet file (temporary
+name, fsync, rename, directory fsync), mark the ledger CLOSED in the metadata, and only then
+remove the write-ahead file. Until it is CLOSED the old ledger is read from its write-ahead
+file (opened per read: a ledger waiting to be sealed holds no descriptor). Every crash point
+recovers (see ``recover``): a ledger left OPEN behind a newer one is sealed at start-up.
+
+Bounds (shared by every topic, see :class:`LedgerResources`): sealed ledgers are read through
+one LRU of open files; a produce that will roll ledgers over reserves room in the seal backlog
+before it writes anything, and is refused (503, nothing written) when none comes in time; the
+records kept in memory for sealing have one byte budget. A sealing that fails is retried with
+back-off, and the ledger stays readable from its write-ahead file meanwhile.
 """
 
 from __future__ import annotations
@@ -20,28 +27,60 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
 
 from ledger import paths
 from ledger.entry import Entry, Position, Record
+from ledger.file_cache import FileCache
 from ledger.parquet_store import SealedLedger, seal_table
 from ledger.schema import records_to_table
 from ledger.wal import WriteAheadLog
 from service import models
 from service.clock import now_ms
 from service.db import Database
-from service.errors import NotFound
+from service.errors import NotFound, is_descriptor_exhaustion
+from service.resources import ExhaustionLog
+from service.seal_backlog import SealBacklog
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
 # In memory only: closed for appends, sealing in the background (OPEN in the metadata).
 SEALING = "SEALING"
-# Records of the open ledger kept in memory for its sealing, up to this many payload bytes.
-SEAL_CACHE_BYTES = 64 * 1024 * 1024
+# A failed sealing is tried again after this many seconds, doubling up to the maximum.
+SEAL_RETRY_S = 0.5
+SEAL_RETRY_MAX_S = 30.0
+
+
+@dataclass
+class LedgerResources:
+    """What every managed ledger of a service shares: the sealer thread, the LRU of open
+    sealed-ledger files, the seal backlog, and the record of descriptor exhaustion."""
+
+    sealer: Executor
+    files: FileCache[tuple[Path, int], SealedLedger]  # by (topic directory, ledger id)
+    backlog: SealBacklog
+    exhaustion: ExhaustionLog = field(default_factory=ExhaustionLog)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, sealer: Executor, max_open_files: int) -> LedgerResources:
+        return cls(
+            sealer=sealer,
+            files=FileCache(
+                max_open=max_open_files,
+                max_bytes=settings.ledger_read_cache_bytes,
+                idle_s=settings.ledger_file_idle_ms / 1000,
+            ),
+            backlog=SealBacklog(
+                per_topic=settings.max_pending_seals_per_topic,
+                total=settings.max_pending_seals,
+                cache_bytes=settings.seal_cache_bytes,
+            ),
+        )
 
 
 @dataclass(slots=True)
@@ -70,7 +109,7 @@ class ManagedLedger:
         settings: Settings,
         ledgers: list[LedgerInfo],
         wal: WriteAheadLog,
-        sealer: Executor,
+        shared: LedgerResources,
     ) -> None:
         self.topic_id = topic_id
         self.root = root
@@ -81,16 +120,25 @@ class ManagedLedger:
         self._lock = threading.RLock()
         # Notified when entries become readable: long-polling consumers wait on it.
         self._appended = threading.Condition(self._lock)
-        self._sealed: dict[int, SealedLedger] = {}
-        # Ledgers closed for appends whose sealing runs in the background, by id.
+        self._shared = shared
+        self._files = shared.files
+        self._backlog = shared.backlog
+        # Ledgers closed for appends whose sealing runs in the background, by id (their
+        # write-ahead files are closed: reads open them for themselves).
         self._sealing: dict[int, WriteAheadLog] = {}
         self._seal_errors: dict[int, BaseException] = {}
-        self._sealer = sealer
+        self._seal_attempts: dict[int, int] = {}
+        self._sealer = shared.sealer
         self._sealed_cv = threading.Condition(self._lock)
-        # The open ledger's records as appended, so sealing need not decode the file again.
+        # The open ledger's records as appended, so sealing need not decode the file again;
+        # their bytes are charged to the shared seal-cache budget.
         self._cache: list[Record] | None = [] if not wal.written_entries else None
         self._cache_bytes = 0
         self._closed = False
+        # Entries and payload bytes appended since the service started (pulsar_in_*_total);
+        # written under the lock the append holds anyway.
+        self.entries_added = 0
+        self.bytes_added = 0
         # Tests simulate a crash at a named point of the roll-over ("sealed", "committed").
         self.fault_hook: Callable[[str], None] | None = None
 
@@ -98,7 +146,7 @@ class ManagedLedger:
 
     @classmethod
     def create(
-        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, sealer: Executor
+        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, shared: LedgerResources
     ) -> ManagedLedger:
         """Open a brand-new topic's log with its first (empty) ledger."""
         root.mkdir(parents=True, exist_ok=True)
@@ -106,12 +154,12 @@ class ManagedLedger:
             info = _new_ledger_row(s, topic_id)
         wal = _open_wal(root, info.ledger_id, settings)
         return cls(
-            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal, sealer=sealer
+            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal, shared=shared
         )
 
     @classmethod
     def recover(
-        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, sealer: Executor
+        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, shared: LedgerResources
     ) -> ManagedLedger:
         """Open an existing topic's log after a clean stop or a crash at any point."""
         root.mkdir(parents=True, exist_ok=True)
@@ -160,37 +208,33 @@ class ManagedLedger:
             )
         _refresh_open(current, wal)
         return cls(
-            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=infos, wal=wal, sealer=sealer
+            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=infos, wal=wal, shared=shared
         )
 
     # ---------------------------------------------------------------- writing
 
     def append(self, records: Sequence[Record]) -> list[Position]:
-        """Append a batch; returns its ids once every record is acknowledged (durable)."""
-        positions: list[Position] = []
-        with self._lock:
-            self._check_open()
-            if (
-                self._current.entries
-                and now_ms() - self._current.created_at >= self._settings.max_ledger_age_ms
-            ):
-                self._roll_over_locked()
-            i = 0
-            wal, token = self._wal, -1
-            while i < len(records):
-                room = self._settings.max_entries_per_ledger - self._wal.written_entries
-                chunk = records[i : i + room]
-                first, token = self._wal.append(chunk)
-                self._remember(chunk)
-                wal = self._wal
-                ledger_id = self._current.ledger_id
-                positions.extend(Position(ledger_id, first + j) for j in range(len(chunk)))
-                i += len(chunk)
-                if (
-                    self._wal.written_entries >= self._settings.max_entries_per_ledger
-                    or self._wal.written_size_bytes >= self._settings.max_ledger_size_bytes
-                ):
-                    self._roll_over_locked()
+        """Append a batch; returns its ids once every record is acknowledged (durable).
+
+        A batch that fills ledgers first reserves room for their sealing; if the seal backlog
+        stays full for ``seal_wait_ms`` it raises ``SealBacklogFull`` with nothing written.
+        """
+        reserved = [0]  # places in the seal backlog held for this batch's roll-overs, not spent yet
+        try:
+            while True:
+                with self._lock:
+                    self._check_open()
+                    # More roll-overs than a topic may have waiting are counted when they happen.
+                    wanted = min(self._roll_overs_for(len(records)), self._backlog.per_topic)
+                    if wanted <= reserved[0]:
+                        wal, token, positions = self._append_locked(records, reserved)
+                        break
+                # Waits without the lock: the sealer needs it to finish the seals we wait for.
+                reserved[0] += self._backlog.reserve(
+                    self.topic_id, wanted - reserved[0], self._settings.seal_wait_ms / 1000
+                )
+        finally:
+            self._backlog.release(self.topic_id, reserved[0])  # reserved room this batch did not use
         # Outside the lock, so that concurrent producers share one fsync (group commit).
         wal.sync(token)
         with self._lock:
@@ -198,6 +242,62 @@ class ManagedLedger:
                 _refresh_open(self._current, wal)
             self._appended.notify_all()
         return positions
+
+    def _append_locked(
+        self, records: Sequence[Record], reserved: list[int]
+    ) -> tuple[WriteAheadLog, int, list[Position]]:
+        """Write the batch, rolling over full ledgers (each spends a place of ``reserved[0]``);
+        returns the last write-ahead log written, the token to sync, and the ids."""
+        positions: list[Position] = []
+        if self._current.entries and now_ms() - self._current.created_at >= self._settings.max_ledger_age_ms:
+            self._roll_over_counted(reserved)
+        i = 0
+        wal, token = self._wal, -1
+        while i < len(records):
+            if self._full():  # a roll-over after the last batch failed: the ledger is still full
+                self._roll_over_counted(reserved)
+            room = self._settings.max_entries_per_ledger - self._wal.written_entries
+            chunk = records[i : i + room]
+            size_before = self._wal.written_size_bytes
+            first, token = self._wal.append(chunk)
+            self.entries_added += len(chunk)
+            self.bytes_added += self._wal.written_size_bytes - size_before
+            self._remember(chunk)
+            wal = self._wal
+            ledger_id = self._current.ledger_id
+            positions.extend(Position(ledger_id, first + j) for j in range(len(chunk)))
+            i += len(chunk)
+            if self._full():
+                try:
+                    self._roll_over_counted(reserved)
+                except OSError as e:
+                    if i < len(records) or not is_descriptor_exhaustion(e):
+                        raise
+                    # The batch is written: acknowledge it; the next append rolls over.
+                    self._shared.exhaustion.note(f"rolling over ledger {ledger_id}", e)
+        return wal, token, positions
+
+    def _full(self) -> bool:
+        return (
+            self._wal.written_entries >= self._settings.max_entries_per_ledger
+            or self._wal.written_size_bytes >= self._settings.max_ledger_size_bytes
+        )
+
+    def _roll_overs_for(self, n: int) -> int:
+        """How many ledgers a batch of ``n`` records fills (by entries; size and age are not
+        foreseen, and are counted when they happen)."""
+        room = self._settings.max_entries_per_ledger - self._wal.written_entries
+        if n < room:
+            return 0
+        return 1 + (n - max(room, 0)) // self._settings.max_entries_per_ledger
+
+    def _roll_over_counted(self, reserved: list[int] | None = None) -> None:
+        """Roll over, spending one reserved place in the seal backlog (or counting one more)."""
+        self._roll_over_locked()
+        if reserved and reserved[0]:
+            reserved[0] -= 1
+        else:
+            self._backlog.force(self.topic_id)
 
     def wait_for_entries(self, after: Position, timeout: float) -> bool:
         """Block until an entry after ``after`` is readable or ``timeout`` seconds pass."""
@@ -209,10 +309,14 @@ class ManagedLedger:
     def _remember(self, records: Sequence[Record]) -> None:
         if self._cache is None:
             return
+        n = sum(len(r.value or b"") + len(r.key or "") for r in records)
+        if not self._backlog.charge_cache(n):
+            # Over the shared budget: this ledger's sealing reads it back from the file instead.
+            self._backlog.refund_cache(self._cache_bytes)
+            self._cache, self._cache_bytes = None, 0
+            return
         self._cache.extend(records)
-        self._cache_bytes += sum(len(r.value or b"") + len(r.key or "") for r in records)
-        if self._cache_bytes > SEAL_CACHE_BYTES:
-            self._cache = None  # a big ledger: sealing reads it back from the file instead
+        self._cache_bytes += n
 
     def roll_over(self, timeout: float = 600.0) -> Position | None:
         """Close the open ledger if it has entries and wait until every closed ledger is
@@ -220,7 +324,7 @@ class ManagedLedger:
         with self._lock:
             self._check_open()
             if self._wal.written_entries:
-                self._roll_over_locked()
+                self._roll_over_counted()
             # Taken now: producers go on appending (and rolling over) while we wait.
             last = self.last_position()
             if last is not None:
@@ -232,9 +336,7 @@ class ManagedLedger:
         a sealing failed. A ledger whose sealing failed before is tried again first."""
         with self._lock:
             for ledger_id in list(self._seal_errors):
-                del self._seal_errors[ledger_id]
-                info = next(i for i in self._ledgers if i.ledger_id == ledger_id)
-                self._sealer.submit(self._seal_in_background, info, self._sealing[ledger_id], None)
+                self._retry_seal_locked(ledger_id)
 
             def done() -> bool:
                 return bool(self._seal_errors) or all(upto is not None and i > upto for i in self._sealing)
@@ -246,21 +348,43 @@ class ManagedLedger:
                 raise RuntimeError(f"ledger {ledger_id} could not be sealed: {error}") from error
 
     def _roll_over_locked(self) -> None:
-        old, wal, cache = self._current, self._wal, self._cache
-        # Every written entry becomes durable and readable now: the ledger is complete before
-        # readers move past it to the next one.
-        wal.sync(wal.file_bytes)
-        _refresh_open(old, wal)
+        old, wal = self._current, self._wal
         with self._db.session() as s:
             successor = _new_ledger_row(s, self.topic_id)
+        # The successor's file before any state changes: if it cannot be created (out of
+        # descriptors), the full ledger stays the open one and nothing was rolled over.
+        try:
+            new_wal = _open_wal(self.root, successor.ledger_id, self._settings)
+        except BaseException:
+            self._drop_ledger_row(successor.ledger_id)
+            raise
+        # Every written entry becomes durable and readable now: the ledger is complete before
+        # readers move past it to the next one. Closing also frees its descriptor while it
+        # waits to be sealed.
+        wal.close()
+        _refresh_open(old, wal)
+        cache, cache_bytes = self._cache, self._cache_bytes
         old.state = SEALING
         self._sealing[old.ledger_id] = wal
         self._ledgers.append(successor)
-        self._wal = _open_wal(self.root, successor.ledger_id, self._settings)
+        self._wal = new_wal
         self._cache, self._cache_bytes = [], 0
-        self._sealer.submit(self._seal_in_background, old, wal, cache)
+        self._sealer.submit(self._seal_in_background, old, wal, cache, cache_bytes)
 
-    def _seal_in_background(self, info: LedgerInfo, wal: WriteAheadLog, cache: list[Record] | None) -> None:
+    def _drop_ledger_row(self, ledger_id: int) -> None:
+        """A successor row whose file could not be created: mark it DELETED (best effort; an
+        OPEN row left behind is sealed empty at the next start)."""
+        try:
+            with self._db.session() as s:
+                row = s.get(models.Ledger, ledger_id)
+                if row is not None:
+                    row.state = models.DELETED
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            log.exception("could not drop ledger row %s", ledger_id)
+
+    def _seal_in_background(
+        self, info: LedgerInfo, wal: WriteAheadLog, cache: list[Record] | None, cache_bytes: int = 0
+    ) -> None:
         try:
             if self._closed:
                 return
@@ -272,19 +396,58 @@ class ManagedLedger:
                     for k in LedgerInfo.__slots__:
                         setattr(info, k, getattr(closed, k))
                 self._sealing.pop(info.ledger_id, None)
+                self._seal_attempts.pop(info.ledger_id, None)
                 wal.close()
                 paths.wal_path(self.root, info.ledger_id).unlink(missing_ok=True)
                 paths.fsync_dir(self.root)
                 self._sealed_cv.notify_all()
+            self._backlog.release(self.topic_id)
         except Exception as e:
             if self._closed:
                 return  # the topic was deleted or the service stopped under it
-            log.exception(
-                "sealing ledger %s failed; it stays readable from its write-ahead log", info.ledger_id
-            )
+            if is_descriptor_exhaustion(e):
+                self._shared.exhaustion.note(f"sealing ledger {info.ledger_id}", e)
             with self._lock:
+                attempt = self._seal_attempts.get(info.ledger_id, 0) + 1
+                self._seal_attempts[info.ledger_id] = attempt
                 self._seal_errors[info.ledger_id] = e
                 self._sealed_cv.notify_all()
+            delay = min(SEAL_RETRY_MAX_S, SEAL_RETRY_S * 2 ** (attempt - 1))
+            log.exception(
+                "sealing ledger %s failed (attempt %d); it stays readable from its write-ahead log, "
+                "trying again in %g s",
+                info.ledger_id,
+                attempt,
+                delay,
+            )
+            timer = threading.Timer(delay, self._retry_seal, args=(info.ledger_id,))
+            timer.daemon = True
+            timer.start()
+        finally:
+            # The records go back to the shared budget once the first attempt is over: a retry
+            # reads them back from the write-ahead file.
+            self._backlog.refund_cache(cache_bytes)
+
+    def _retry_seal(self, ledger_id: int) -> None:
+        try:
+            with self._lock:
+                if not self._closed:
+                    self._retry_seal_locked(ledger_id)
+        except RuntimeError:  # the sealer was shut down: the service stops, recovery seals it
+            log.info("not retrying the sealing of ledger %s: the service is stopping", ledger_id)
+
+    def _retry_seal_locked(self, ledger_id: int) -> None:
+        """Submit a failed sealing again, once (the retry timer and ``wait_sealed`` both ask)."""
+        if self._seal_errors.pop(ledger_id, None) is None:
+            return
+        info = next(i for i in self._ledgers if i.ledger_id == ledger_id)
+        self._sealer.submit(self._seal_in_background, info, self._sealing[ledger_id], None)
+
+    @property
+    def seal_failures(self) -> int:
+        """Ledgers whose last sealing attempt failed (retried with back-off)."""
+        with self._lock:
+            return len(self._seal_errors)
 
     # ---------------------------------------------------------------- reading
 
@@ -333,7 +496,12 @@ class ManagedLedger:
                     ledger_entries = wal.entries
             if wal is None:
                 try:
-                    chunk = self._sealed_ledger(info.ledger_id).read(pos.entry_id, max_entries - len(out))
+                    # acquire/release rather than a ``with``: this runs for every page read.
+                    slot = self._files.acquire((self.root, info.ledger_id), self._opener(info.ledger_id))
+                    try:
+                        chunk = slot.reader.read(pos.entry_id, max_entries - len(out))
+                    finally:
+                        self._files.release(slot)
                 except Exception:
                     with self._lock:
                         if info in self._ledgers:
@@ -368,9 +536,8 @@ class ManagedLedger:
                 break
             else:
                 return self.end_position()
-        return Position(
-            info.ledger_id, self._sealed_ledger(info.ledger_id).first_entry_at_or_after(publish_time)
-        )
+        with self._sealed_ledger(info.ledger_id) as reader:
+            return Position(info.ledger_id, reader.first_entry_at_or_after(publish_time))
 
     def backlog(self, start: Position) -> tuple[int, int]:
         """Entries with id >= ``start`` and their payload bytes (prorated inside a ledger)."""
@@ -397,21 +564,19 @@ class ManagedLedger:
                     if row is not None:
                         row.state = models.DELETED
             self._ledgers = [i for i in self._ledgers if i not in doomed]
-            for info in doomed:
-                reader = self._sealed.pop(info.ledger_id, None)
-                if reader is not None:
-                    reader.close()
+        gone = {(self.root, info.ledger_id) for info in doomed}
+        self._files.discard(gone.__contains__)
         for info in doomed:
             paths.sealed_path(self.root, info.ledger_id).unlink(missing_ok=True)
         paths.fsync_dir(self.root)
 
-    def _sealed_ledger(self, ledger_id: int) -> SealedLedger:
-        with self._lock:
-            reader = self._sealed.get(ledger_id)
-            if reader is None:
-                reader = SealedLedger(paths.sealed_path(self.root, ledger_id))
-                self._sealed[ledger_id] = reader
-            return reader
+    def _sealed_ledger(self, ledger_id: int) -> AbstractContextManager[SealedLedger]:
+        """The sealed ledger's reader from the shared LRU of open files, held for a ``with``."""
+        return self._files.use((self.root, ledger_id), self._opener(ledger_id))
+
+    def _opener(self, ledger_id: int) -> Callable[[], SealedLedger]:
+        # Keyed by (topic dir, ledger id): the file's path is built only when it is opened.
+        return lambda: SealedLedger(paths.sealed_path(self.root, ledger_id))
 
     def sealed_files(self, after: Position | None, upto: Position) -> list[tuple[int, Path]]:
         """The sealed ledgers holding entries in ``(after, upto]``, as (ledger id, file)."""
@@ -446,9 +611,11 @@ class ManagedLedger:
             self._wal.close()
             for wal in self._sealing.values():
                 wal.close()
-            for reader in self._sealed.values():
-                reader.close()
-            self._sealed.clear()
+            self._backlog.forget(self.topic_id)
+            self._backlog.refund_cache(self._cache_bytes)
+            self._cache, self._cache_bytes = None, 0
+        root = self.root
+        self._files.discard(lambda key: key[0] == root)
 
 
 def _seal(

@@ -83,7 +83,6 @@ class Cursor(Base):
     # Mark-delete position: every entry at or before it is consumed. (-1, -1) = nothing yet.
     mark_delete_ledger: Mapped[int] = mapped_column(BigInteger, default=-1)
     mark_delete_entry: Mapped[int] = mapped_column(BigInteger, default=-1)
-    read_compacted: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[int] = mapped_column(BigInteger)
 
 
@@ -154,3 +153,41 @@ class Policy(Base):
     compaction_strategy: Mapped[str | None] = mapped_column(String(256), nullable=True)
     retention_time_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     retention_size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class Tenant(Base):
+    """A tenant, as Pulsar's: the roles that administer it and the clusters it may use."""
+
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # JSON arrays of strings: read and written whole, never queried into.
+    admin_roles: Mapped[str] = mapped_column(Text, default="[]")
+    allowed_clusters: Mapped[str] = mapped_column(Text, default="[]")
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class Namespace(Base):
+    """A namespace ``tenant/name``: topics are created only in one that exists (as Pulsar)."""
+
+    __tablename__ = "namespaces"
+
+    tenant: Mapped[str] = mapped_column(
+        String(128), ForeignKey("tenants.name", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class Permission(Base):
+    """The actions (``produce``, ``consume``) a role is granted on a namespace (``topic == ""``)
+    or on one topic of it."""
+
+    __tablename__ = "permissions"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(128), primary_key=True)
+    role: Mapped[str] = mapped_column(String(256), primary_key=True)
+    # Comma-separated, sorted: "consume", "produce" or "consume,produce".
+    actions: Mapped[str] = mapped_column(String(64))

@@ -66,6 +66,8 @@ def validate(field: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise InvalidInput("minCleanableDirtyRatio must be a number from 0 to 1")
         return float(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON's 1000.0 is the integer 1000 (as JSON Schema counts it)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value >= 2**63:
         raise InvalidInput(f"{field} must be a whole number >= 0")
     return value
@@ -140,6 +142,20 @@ class PolicyStore:
                 for f in FIELDS
             }
         )
+
+    def applied(self, name: TopicName) -> dict[str, tuple[Any, str]]:
+        """Each field's effective value and where it comes from: ``"topic"``, ``"namespace"``,
+        ``"default"`` (the service's settings), or ``"unset"`` (no value anywhere)."""
+        levels = (
+            ("topic", self.get(Scope.topic_of(name))),
+            ("namespace", self.get(Scope(name.tenant, name.namespace))),
+            ("default", self.service_default()),
+        )
+        out: dict[str, tuple[Any, str]] = {}
+        for f in FIELDS:
+            found = [(getattr(p, f), source) for source, p in levels if getattr(p, f) is not None]
+            out[f] = found[0] if found else (None, "unset")
+        return out
 
     def service_default(self) -> Policy:
         s = self.settings

@@ -15,6 +15,7 @@ from ledger.entry import Position
 from service.clock import now_ms
 from service.compaction import CompactionService
 from service.errors import Conflict, NotFound
+from service.metrics import ServiceMetrics
 from service.policies import Policy, PolicyStore
 from service.topics import Broker, ManagedTopic
 
@@ -93,9 +94,16 @@ class CompactionScheduler:
     """The background thread that applies retention and starts due compactions."""
 
     def __init__(
-        self, *, broker: Broker, compaction: CompactionService, policies: PolicyStore, interval_s: float
+        self,
+        *,
+        broker: Broker,
+        compaction: CompactionService,
+        policies: PolicyStore,
+        interval_s: float,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.broker = broker
+        self.metrics = metrics
         self.compaction = compaction
         self.policies = policies
         self.interval_s = interval_s
@@ -134,6 +142,8 @@ class CompactionScheduler:
                 if rule is not None:
                     self.compaction.trigger(topic.name, trigger=rule)
                     started.append((str(topic.name), rule))
+                    if self.metrics is not None:
+                        self.metrics.scheduler_decisions.labels(rule).inc()
             except (Conflict, NotFound):
                 continue  # already compacting, or deleted meanwhile
         return started

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 FsyncPolicy = Literal["always", "interval", "never"]
 
@@ -45,6 +47,46 @@ class Settings(BaseSettings):
         default=65, ge=1, description="Idle HTTP keep-alive; longer than clients' pools keep connections."
     )
 
+    # Bounds on descriptors and memory (README, "Limits").
+    max_open_ledger_files: int = Field(
+        default=256,
+        ge=4,
+        description="Sealed-ledger files kept open for reads (an LRU, closed on eviction); "
+        "at most a quarter of the descriptor limit.",
+    )
+    ledger_read_cache_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=0,
+        description="Decoded row groups the open sealed-ledger readers keep, in bytes, all together.",
+    )
+    ledger_file_idle_ms: int = Field(
+        default=60_000, ge=1, description="A sealed-ledger file no read used for this long is closed."
+    )
+    max_pending_seals_per_topic: int = Field(
+        default=16, ge=1, description="Closed ledgers of one topic waiting to be sealed before produce waits."
+    )
+    max_pending_seals: int = Field(
+        default=64,
+        ge=1,
+        description="Closed ledgers of all topics waiting to be sealed before a produce waits.",
+    )
+    seal_wait_ms: int = Field(
+        default=5_000,
+        ge=0,
+        description="How long a produce waits for the seal backlog to drain before it answers 503.",
+    )
+    seal_cache_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=0,
+        description="Payload bytes kept in memory for sealing, all ledgers together (beyond: read back).",
+    )
+    max_unacked_messages_per_consumer: int = Field(
+        default=50_000,
+        ge=0,
+        description="Delivered, unacknowledged messages a consumer may hold before receive delivers "
+        "no more (Pulsar's maxUnackedMessagesPerConsumer; 0 = unbounded).",
+    )
+
     spark_master: str = "local[*]"
     spark_driver_memory: str = "2g"
     spark_ui: bool = False
@@ -53,16 +95,114 @@ class Settings(BaseSettings):
         default=True,
         description="Start Spark, and run a throw-away compaction round, in the background at start-up.",
     )
+    spark_python: str | None = Field(
+        default=None, description="The executors' Python interpreter on a cluster (spark.pyspark.python)."
+    )
+    spark_archives: str | None = Field(
+        default=None, description="Archives unpacked beside each executor (spark.archives): a packed venv."
+    )
+    # NoDecode: the variable may be `k=v,k=v` as well as JSON; the validator parses both.
+    spark_conf: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="Any other spark.* settings: a JSON object or k=v,k=v."
+    )
+    spark_probe_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="How long the start-up probe of a cluster's executors may take."
+    )
 
     compaction_monitor_interval_seconds: float = Field(default=60.0, gt=0)
     compaction_workers: int = Field(default=1, ge=1)
     compaction_threshold: int = Field(default=0, ge=0, description="Service-wide default, bytes; 0 = off.")
     retain_null_key: bool = False
 
+    # Security, as Pulsar's broker.conf names it (authenticationEnabled, tokenSecretKey, ...).
+    authentication_enabled: bool = Field(
+        default=False, description="Require a token (Authorization: Bearer) on every route but /health."
+    )
+    authorization_enabled: bool = Field(
+        default=False, description="Check the role's permissions (needs authentication)."
+    )
+    superuser_roles: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(), description="Roles that may do everything; comma-separated."
+    )
+    token_secret_key: str | None = Field(
+        default=None, description="HS256 key: file:///path or data:;base64,... (Pulsar's tokenSecretKey)."
+    )
+    token_public_key: str | None = Field(
+        default=None, description="RS256/ES256 public key, same forms (Pulsar's tokenPublicKey)."
+    )
+    token_auth_claim: str = Field(default="sub", min_length=1, description="The claim that holds the role.")
+    token_cache_size: int = Field(default=10_000, ge=0, description="Verified tokens kept; 0: verify each.")
+    authorization_cache_seconds: float = Field(
+        default=5.0, ge=0, description="How stale permissions changed by another instance may be."
+    )
+    authenticate_metrics_endpoint: bool = False
+    allow_unauthenticated: bool = Field(
+        default=False, description="Serve without authentication on an address that is not loopback."
+    )
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
     @field_validator("data_dir")
     @classmethod
     def _absolute(cls, v: Path) -> Path:
         return v.expanduser().resolve()
+
+    @field_validator("spark_master")
+    @classmethod
+    def _spark_master(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("spark_master must not be empty (local[*], spark://host:7077, ...)")
+        if v.startswith("sc://"):
+            # The Arrow path schedules its tasks through SparkContext (RDDs, addPyFile), which
+            # a Spark Connect client does not have (README, "Running on a Spark cluster").
+            raise ValueError(
+                "Spark Connect (sc://) cannot run the compactor's tasks, which need a SparkContext: "
+                "use the cluster's master URL (spark://, yarn, k8s://)"
+            )
+        return v
+
+    @field_validator("spark_python", "spark_archives")
+    @classmethod
+    def _blank_is_none(cls, v: str | None) -> str | None:
+        return v.strip() or None if v is not None else None
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, v: Any) -> dict[str, str]:
+        if v is None or v == "":
+            return {}
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("{"):
+                try:
+                    v = json.loads(text)
+                except ValueError as e:
+                    raise ValueError(f"spark_conf is not valid JSON: {e}") from None
+            else:
+                pairs = [p.strip() for p in text.split(",") if p.strip()]
+                bad = [p for p in pairs if "=" not in p]
+                if bad:
+                    raise ValueError(f"spark_conf must be a JSON object or k=v,k=v; {bad[0]!r} has no '='")
+                v = dict(p.split("=", 1) for p in pairs)
+        if not isinstance(v, dict):
+            raise ValueError("spark_conf must be a JSON object or k=v,k=v")
+        out: dict[str, str] = {}
+        for key, value in v.items():
+            key = str(key).strip()
+            if not key.startswith("spark."):
+                raise ValueError(f"spark_conf takes spark.* settings only, not {key!r}")
+            if isinstance(value, dict | list) or value is None:
+                raise ValueError(f"spark_conf: {key} must be a string, number or boolean")
+            out[key] = str(value).lower() if isinstance(value, bool) else str(value).strip()
+        return out
+
+    @field_validator("superuser_roles", mode="before")
+    @classmethod
+    def _roles(cls, v: object) -> object:
+        if isinstance(v, str):
+            return frozenset(r.strip() for r in v.split(",") if r.strip())
+        return v
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:
@@ -70,6 +210,67 @@ class Settings(BaseSettings):
             self.database_url = f"sqlite:///{self.data_dir / 'metadata.db'}"
         return self
 
+    @model_validator(mode="after")
+    def _security(self) -> Settings:
+        if self.authentication_enabled:
+            if not (self.token_secret_key or self.token_public_key):
+                raise ValueError(
+                    "authentication needs COMPACTOR_TOKEN_SECRET_KEY or COMPACTOR_TOKEN_PUBLIC_KEY"
+                )
+            # Imported here: the JWT and cryptography libraries load only where tokens are used.
+            from service.tokens import read_key
+
+            for name in ("token_secret_key", "token_public_key"):
+                value = getattr(self, name)
+                if value:
+                    try:
+                        read_key(value)
+                    except ValueError as e:
+                        raise ValueError(f"{name}: {e}") from None
+        if self.authorization_enabled and not self.authentication_enabled:
+            raise ValueError("authorization needs authentication (COMPACTOR_AUTHENTICATION_ENABLED=true)")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("TLS needs both COMPACTOR_TLS_CERT_FILE and COMPACTOR_TLS_KEY_FILE")
+        for f in (self.tls_cert_file, self.tls_key_file):
+            if f is not None and not f.is_file():
+                raise ValueError(f"TLS file {f} does not exist")
+        return self
+
+    def exposure_refusal(self) -> str | None:
+        """Why ``serve`` must not start as configured, or None: without authentication the
+        service listens on loopback only, unless the operator says otherwise."""
+        if self.authentication_enabled or self.allow_unauthenticated or _is_loopback(self.host):
+            return None
+        return (
+            f"refusing to serve on {self.host} without authentication: anyone who reaches the port "
+            "could read and delete every topic. Enable authentication "
+            "(COMPACTOR_AUTHENTICATION_ENABLED=true with COMPACTOR_TOKEN_SECRET_KEY or "
+            "COMPACTOR_TOKEN_PUBLIC_KEY), listen on 127.0.0.1, or set COMPACTOR_ALLOW_UNAUTHENTICATED=true "
+            "if the network itself is trusted."
+        )
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+    @model_validator(mode="after")
+    def _seal_bounds(self) -> Settings:
+        if self.max_pending_seals_per_topic > self.max_pending_seals:
+            raise ValueError(
+                f"max_pending_seals_per_topic ({self.max_pending_seals_per_topic}) exceeds "
+                f"max_pending_seals ({self.max_pending_seals})"
+            )
+        return self
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,15 +1,20 @@
-"""Snapshots of a topic's internals, for the admin API and the scheduler."""
+"""Snapshots of a topic's internals, for the admin API and the scheduler, and of the service's
+bounded resources, for stats and ``/health``."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
 from ledger.entry import Position
+from ledger.file_cache import FileCacheStats
 from service import models
 from service.managed_ledger import LedgerInfo
 from service.names import TopicName
+from service.resources import DEGRADED_FOR_S, DescriptorLimit, descriptor_limit, open_descriptors
+from service.seal_backlog import SealBacklogStats
 from service.topics import Broker
 
 
@@ -18,7 +23,6 @@ class CursorStats:
     name: str
     mark_delete: Position | None
     properties: dict[str, int]
-    read_compacted: bool
 
 
 @dataclass
@@ -68,7 +72,6 @@ def internal_stats(broker: Broker, name: TopicName) -> InternalStats:
                 if c.mark_delete_ledger >= 0
                 else None,
                 properties=props.get(c.id, {}),
-                read_compacted=c.read_compacted,
             )
             for c in cursor_rows
         ]
@@ -81,3 +84,56 @@ def internal_stats(broker: Broker, name: TopicName) -> InternalStats:
                 view.ledger_id, view.ledger.entries, view.ledger.size_bytes
             )
     return stats
+
+
+@dataclass
+class ResourceStats:
+    """The service's bounded resources: descriptors, the seal backlog, the open-file cache."""
+
+    open_descriptors: int | None
+    descriptor_limit: DescriptorLimit
+    seal_backlog: SealBacklogStats
+    ledger_files: FileCacheStats
+    seal_failures: int
+    descriptor_exhaustions: int
+
+
+def resource_stats(broker: Broker) -> ResourceStats:
+    shared = broker.resources
+    return ResourceStats(
+        open_descriptors=open_descriptors(),
+        descriptor_limit=descriptor_limit(),
+        seal_backlog=shared.backlog.stats(),
+        ledger_files=shared.files.stats(),
+        seal_failures=sum(t.ledger.seal_failures for t in broker.topics()),
+        descriptor_exhaustions=shared.exhaustion.count,
+    )
+
+
+#: /health reports open descriptors above this share of the limit.
+DESCRIPTORS_HIGH = 0.9
+
+
+def health_problems(broker: Broker) -> list[str]:
+    """Why the service is degraded now (empty when it is fine): descriptors ran out or are
+    nearly all used, produce requests were refused by the seal backlog, seals are failing."""
+    problems: list[str] = []
+    shared = broker.resources
+    exhausted = shared.exhaustion.recent()
+    if exhausted:
+        problems.append(exhausted)
+    limit = descriptor_limit().soft
+    used = open_descriptors()
+    if used is not None and limit > 0 and used >= DESCRIPTORS_HIGH * limit:
+        problems.append(f"{used} of {limit} file descriptors open")
+    refused = shared.backlog.last_refused
+    if refused is not None and time.monotonic() - refused <= DEGRADED_FOR_S:
+        b = shared.backlog.stats()
+        problems.append(
+            f"produce refused {time.monotonic() - refused:.0f} s ago: the seal backlog is full "
+            f"({b.pending} ledgers waiting, limit {b.limit})"
+        )
+    failing = sum(t.ledger.seal_failures for t in broker.topics())
+    if failing:
+        problems.append(f"{failing} ledgers failed to seal; retrying")
+    return problems

@@ -22,10 +22,12 @@ from ledger.entry import Entry, Position, Record, record_size
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView, RetiredView
+from service.counters import Tally
 from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound, TooLarge
-from service.managed_ledger import ManagedLedger
+from service.managed_ledger import LedgerResources, ManagedLedger
 from service.names import TopicName
+from service.resources import descriptor_limit, ledger_file_budget
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ class ManagedTopic:
     view: CompactedView | None = None
     # Durable subscriptions by name (service.cursors.Subscription), loaded at start.
     subscriptions: dict[str, Any] = field(default_factory=dict)
+    # Messages delivered to consumers and readers since the service started (pulsar_out_messages_total).
+    messages_out: Tally = field(default_factory=Tally)
 
     def compacted_view(self) -> CompactedView | None:
         return self.view
@@ -61,6 +65,18 @@ class Broker:
         self._lock = threading.Lock()
         # Seals rolled-over ledgers to Parquet off the produce path, one at a time.
         self._sealer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-sealer")
+        # Sized from the descriptor limit as it is now: the service raises it before this.
+        max_files = ledger_file_budget(settings.max_open_ledger_files, descriptor_limit())
+        if max_files < settings.max_open_ledger_files:
+            log.info(
+                "keeping at most %d sealed-ledger files open (a quarter of the open-file limit; "
+                "max_open_ledger_files is %d)",
+                max_files,
+                settings.max_open_ledger_files,
+            )
+        self.resources = LedgerResources.from_settings(settings, self._sealer, max_files)
+        self._stopping = threading.Event()
+        self._sweeper: threading.Thread | None = None
 
     # ---------------------------------------------------------------- life cycle
 
@@ -75,17 +91,32 @@ class Broker:
                 root=self._root(name),
                 db=self.db,
                 settings=self.settings,
-                sealer=self._sealer,
+                shared=self.resources,
             )
             self._topics[name] = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
         self._remove_orphan_dirs()
+        self._sweeper = threading.Thread(
+            target=self._close_idle_files, name="ledger-file-sweeper", daemon=True
+        )
+        self._sweeper.start()
+
+    def _close_idle_files(self) -> None:
+        """Close sealed-ledger files no read used lately: a consumer that keeps up reads each
+        ledger once, and its files would otherwise stay open until the LRU's bound."""
+        files = self.resources.files
+        while not self._stopping.wait(max(0.05, files.idle_s / 4)):
+            files.close_idle()
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._sweeper is not None:
+            self._sweeper.join()
         self._sealer.shutdown(wait=True)  # finish sealing what was rolled over
         with self._lock:
             for topic in self._topics.values():
                 topic.ledger.close()
             self._topics.clear()
+        self.resources.files.clear()
 
     def _root(self, name: TopicName) -> Path:
         return paths.topic_dir(self.settings.data_dir, name.tenant, name.namespace, name.topic)
@@ -119,7 +150,7 @@ class Broker:
             if root.exists():  # left by a deletion that crashed before removing its files
                 shutil.rmtree(root)
             ml = ManagedLedger.create(
-                topic_id=topic_id, root=root, db=self.db, settings=self.settings, sealer=self._sealer
+                topic_id=topic_id, root=root, db=self.db, settings=self.settings, shared=self.resources
             )
             topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
             self._topics[name] = topic
@@ -208,7 +239,11 @@ class Broker:
             raise InvalidInput("maxMessages must be at least 1")
         topic = self.topic(name)
         pos = self.resolve_start(topic, start)
-        return self.read_at(topic, pos, min(max_messages, self.settings.max_read_messages), read_compacted)
+        out, nxt = self.read_at(
+            topic, pos, min(max_messages, self.settings.max_read_messages), read_compacted
+        )
+        topic.messages_out.add(len(out))
+        return out, nxt
 
     @staticmethod
     def read_at(

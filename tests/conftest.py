@@ -3,7 +3,9 @@ one SparkSession for the whole run, and a real ``compactor serve`` process."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -98,5 +100,93 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         env={"COMPACTOR_SPARK_WARMUP": "true", "COMPACTOR_MAX_MESSAGE_SIZE": str(SHARED_MAX_MESSAGE_SIZE)},
     )
     s.start()
+    # The namespaces the tests on it use, beside public/default.
+    s.create_namespaces("public/cli", "e2e/consumers", "e2e/default")
     yield s
     s.stop()
+
+
+# ------------------------------------------------------------------ a real server with security on
+
+SUPERUSER = "admin"
+
+
+@dataclass(frozen=True)
+class SecureServer:
+    """A running server with authentication and authorization on (HS256 tokens, superuser
+    ``admin``), and ``token(role)`` to make tokens it accepts."""
+
+    server: Server
+    secret_key: bytes
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def token(self, role: str, **claims: object) -> str:
+        import jwt
+
+        return jwt.encode({"sub": role, **claims}, self.secret_key, algorithm="HS256")
+
+    def headers(self, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(role)}"}
+
+
+@pytest.fixture(scope="session")
+def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
+    """One server with security on for every test of it (each uses its own tenants)."""
+    from service.tokens import create_secret_key
+
+    key = create_secret_key()
+    s = Server(
+        tmp_path_factory.mktemp("secure") / "data",
+        env={
+            "COMPACTOR_AUTHENTICATION_ENABLED": "true",
+            "COMPACTOR_AUTHORIZATION_ENABLED": "true",
+            "COMPACTOR_TOKEN_SECRET_KEY": "data:;base64," + base64.b64encode(key).decode(),
+            "COMPACTOR_SUPERUSER_ROLES": f"{SUPERUSER}, ops",
+        },
+    )
+    s.start()
+    yield SecureServer(s, key)
+    s.stop()
+
+
+# ------------------------------------------------------------------ a real browser
+
+# Chromium as the dashboard test runs it: headless, no sandbox (root in a container), and
+# nothing that would reach the network (the machine has none).
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One headless Chromium for the session (Debian's, installed by ``.ci/chromium`` when
+    missing), driven by Playwright; the test is skipped, with the reason, if there is none."""
+    import subprocess
+
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    found = subprocess.run(
+        [str(Path(__file__).resolve().parents[1] / ".ci" / "chromium")], capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        pytest.skip(f"no Chromium for the browser tests: {found.stderr.strip().splitlines()[-1:]}")
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with playwright_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=found.stdout.strip(),
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 1000},
+        )
+        yield context
+        context.close()

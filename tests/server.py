@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -47,11 +49,25 @@ class ServerProcess:
 
     defaults: dict[str, str] = {}
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        env: dict[str, str] | None = None,
+        *,
+        unset: tuple[str, ...] = (),
+        max_open_files: int | None = None,
+    ) -> None:
+        """``max_open_files``: the process's soft *and* hard ``RLIMIT_NOFILE`` (the service
+        raises its soft limit to the hard one at start, so only a low hard limit holds)."""
         self.data_dir = Path(data_dir)
+        self.max_open_files = max_open_files
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = env or {}
+        self.unset = unset  # variables of this process's environment the server does not get
+        # With TLS on, https, and trust in the server's own (self-signed) certificate.
+        cert = self.extra_env.get("COMPACTOR_TLS_CERT_FILE")
+        self.url = f"{'https' if cert else 'http'}://127.0.0.1:{self.port}"
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=cert) if cert else True
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.data_dir.parent / f"server-{self.port}.log"
 
@@ -59,7 +75,7 @@ class ServerProcess:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         script = shutil.which("compactor", path=str(Path(sys.executable).parent)) or "compactor"
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in self.unset},
             "COMPACTOR_DATA_DIR": str(self.data_dir),
             "COMPACTOR_PORT": str(self.port),
             "COMPACTOR_HOST": "127.0.0.1",
@@ -72,19 +88,45 @@ class ServerProcess:
                 self.extra_env["COMPACTOR_DATABASE_URL"] = env["COMPACTOR_DATABASE_URL"] = url
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [script, "serve", "--log-level", "warning"], env=env, stdout=log, stderr=log
+                [script, "serve", "--log-level", "warning"],
+                env=env,
+                stdout=log,
+                stderr=log,
+                preexec_fn=self._limit if self.max_open_files else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log.read_text()}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=1, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"server did not become healthy in {timeout:g} s:\n{self.log.read_text()}")
+
+    def create_namespaces(self, *names: str, token: str | None = None) -> None:
+        """Make each ``tenant/namespace`` (and its tenant) unless it exists: topics are created
+        only in a namespace that does."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        with httpx.Client(base_url=self.url, headers=headers, verify=self.verify, timeout=30) as http:
+            for name in names:
+                tenant, _, namespace = name.partition("/")
+                for path in (f"/admin/v2/tenants/{tenant}", f"/admin/v2/namespaces/{tenant}/{namespace}"):
+                    r = http.put(path)
+                    if r.status_code not in (204, 409):
+                        raise RuntimeError(f"PUT {path}: {r.status_code} {r.text}")
+
+    def _limit(self) -> None:
+        """Runs in the child between fork and exec."""
+        n = self.max_open_files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    def open_descriptors(self) -> int:
+        """How many descriptors the server process has open now (Linux)."""
+        assert self.proc is not None
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash or a power cut of the process."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
-from api.deps import TopicDep
+from api.deps import CanLookup, TenantAdmin, TopicDep
+from compactor.progress import ProgressSnapshot
 from service.compaction import CompactionService
+from service.models import CompactionRun
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["compaction"])
 
@@ -20,25 +22,68 @@ async def get_compaction(request: Request) -> CompactionService:
 CompactionDep = Annotated[CompactionService, Depends(get_compaction)]
 
 
+class CompactionProgressOut(BaseModel):
+    """How far a running round is (see ``compactor.progress``)."""
+
+    phase: Literal["phase-one", "phase-two", "commit"]
+    entriesRead: int
+    entriesTotal: int
+    bytesRead: int
+    bytesTotal: int
+    percent: float
+    startedAt: int
+    elapsedMs: int
+
+
 class CompactionStatusOut(BaseModel):
     status: str
     lastError: str | None = None
+    # Only while RUNNING (left out of the body otherwise).
+    progress: CompactionProgressOut | None = None
 
 
-@router.put("/{tenant}/{namespace}/{topic}/compaction", status_code=204, response_class=Response)
+def progress_out(p: ProgressSnapshot) -> CompactionProgressOut:
+    return CompactionProgressOut(
+        phase=p.phase,  # type: ignore[arg-type]
+        entriesRead=p.entries_read,
+        entriesTotal=p.entries_total,
+        bytesRead=p.bytes_read,
+        bytesTotal=p.bytes_total,
+        percent=p.percent,
+        startedAt=p.started_at,
+        elapsedMs=p.elapsed_ms,
+    )
+
+
+@router.put(
+    "/{tenant}/{namespace}/{topic}/compaction",
+    status_code=204,
+    response_class=Response,
+    dependencies=[TenantAdmin],
+)
 def trigger_compaction(name: TopicDep, compaction: CompactionDep) -> Response:
     """Start a compaction in the background: 204, or 409 while one runs."""
     compaction.trigger(name, trigger="manual")
     return Response(status_code=204)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/compaction", response_model=CompactionStatusOut)
+@router.get(
+    "/{tenant}/{namespace}/{topic}/compaction",
+    response_model=CompactionStatusOut,
+    response_model_exclude_unset=True,
+    responses={404: {"description": "no such topic"}},
+    dependencies=[CanLookup],
+)
 def compaction_status(name: TopicDep, compaction: CompactionDep) -> CompactionStatusOut:
+    """NOT_RUN, RUNNING, SUCCESS or ERROR; while RUNNING, with ``progress``."""
     st = compaction.status(name)
-    return CompactionStatusOut(status=st.status, lastError=st.last_error)
+    out = CompactionStatusOut(status=st.status, lastError=st.last_error)
+    if st.progress is not None:
+        out.progress = progress_out(st.progress)
+    return out
 
 
-@router.get("/{tenant}/{namespace}/{topic}/compactionRuns")
+@router.get("/{tenant}/{namespace}/{topic}/compactionRuns", dependencies=[CanLookup])
 def compaction_runs(
     name: TopicDep, compaction: CompactionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> list[dict[str, Any]]:
@@ -60,7 +105,16 @@ def compaction_runs(
             "phaseOneMs": r.phase_one_ms,
             "phaseTwoMs": r.phase_two_ms,
             "durationMs": (r.finished_at - r.started_at) if r.finished_at is not None else None,
+            # The round's final throughput, bytes per second of its whole duration.
+            "readThroughput": _per_second(r.bytes_in, r),
+            "writeThroughput": _per_second(r.bytes_out, r),
             "error": r.error,
         }
         for r in compaction.history(name, limit)
     ]
+
+
+def _per_second(n: int | None, r: CompactionRun) -> float | None:
+    if n is None or r.finished_at is None:
+        return None
+    return round(n * 1000 / max(1, r.finished_at - r.started_at), 1)

@@ -8,13 +8,14 @@ from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import TopicDep
+from api.deps import CanConsume, TopicDep
 from api.routes.messages import columns_json, json_response, message_json
 from api.routes.subscriptions import SubscriptionsDep
 from ledger.entry import Position
 from service.errors import InvalidInput
 
-router = APIRouter(prefix="/topics/persistent", tags=["consumers"])
+# Everything a consumer does needs the consume permission.
+router = APIRouter(prefix="/topics/persistent", tags=["consumers"], dependencies=[CanConsume])
 
 BASE = "/{tenant}/{namespace}/{topic}/subscription/{sub}/consumers"
 
@@ -24,6 +25,9 @@ class AttachRequest(BaseModel):
 
     consumerName: Annotated[str | None, Field(max_length=256)] = None
     ackTimeoutMs: Annotated[int, Field(ge=0)] = 0
+    # The consumer's, as Pulsar's ConsumerBuilder.readCompacted: the compacted view up to the
+    # horizon then the log, or the whole log; the subscription's position is shared.
+    readCompacted: bool = False
 
 
 class AttachResponse(BaseModel):
@@ -60,8 +64,14 @@ def attach(
     name: TopicDep, sub: str, subs: SubscriptionsDep, body: AttachRequest | None = None
 ) -> AttachResponse:
     body = body or AttachRequest()
-    info = subs.attach(name, sub, consumer_name=body.consumerName, ack_timeout_ms=body.ackTimeoutMs)
-    return AttachResponse(consumerId=info.consumer_id, readCompacted=subs.get(name, sub).read_compacted)
+    info = subs.attach(
+        name,
+        sub,
+        consumer_name=body.consumerName,
+        ack_timeout_ms=body.ackTimeoutMs,
+        read_compacted=body.readCompacted,
+    )
+    return AttachResponse(consumerId=info.consumer_id, readCompacted=info.read_compacted)
 
 
 @router.delete(BASE + "/{consumer_id}", status_code=204, response_class=Response)

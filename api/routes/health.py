@@ -1,14 +1,25 @@
-"""Liveness: 200 once the service has recovered its topics and listens."""
+"""Liveness: 200 once the service has recovered its topics and listens; ``degraded`` with the
+reasons while a bounded resource is exhausted (descriptors, the seal backlog, failing seals);
+and whether compactions can run (``compaction``: see ``service.engine``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
+from api.deps import BrokerDep
 from api.schemas import Health
+from service.engine import STARTING
+from service.stats import health_problems
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/health", response_model=Health)
-def health() -> Health:
-    return Health(status="ok")
+@router.get("/health", response_model=Health, response_model_exclude_none=True)
+def health(request: Request, broker: BrokerDep) -> Health:
+    engine = getattr(request.app.state, "engine", None)
+    compaction = engine.status if engine is not None else STARTING
+    # Still 200 when degraded: the service serves what it can, and a restart would not help.
+    problems = health_problems(broker)
+    if problems:
+        return Health(status="degraded", reason="; ".join(problems), compaction=compaction)
+    return Health(status="ok", compaction=compaction)

@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from api.deps import BrokerDep, TopicDep
+from api.deps import BrokerDep, CanConsume, CanProduce, TopicDep
 from api.schemas import ProduceRequest, ProduceResponse, ReadResponse
 from ledger.entry import Entry
 
@@ -24,6 +24,7 @@ PRODUCE_SCHEMA = ProduceRequest.model_json_schema()  # self-contained: its $defs
 @router.post(
     "/{tenant}/{namespace}/{topic}",
     response_model=ProduceResponse,
+    dependencies=[CanProduce],
     openapi_extra={
         "requestBody": {"required": True, "content": {"application/json": {"schema": PRODUCE_SCHEMA}}}
     },
@@ -41,7 +42,7 @@ async def produce(name: TopicDep, request: Request, broker: BrokerDep) -> Produc
     return ProduceResponse(messageIds=[str(p) for p in ids])
 
 
-@router.get("/{tenant}/{namespace}/{topic}/messages", response_model=ReadResponse)
+@router.get("/{tenant}/{namespace}/{topic}/messages", response_model=ReadResponse, dependencies=[CanConsume])
 def read_messages(
     name: TopicDep,
     broker: BrokerDep,

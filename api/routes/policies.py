@@ -8,11 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 
-from api.deps import BrokerDep, TopicDep
+from api.deps import BrokerDep, TenantAdmin, TopicDep
 from service.errors import InvalidInput
 from service.policies import FIELDS, Policy, PolicyStore, Scope, validate
 
-router = APIRouter(tags=["policies"])
+# Policies, read or changed, are a tenant admin's.
+router = APIRouter(tags=["policies"], dependencies=[TenantAdmin])
 
 
 async def get_policies(request: Request) -> PolicyStore:

@@ -7,7 +7,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict
 
-from api.deps import BrokerDep, TopicDep
+from api.deps import BrokerDep, CanConsume, CanLookup, TopicDep
+from api.routes.admin import CompactionDep
+from service.compaction import CompactionRecord
 from service.cursors import COMPACTION_CURSOR, SubscriptionService, backlog_of
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])
@@ -26,24 +28,34 @@ class ResetCursor(BaseModel):
     messageId: str
 
 
-@router.get("/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str])
+@router.get("/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str], dependencies=[CanLookup])
 def list_subscriptions(name: TopicDep, subs: SubscriptionsDep) -> list[str]:
     return subs.names(name)
 
 
-@router.put("/{tenant}/{namespace}/{topic}/subscription/{sub}", status_code=204, response_class=Response)
+@router.put(
+    "/{tenant}/{namespace}/{topic}/subscription/{sub}",
+    status_code=204,
+    response_class=Response,
+    dependencies=[CanConsume],
+)
 def create_subscription(
     name: TopicDep,
     sub: str,
     subs: SubscriptionsDep,
     initialPosition: Literal["earliest", "latest"] = "latest",
-    readCompacted: bool = False,
 ) -> Response:
-    subs.create(name, sub, initial_position=initialPosition, read_compacted=readCompacted)
+    # No readCompacted here, as in Pulsar's createSubscription: each consumer chooses it.
+    subs.create(name, sub, initial_position=initialPosition)
     return Response(status_code=204)
 
 
-@router.delete("/{tenant}/{namespace}/{topic}/subscription/{sub}", status_code=204, response_class=Response)
+@router.delete(
+    "/{tenant}/{namespace}/{topic}/subscription/{sub}",
+    status_code=204,
+    response_class=Response,
+    dependencies=[CanConsume],
+)
 def delete_subscription(name: TopicDep, sub: str, subs: SubscriptionsDep) -> Response:
     subs.delete(name, sub)
     return Response(status_code=204)
@@ -53,6 +65,7 @@ def delete_subscription(name: TopicDep, sub: str, subs: SubscriptionsDep) -> Res
     "/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor/{timestamp}",
     status_code=204,
     response_class=Response,
+    dependencies=[CanConsume],
 )
 def reset_cursor_by_time(name: TopicDep, sub: str, timestamp: int, subs: SubscriptionsDep) -> Response:
     subs.seek(name, sub, publish_time=timestamp)
@@ -60,15 +73,20 @@ def reset_cursor_by_time(name: TopicDep, sub: str, timestamp: int, subs: Subscri
 
 
 @router.post(
-    "/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor", status_code=204, response_class=Response
+    "/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor",
+    status_code=204,
+    response_class=Response,
+    dependencies=[CanConsume],
 )
 def reset_cursor(name: TopicDep, sub: str, body: ResetCursor, subs: SubscriptionsDep) -> Response:
     subs.seek(name, sub, message_id=body.messageId)
     return Response(status_code=204)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/stats")
-def topic_stats(name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep) -> dict[str, Any]:
+@router.get("/{tenant}/{namespace}/{topic}/stats", dependencies=[CanLookup])
+def topic_stats(
+    name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep, compaction: CompactionDep
+) -> dict[str, Any]:
     topic = broker.topic(name)
     ledgers = topic.ledger.ledgers()
     out: dict[str, Any] = {}
@@ -76,17 +94,18 @@ def topic_stats(name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep) -> di
         out[st.name] = {
             "msgBacklog": st.backlog,
             "backlogSize": st.backlog_bytes,
-            "readCompacted": st.read_compacted,
             "unackedMessages": st.unacked,
             "markDeletePosition": str(st.mark_delete) if st.mark_delete else None,
-            "consumers": [{"consumerId": cid, "consumerName": cname} for cid, cname in st.consumers],
+            "consumers": [
+                {"consumerId": cid, "consumerName": cname, "readCompacted": compacted}
+                for cid, cname, compacted in st.consumers
+            ],
         }
     if topic.view is not None:
         entries, size = backlog_of(topic, topic.view.horizon, read_compacted=False)
         out[COMPACTION_CURSOR] = {
             "msgBacklog": entries,
             "backlogSize": size,
-            "readCompacted": False,
             "unackedMessages": 0,
             "markDeletePosition": str(topic.view.horizon),
             "consumers": [],
@@ -96,5 +115,18 @@ def topic_stats(name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep) -> di
         "msgInCounter": sum(i.entries for i in ledgers),
         "bytesInCounter": sum(i.size_bytes for i in ledgers),
         "storageSize": sum(i.file_bytes for i in ledgers) + compacted,
+        # Closed ledgers waiting to be sealed (with room reserved by producers): see README, Limits.
+        "sealBacklog": broker.resources.backlog.pending(topic.topic_id),
         "subscriptions": out,
+        "compaction": compaction_record_json(compaction.record(name)),
+    }
+
+
+def compaction_record_json(record: CompactionRecord) -> dict[str, int]:
+    """Pulsar's ``compaction`` block of topic stats (its field names, ``Mills`` included)."""
+    return {
+        "lastCompactionRemovedEventCount": record.last_removed_event_count,
+        "lastCompactionSucceedTimestamp": record.last_succeed_timestamp,
+        "lastCompactionFailedTimestamp": record.last_failed_timestamp,
+        "lastCompactionDurationTimeInMills": record.last_duration_ms,
     }

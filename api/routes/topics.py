@@ -6,31 +6,38 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from api.deps import BrokerDep, TopicDep
+from api.deps import BrokerDep, CanListTopics, CanLookup, TenantAdmin, TenantsDep, TopicDep
 from service.names import check_part
 from service.stats import InternalStats, internal_stats
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["topics"])
 
 
-@router.get("/{tenant}/{namespace}", response_model=list[str])
+@router.get("/{tenant}/{namespace}", response_model=list[str], dependencies=[CanListTopics])
 def list_topics(tenant: str, namespace: str, broker: BrokerDep) -> list[str]:
     return broker.list_topics(check_part("tenant", tenant), check_part("namespace", namespace))
 
 
-@router.put("/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response)
-def create_topic(name: TopicDep, broker: BrokerDep) -> Response:
+@router.put(
+    "/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response, dependencies=[TenantAdmin]
+)
+def create_topic(name: TopicDep, broker: BrokerDep, tenants: TenantsDep) -> Response:
+    """Create a topic in a namespace that exists (404 otherwise, as Pulsar)."""
+    tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
     broker.create_topic(name)
     return Response(status_code=204)
 
 
-@router.delete("/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response)
-def delete_topic(name: TopicDep, broker: BrokerDep) -> Response:
+@router.delete(
+    "/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response, dependencies=[TenantAdmin]
+)
+def delete_topic(name: TopicDep, broker: BrokerDep, tenants: TenantsDep) -> Response:
     broker.delete_topic(name)
+    tenants.forget_topic(name=name)
     return Response(status_code=204)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/internalStats")
+@router.get("/{tenant}/{namespace}/{topic}/internalStats", dependencies=[CanLookup])
 def get_internal_stats(name: TopicDep, broker: BrokerDep) -> dict[str, Any]:
     return internal_stats_json(internal_stats(broker, name))
 
@@ -58,7 +65,6 @@ def internal_stats_json(st: InternalStats) -> dict[str, Any]:
             c.name: {
                 "markDeletePosition": str(c.mark_delete) if c.mark_delete else None,
                 "properties": c.properties,
-                "readCompacted": c.read_compacted,
             }
             for c in st.cursors
         },
@@ -66,6 +72,10 @@ def internal_stats_json(st: InternalStats) -> dict[str, Any]:
             "ledgerId": st.compacted_ledger.ledger_id,
             "entries": st.compacted_ledger.entries,
             "size": st.compacted_ledger.size,
+            # Pulsar's fields: compacted ledgers live on the storage root, never offloaded
+            # to tiered storage, and have no replicas to fall short of.
+            "offloaded": False,
+            "underReplicated": False,
         },
         "horizon": str(st.horizon) if st.horizon else None,
     }

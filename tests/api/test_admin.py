@@ -44,7 +44,13 @@ def client(client: TestClient, spark) -> TestClient:
 def test_trigger_then_status_then_read_compacted(client: TestClient) -> None:
     assert client.get(f"{ADMIN}/prices/compaction").json()["status"] == "NOT_RUN"
     stats = client.get(f"{ADMIN}/prices/internalStats").json()
-    assert stats["compactedLedger"] == {"ledgerId": -1, "entries": -1, "size": -1}
+    assert stats["compactedLedger"] == {
+        "ledgerId": -1,
+        "entries": -1,
+        "size": -1,
+        "offloaded": False,
+        "underReplicated": False,
+    }
 
     assert client.put(f"{ADMIN}/prices/compaction").status_code == 204
     assert wait_status(client, "prices") == {"status": "SUCCESS", "lastError": None}
@@ -93,6 +99,12 @@ def test_failed_compaction_reports_error_and_the_next_succeeds(client: TestClien
     body = wait_status(client, "prices")
     assert body["status"] == "ERROR" and "disk on fire" in body["lastError"]
     assert client.get(f"{ADMIN}/prices/internalStats").json()["compactedLedger"]["ledgerId"] == -1
+    record = client.get(f"{ADMIN}/prices/stats").json()["compaction"]
+    failed_at = record["lastCompactionFailedTimestamp"]
+    assert failed_at > 0 and record["lastCompactionSucceedTimestamp"] == 0
     compaction.fault_hook = None
     assert client.put(f"{ADMIN}/prices/compaction").status_code == 204
     assert wait_status(client, "prices") == {"status": "SUCCESS", "lastError": None}
+    # Pulsar's compaction record: the last success and the last failure, each kept.
+    record = client.get(f"{ADMIN}/prices/stats").json()["compaction"]
+    assert record["lastCompactionSucceedTimestamp"] >= failed_at == record["lastCompactionFailedTimestamp"]

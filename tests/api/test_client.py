@@ -160,12 +160,13 @@ def test_table_view_is_the_latest_value_of_every_key(client: Client) -> None:
         for k, v in pairs:
             if k is None:
                 continue  # keyless: not in the table
-            if v is None:
+            if not v:  # null or empty: a delete, as in Pulsar
                 model.pop(k, None)
             else:
                 model[k] = v
 
     send([("a", b"1"), ("b", b"1"), ("c", b"1"), ("a", b"2"), (None, b"keyless"), ("b", None), ("d", None)])
+    send([("x", b"1"), ("x", b""), (None, b"")])
     view = client.create_table_view(topic, poll_interval=0.05)
     assert view.to_dict() == model == {"a": b"2", "c": b"1"}
     assert len(view) == 2 and "a" in view and "b" not in view and view.get("b") is None
@@ -179,9 +180,9 @@ def test_table_view_is_the_latest_value_of_every_key(client: Client) -> None:
 
     updates: list[tuple[str, bytes | None]] = []
     view.listen(lambda k, v: updates.append((k, v)))
-    send([("c", None), ("e", b"5"), ("a", b"3")])
-    assert view.refresh() == 3
-    assert view.to_dict() == model and updates == [("c", None), ("e", b"5"), ("a", b"3")]
+    send([("c", None), ("e", b"5"), ("a", b"3"), ("e", b"")])
+    assert view.refresh() == 4
+    assert view.to_dict() == model and updates == [("c", None), ("e", b"5"), ("a", b"3"), ("e", None)]
     assert view.refresh() == 0
 
     # Following in the background.
@@ -277,7 +278,8 @@ def test_consumer_receive_ack_redeliver_and_seek(srv: Server, client: Client) ->
     assert all(m.redelivery_count() >= 1 for m in again)
     consumer.acknowledge_many(again)
     sub = client.admin.topics.stats(topic)["subscriptions"]["s1"]
-    assert sub["msgBacklog"] == 0 and sub["unackedMessages"] == 0 and not sub["readCompacted"]
+    assert sub["msgBacklog"] == 0 and sub["unackedMessages"] == 0
+    assert [c["readCompacted"] for c in sub["consumers"]] == [False]
     assert [c["consumerName"] for c in sub["consumers"]] == ["c1"]
 
     # An id never delivered cannot be acknowledged.
@@ -328,7 +330,7 @@ def test_admin_subscriptions_and_reset_cursor(client: Client) -> None:
     ids = client.create_producer(topic).send_many([("k", str(i)) for i in range(6)])
     admin = client.admin.topics
     admin.create_subscription(topic, "from-start", initial_position=MessageId.earliest)
-    admin.create_subscription(topic, "compacted", read_compacted=True)
+    admin.create_subscription(topic, "compacted")
     assert sorted(admin.subscriptions(topic)) == ["compacted", "from-start"]
     with pytest.raises(Conflict):
         admin.create_subscription(topic, "from-start")
@@ -336,12 +338,19 @@ def test_admin_subscriptions_and_reset_cursor(client: Client) -> None:
         admin.create_subscription(topic, "__compaction")
     stats = admin.stats(topic)
     assert stats["subscriptions"]["from-start"]["msgBacklog"] == 6
-    assert stats["subscriptions"]["compacted"]["readCompacted"] is True
+    assert stats["subscriptions"]["compacted"]["consumers"] == []
     assert stats["msgInCounter"] == 6 and stats["storageSize"] > 0
 
-    # subscribe() attaches to the existing subscription as it is.
-    c = client.subscribe(topic, "compacted", read_compacted=False)
+    # subscribe() attaches to the existing subscription; readCompacted is each consumer's.
+    c = client.subscribe(topic, "compacted", read_compacted=True)
     assert c.read_compacted is True
+    consumers = admin.stats(topic)["subscriptions"]["compacted"]["consumers"]
+    assert [x["readCompacted"] for x in consumers] == [True]
+    c.close()
+    c = client.subscribe(topic, "compacted", read_compacted=False)
+    assert c.read_compacted is False
+    consumers = admin.stats(topic)["subscriptions"]["compacted"]["consumers"]
+    assert [x["readCompacted"] for x in consumers] == [False]
     c.close()
 
     admin.reset_cursor(topic, "from-start", ids[4])
@@ -469,6 +478,11 @@ def test_compaction_then_read_compacted_subscription_and_table_view(client: Clie
     internal = admin.internal_stats(topic)
     ledger = internal["compactedLedger"]
     assert ledger["ledgerId"] != -1 and ledger["entries"] == 2
+    assert ledger["offloaded"] is False and ledger["underReplicated"] is False
+    record = admin.stats(topic)["compaction"]
+    assert record["lastCompactionRemovedEventCount"] == 5  # 7 read, 2 kept
+    assert record["lastCompactionSucceedTimestamp"] > 0 and record["lastCompactionFailedTimestamp"] == 0
+    assert record["lastCompactionDurationTimeInMills"] >= 0
     assert internal["horizon"] == str(ids[-1])
     cursor = internal["cursors"]["__compaction"]
     assert int(cursor["properties"]["CompactedTopicLedger"]) == ledger["ledgerId"]

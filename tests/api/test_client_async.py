@@ -131,11 +131,11 @@ def test_consumer_and_admin(srv: Server) -> None:
             await consumer.unsubscribe()
             assert await admin.subscriptions(topic) == []
 
-            await admin.create_subscription(topic, "later", initial_position="latest", read_compacted=True)
+            await admin.create_subscription(topic, "later", initial_position="latest")
             with pytest.raises(Conflict):
                 await admin.create_subscription(topic, "later")
             await admin.reset_cursor(topic, "later", MessageId.earliest)
-            later = await client.subscribe(topic, "later")
+            later = await client.subscribe(topic, "later", read_compacted=True)
             assert later.read_compacted and (await later.receive(2000)).message_id() == ids[0]
             await later.close()
             await admin.delete_subscription(topic, "later")

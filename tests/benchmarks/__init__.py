@@ -4,6 +4,7 @@
 Modules: ``workload`` (synthetic sealed ledgers), ``compactors`` (the project, DuckDB and a
 plain Python compactor, and the row-for-row output check), ``measure`` (timing, RSS and CPU
 sampling), ``runner`` (full, incremental and per-size rounds), ``serving`` (a real
-``compactor serve`` through ``api.client``), ``report`` (tables, targets, plot,
+``compactor serve`` through ``api.client``), ``soak`` (descriptors and RSS of a real server over
+minutes of produce, consume and compaction), ``report`` (tables, targets, plot,
 BENCHMARKS.md), ``spark_profile`` (stage metrics from Spark's event log, ``--spark-profile``).
 """

@@ -9,6 +9,13 @@ Sections (``--only`` takes a comma-separated subset; default all):
   plus a PNG plot next to the output file.
 - ``big``: 50M/5M, the project only, once (not in quick mode).
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
+- ``cluster``: the project's compactor on a two-Worker Spark standalone cluster started from
+  the pyspark wheel against ``local[*]``, on the main workload (full and incremental rounds).
+- ``scrape``: the serving section in pairs, without and with a scraper of ``/metrics`` every
+  second (``--scrape-pairs``, alternating which goes first); not part of the default run.
+- ``soak``: a real ``compactor serve`` for 3 minutes of produce, a full and a readCompacted
+  consumer and a compaction every 5 s: its descriptors and RSS over time (with ``--quick``
+  only when named in ``--only``, then 90 s).
 
 Every table goes to stdout as it is ready, progress to stderr, and all of them to the output
 file (default ``BENCHMARKS.md`` at the repository root) with the machine's description and
@@ -32,7 +39,7 @@ from tests.benchmarks.runner import IncrementalResult, SizeResult, log
 from tests.benchmarks.serving import ServingResult
 from tests.benchmarks.workload import WorkloadSpec
 
-SECTIONS = ("compaction", "incremental", "scale", "big", "serving")
+SECTIONS = ("compaction", "incremental", "scale", "big", "serving", "cluster", "scrape", "soak")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MAIN = WorkloadSpec(5_000_000, 500_000)
@@ -53,8 +60,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--only", default="", help=f"comma-separated sections: {','.join(SECTIONS)}")
     p.add_argument("--runs", type=int, default=0, help="runs per measurement (default 3; quick 2)")
     p.add_argument(
+        "--serving-auth",
+        choices=("off", "both"),
+        default="both",
+        help="serving with authentication off only, or off and on side by side (default)",
+    )
+    p.add_argument(
         "--warmups", type=int, default=1, help="unmeasured rounds before the runs of each size (default 1)"
     )
+    p.add_argument("--scrape-pairs", type=int, default=2, help="scrape: pairs of serving runs (default 2)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the Markdown report")
     p.add_argument("--driver-memory", default="", help="Spark driver memory (default 8g; 12g with big)")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a new temp dir)")
@@ -65,12 +79,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="write Spark's event log and report the stages of each compaction",
     )
     args = p.parse_args(argv)
-    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(SECTIONS)
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(SECTIONS) - {"scrape"}
     unknown = only - set(SECTIONS)
     if unknown:
         p.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     if args.quick:
         only.discard("big")
+        if not args.only:  # the soak takes minutes: in quick mode only when asked for
+            only.discard("soak")
     args.sections = only
     if args.runs < 0 or args.warmups < 0:
         p.error("--runs and --warmups must not be negative")
@@ -141,6 +157,27 @@ def run_compaction(
     return main, inc, big, scale, bench.labels, spark_version, driver_memory
 
 
+def run_scrape_pairs(args: argparse.Namespace, work_dir: Path) -> Table:
+    """The serving section without and with a scraper, ``--scrape-pairs`` times, back to back."""
+    import dataclasses
+
+    from tests.benchmarks.serving import ServingBench, ServingParams
+
+    base = ServingParams.quick(runs=args.runs) if args.quick else ServingParams(runs=args.runs)
+    scraped = dataclasses.replace(base, scrape_interval_s=1.0)
+    pairs: list[tuple[ServingResult, ServingResult]] = []
+    for i in range(args.scrape_pairs):
+        order = [(False, base), (True, scraped)]
+        results: dict[bool, ServingResult] = {}
+        for with_scraper, params in order if i % 2 == 0 else order[::-1]:
+            log(f"scrape pair {i + 1}: serving {'with' if with_scraper else 'without'} a scraper")
+            results[with_scraper] = ServingBench(
+                work_dir / f"scrape-{i}-{with_scraper}", params, log=log
+            ).run()
+        pairs.append((results[False], results[True]))
+    return report.scrape_table(pairs)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -167,20 +204,54 @@ def main(argv: list[str] | None = None) -> int:
         # with a large heap (and a machine with gigabytes of fresh files); a consumer of the
         # service would not carry either.
         if "serving" in args.sections:
-            from tests.benchmarks.serving import ServingBench, ServingParams
+            from tests.benchmarks.serving import ServingBench, ServingParams, compare_authentication
 
             params = ServingParams.quick(runs=args.runs) if args.quick else ServingParams(runs=args.runs)
             log("serving: starting `compactor serve`")
             try:
-                serving = ServingBench(work_dir, params, log=log).run()
-                emit(report.serving_table(serving), tables)
+                if args.serving_auth == "both":
+                    serving, secured = compare_authentication(work_dir, params, log=log)
+                    emit(report.serving_table(serving), tables)
+                    emit(report.authentication_table(serving, secured), tables)
+                else:
+                    serving = ServingBench(work_dir, params, log=log).run()
+                    emit(report.serving_table(serving), tables)
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"serving benchmark failed: {type(e).__name__}: {e}")
+        if "scrape" in args.sections:
+            emit(run_scrape_pairs(args, work_dir), tables)
+        if "soak" in args.sections:
+            from tests.benchmarks.soak import SoakBench, SoakParams, soak_table
+
+            log("soak: starting `compactor serve`")
+            try:
+                soak_params = SoakParams.quick() if args.quick else SoakParams()
+                soaked = SoakBench(work_dir, soak_params, log=log).run()
+                emit(soak_table(soaked), tables)
+            except Exception as e:
+                traceback.print_exc()
+                failures.append(f"soak benchmark failed: {type(e).__name__}: {e}")
         if args.sections & {"compaction", "incremental", "scale", "big"}:
             main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
                 args, work_dir, tables
             )
+        if "cluster" in args.sections:
+            from tests.benchmarks import cluster
+
+            try:
+                found = cluster.run(
+                    work_dir / "cluster-section",
+                    MAIN_QUICK if args.quick else MAIN,
+                    WARM_UP,
+                    runs=args.runs,
+                    driver_memory=args.driver_memory or "8g",
+                    log=log,
+                )
+                emit(cluster.table(found), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"cluster benchmark failed: {type(e).__name__}: {e}")
         plot = None
         args.out.parent.mkdir(parents=True, exist_ok=True)
         if scale:

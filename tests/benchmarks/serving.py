@@ -22,10 +22,17 @@ What is measured (each a median over ``runs``; a fresh topic or subscription per
   sends the last acknowledgement: the client groups them every 100 ms, as Pulsar's does).
   Reported: messages/s of each, and the time from subscribing to the closed consumer for
   each; the two maps are checked equal, and the server's backlog checked empty.
+
+With ``authentication=True`` the server has token authentication and authorization on and the
+client sends a token whose role is an admin of the benchmark's tenant (not a superuser): every
+request checks the token and the role's rights. ``compare_authentication`` runs both servers
+at once, a run of each in turn, so that other load on the machine falls on both alike.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -35,11 +42,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from service.tokens import create_token
 from tests.benchmarks.measure import median, percentile
 from tests.server import ServerProcess as _ServerProcess
 
 if TYPE_CHECKING:  # imported when used: the compaction benchmarks do not need the client
-    from api.client import Client, OutgoingMessage
+    from api.client import AuthenticationToken, Client, OutgoingMessage
+
+TENANT, NAMESPACE = "bench", "serving"
+SUPERUSER, ROLE = "bench-superuser", "bench-admin"
+_SECRET = b"serving-benchmark-secret-key-32b"
 
 BATCH = 1000
 
@@ -54,6 +66,9 @@ class ServingParams:
     value_bytes: int = 100
     page: int = 1000
     runs: int = 3
+    # Seconds between scrapes of ``GET /metrics`` by a background thread while everything is
+    # measured (a Prometheus server scraping the service); None: no scraper.
+    scrape_interval_s: float | None = None
 
     @classmethod
     def quick(cls, runs: int = 2) -> ServingParams:
@@ -74,6 +89,15 @@ class ServingResult:
     full_messages: int = 0
     compaction_s: float = 0.0
     client: str = "api.client"
+    authentication: bool = False
+    # The server process's CPU time (user + system) per message: what authentication adds is
+    # work in the server, and CPU time is far less disturbed than wall time by other load.
+    produce_cpu_us: list[float] = field(default_factory=list)
+    consume_full_cpu_us: list[float] = field(default_factory=list)
+    consume_compacted_cpu_us: list[float] = field(default_factory=list)
+    scrapes: list[float] = field(default_factory=list)  # seconds of each /metrics scrape
+    # The server's CPU seconds per scrape, from back-to-back scrapes after the measurements.
+    scrape_cpu_s: float | None = None
 
     @property
     def p50_ms(self) -> float:
@@ -86,6 +110,53 @@ class ServingResult:
     @property
     def load_speedup(self) -> float:
         return median(self.load_full_s) / median(self.load_compacted_s)
+
+
+class Scraper:
+    """Scrapes ``GET /metrics`` every ``interval_s`` on its own thread, as Prometheus would."""
+
+    def __init__(self, url: str, interval_s: float, seconds: list[float]) -> None:
+        self.url = url
+        self.interval_s = interval_s
+        self.seconds = seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        import httpx
+
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while not self._stop.wait(self.interval_s):
+                t0 = time.perf_counter()
+                http.get("/metrics").raise_for_status()
+                self.seconds.append(time.perf_counter() - t0)
+
+
+def scrape_cpu_seconds(url: str, scrapes: int = 50) -> float:
+    """The server's CPU seconds per ``/metrics`` scrape: its ``process_cpu_seconds_total``
+    across ``scrapes`` scrapes in a row (nothing else running), divided by their number."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def cpu(http: httpx.Client) -> float:
+        for family in text_string_to_metric_families(http.get("/metrics").text):
+            if family.name == "process_cpu_seconds":
+                return float(family.samples[0].value)
+        raise RuntimeError("no process_cpu_seconds_total in /metrics")
+
+    with httpx.Client(base_url=url, timeout=30) as http:
+        before = cpu(http)
+        for _ in range(scrapes - 1):
+            http.get("/metrics").raise_for_status()
+        return (cpu(http) - before) / scrapes
 
 
 class ServerProcess(_ServerProcess):
@@ -108,38 +179,98 @@ def _messages(rng: np.random.Generator, n: int, keys: int, value_bytes: int) -> 
 class ServingBench:
     """Runs the serving benchmarks against one server it starts and stops."""
 
-    def __init__(self, work_dir: Path, params: ServingParams, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        params: ServingParams,
+        log: Callable[[str], None] = print,
+        *,
+        authentication: bool = False,
+    ) -> None:
         self.work_dir = Path(work_dir)
         self.params = params
         self.log = log
-        self.server = ServerProcess(self.work_dir / "serving" / "data")
+        self.authentication = authentication
+        env: dict[str, str] = {}
+        if authentication:
+            env = {
+                "COMPACTOR_AUTHENTICATION_ENABLED": "true",
+                "COMPACTOR_AUTHORIZATION_ENABLED": "true",
+                "COMPACTOR_SUPERUSER_ROLES": SUPERUSER,
+                "COMPACTOR_TOKEN_SECRET_KEY": "data:;base64," + base64.b64encode(_SECRET).decode(),
+            }
+        name = "serving-auth" if authentication else "serving"
+        self.server = ServerProcess(self.work_dir / name / "data", env=env)
         self._topics = 0
+        self.label = "auth on" if authentication else "auth off"
 
     def _topic(self, what: str) -> str:
         self._topics += 1
-        return f"bench/serving/{what}-{self._topics}"
+        return f"{TENANT}/{NAMESPACE}/{what}-{self._topics}"
 
-    def run(self) -> ServingResult:
+    def _auth(self, role: str) -> AuthenticationToken | None:
+        from api.client import AuthenticationToken
+
+        if not self.authentication:
+            return None
+        return AuthenticationToken(create_token(subject=role, secret_key=_SECRET))
+
+    def client(self, role: str = ROLE) -> Client:
         from api.client import Client
 
-        result = ServingResult(self.params)
+        return Client(self.server.url, timeout=120.0, authentication=self._auth(role))
+
+    def run(self) -> ServingResult:
+        result = ServingResult(self.params, authentication=self.authentication)
         self.server.start()
         try:
-            with Client(self.server.url, timeout=120.0) as client:
-                self._warm_up(client)
-                for i in range(self.params.runs):
-                    result.produce_one.append(self._produce(client, threads=1))
-                    result.produce_threads.append(self._produce(client, threads=self.params.threads))
-                    result.latencies_ms.append(self._latency(client))
-                    self.log(
-                        f"serving run {i + 1}: produce {result.produce_one[-1]:,.0f}/s (1 client), "
-                        f"{result.produce_threads[-1]:,.0f}/s ({self.params.threads} threads), "
-                        f"p50 {percentile(result.latencies_ms[-1], 50):.2f} ms"
+            with self.client() as client, contextlib.ExitStack() as scraping:
+                self.open(client)
+                if self.params.scrape_interval_s is not None:
+                    scraping.enter_context(
+                        Scraper(self.server.url, self.params.scrape_interval_s, result.scrapes)
                     )
-                self._state(client, result)
+                for i in range(self.params.runs):
+                    self.serve_once(client, result, i)
+                topic = self.prepare_state(client, result)
+                for i in range(self.params.runs):
+                    self.load_once(client, topic, result, i)
+            if self.params.scrape_interval_s is not None:
+                result.scrape_cpu_s = scrape_cpu_seconds(self.server.url)
         finally:
             self.server.stop()
         return result
+
+    def open(self, client: Client) -> None:
+        """The benchmark's tenant and namespace (its role their admin), and a warm server."""
+        from api.client import Conflict
+
+        with self.client(SUPERUSER) as admin:
+            with contextlib.suppress(Conflict):
+                admin.admin.tenants.create(TENANT, admin_roles=[ROLE])
+            with contextlib.suppress(Conflict):
+                admin.admin.namespaces.create(f"{TENANT}/{NAMESPACE}")
+        self._warm_up(client)
+
+    def server_cpu_s(self) -> float:
+        import psutil
+
+        assert self.server.proc is not None
+        t = psutil.Process(self.server.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def serve_once(self, client: Client, result: ServingResult, i: int) -> None:
+        cpu = self.server_cpu_s()
+        result.produce_one.append(self._produce(client, threads=1))
+        messages = self.params.batches * BATCH
+        result.produce_cpu_us.append((self.server_cpu_s() - cpu) / messages * 1e6)
+        result.produce_threads.append(self._produce(client, threads=self.params.threads))
+        result.latencies_ms.append(self._latency(client))
+        self.log(
+            f"serving run {i + 1} ({self.label}): produce {result.produce_one[-1]:,.0f}/s (1 client), "
+            f"{result.produce_threads[-1]:,.0f}/s ({self.params.threads} threads), "
+            f"p50 {percentile(result.latencies_ms[-1], 50):.2f} ms"
+        )
 
     # ------------------------------------------------------------------ steps
 
@@ -157,15 +288,13 @@ class ServingBench:
             raise RuntimeError(f"warm-up compaction failed: {status}")
 
     def _produce(self, client: Client, *, threads: int) -> float:
-        from api.client import Client
-
         p = self.params
         topic = self._topic(f"produce{threads}")
         client.admin.topics.create(topic)
         per_thread = max(1, p.batches // threads)
         rng = np.random.default_rng(threads)
         work = [_messages(rng, per_thread * BATCH, 100_000, p.value_bytes) for _ in range(threads)]
-        clients = [Client(self.server.url, timeout=120.0) for _ in range(threads)]
+        clients = [self.client() for _ in range(threads)]
         producers = [c.create_producer(topic) for c in clients]
         errors: list[BaseException] = []
         start = threading.Barrier(threads + 1)
@@ -206,7 +335,8 @@ class ServingBench:
                 out.append((time.perf_counter() - t0) * 1000)
         return out
 
-    def _state(self, client: Client, result: ServingResult) -> None:
+    def prepare_state(self, client: Client, result: ServingResult) -> str:
+        """A compacted topic of ``state_keys`` x ``versions`` messages to load the state of."""
         from api.client import OutgoingMessage
 
         p = self.params
@@ -230,21 +360,29 @@ class ServingBench:
             raise RuntimeError(f"compaction of {topic} failed: {status}")
         result.full_messages = p.state_keys * p.versions
         result.compacted_messages = p.state_keys
-        for i in range(p.runs):
-            full_s, full_state = self._load(client, topic, f"full-{i}", False, result.full_messages)
-            comp_s, comp_state = self._load(client, topic, f"compacted-{i}", True, result.compacted_messages)
-            if comp_state != full_state:
-                raise AssertionError("readCompacted state differs from the full replay's")
-            if len(full_state) != p.state_keys:
-                raise AssertionError(f"replay found {len(full_state)} keys, expected {p.state_keys}")
-            result.load_full_s.append(full_s)
-            result.load_compacted_s.append(comp_s)
-            result.consume_full.append(result.full_messages / full_s)
-            result.consume_compacted.append(result.compacted_messages / comp_s)
-            self.log(
-                f"serving state run {i + 1}: full replay {full_s:.2f} s, readCompacted {comp_s:.2f} s "
-                f"({full_s / comp_s:.1f}x)"
-            )
+        return topic
+
+    def load_once(self, client: Client, topic: str, result: ServingResult, i: int) -> None:
+        cpu = self.server_cpu_s()
+        full_s, full_state = self._load(client, topic, f"full-{i}", False, result.full_messages)
+        cpu_full = self.server_cpu_s()
+        comp_s, comp_state = self._load(client, topic, f"compacted-{i}", True, result.compacted_messages)
+        result.consume_full_cpu_us.append((cpu_full - cpu) / result.full_messages * 1e6)
+        result.consume_compacted_cpu_us.append(
+            (self.server_cpu_s() - cpu_full) / result.compacted_messages * 1e6
+        )
+        if comp_state != full_state:
+            raise AssertionError("readCompacted state differs from the full replay's")
+        if len(full_state) != self.params.state_keys:
+            raise AssertionError(f"replay found {len(full_state)} keys, expected {self.params.state_keys}")
+        result.load_full_s.append(full_s)
+        result.load_compacted_s.append(comp_s)
+        result.consume_full.append(result.full_messages / full_s)
+        result.consume_compacted.append(result.compacted_messages / comp_s)
+        self.log(
+            f"serving state run {i + 1} ({self.label}): full replay {full_s:.2f} s, "
+            f"readCompacted {comp_s:.2f} s ({full_s / comp_s:.1f}x)"
+        )
 
     def _load(
         self, client: Client, topic: str, sub: str, read_compacted: bool, expected: int
@@ -277,3 +415,34 @@ class ServingBench:
             raise AssertionError(f"{sub}: {backlog} messages left unacknowledged on the server")
         client.admin.topics.delete_subscription(topic, sub)
         return seconds, state
+
+
+def compare_authentication(
+    work_dir: Path, params: ServingParams, log: Callable[[str], None] = print
+) -> tuple[ServingResult, ServingResult]:
+    """The serving figures with authentication off and on: both servers run at once, and each
+    run of one is followed by the same run of the other."""
+    benches = (
+        ServingBench(work_dir, params, log, authentication=False),
+        ServingBench(work_dir, params, log, authentication=True),
+    )
+    results = tuple(ServingResult(params, authentication=b.authentication) for b in benches)
+    clients: list[Client] = []
+    try:
+        for b in benches:
+            b.server.start()
+            clients.append(b.client())
+            b.open(clients[-1])
+        for i in range(params.runs):
+            for b, c, r in zip(benches, clients, results, strict=True):
+                b.serve_once(c, r, i)
+        topics = [b.prepare_state(c, r) for b, c, r in zip(benches, clients, results, strict=True)]
+        for i in range(params.runs):
+            for b, c, t, r in zip(benches, clients, topics, results, strict=True):
+                b.load_once(c, t, r, i)
+    finally:
+        for c in clients:
+            c.close()
+        for b in benches:
+            b.server.stop()
+    return results[0], results[1]

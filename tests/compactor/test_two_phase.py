@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor, arrow_phases
 from compactor.phases import NARROW_COLUMNS, phase_one
 from compactor.spark import explain_string, get_spark, local_cores, spark_conf
-from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
-from ledger.entry import Position
+from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, write_manifest
+from ledger.entry import Position, is_delete
 from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA
 
@@ -38,14 +38,16 @@ class Topic:
     root: Path
     ledgers: dict[int, Path] = field(default_factory=dict)
 
-    def seal(self, ledger_id: int, messages: Sequence[Msg]) -> Path:
+    def seal(self, ledger_id: int, messages: Sequence[Msg], *, legacy: bool = False) -> Path:
+        """``legacy``: as sealed before empty values deleted (only a null value flagged, and
+        no rule in the schema metadata)."""
         rows = [
             {
                 "ledger_id": ledger_id,
                 "entry_id": i,
                 "key": key,
                 "value": value,
-                "is_tombstone": value is None,
+                "is_tombstone": value is None if legacy else is_delete(key, value),
                 "properties": [("seq", str(i))],
                 "publish_time": 1_000 + i,
                 "event_time": None,
@@ -53,7 +55,8 @@ class Topic:
             for i, (key, value) in enumerate(messages)
         ]
         path = sealed_path(self.root, ledger_id)
-        pq.write_table(pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), path, row_group_size=4)
+        schema = ARROW_SCHEMA.remove_metadata() if legacy else ARROW_SCHEMA
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=4)
         self.ledgers[ledger_id] = path
         return path
 
@@ -175,6 +178,81 @@ def test_no_input_at_all_gives_an_empty_compacted_ledger(topic: Topic, compactor
     result = compactor.compact(topic.job(5, horizon=P(4, 0), ledger_ids=[]))
     assert kept(result) == []
     assert (result.entries_read, result.bytes_in, result.bytes_out) == (0, 0, 0)
+
+
+def test_an_empty_value_deletes_its_key_as_in_pulsar(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    # Pulsar's rule: a keyed message with an empty payload is a delete, as a null one is.
+    topic.seal(1, [("a", b"a0"), ("b", b"b0"), ("a", b""), ("c", b""), ("b", b"b1")])
+    topic.seal(2, [("d", b"d0"), ("d", b"")])
+    result = compactor.compact(topic.job(3, horizon=P(2, 1)))
+    assert kept(result) == [(P(1, 4), "b", b"b1")]
+    assert (result.entries_read, result.records_kept, result.records_removed) == (7, 1, 6)
+    # A later round: the key written again lives; an empty value deletes a compacted key.
+    topic.seal(4, [("a", b"a2"), ("b", b"")])
+    again = compactor.compact(topic.job(5, horizon=P(4, 1), ledger_ids=[4], previous=result))
+    assert kept(again) == [(P(4, 0), "a", b"a2")]
+
+
+def test_keyless_empty_values_are_kept_with_retain_null_key(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    # The rule is about keys: a keyless message is never deduplicated; only a null one drops.
+    topic.seal(1, [(None, b""), ("a", b""), (None, None), (None, b"n")])
+    assert kept(compactor.compact(topic.job(2, horizon=P(1, 3), retain_null_key=True))) == [
+        (P(1, 0), None, b""),
+        (P(1, 3), None, b"n"),
+    ]
+
+
+@pytest.mark.parametrize("ids", ["packed", "struct"])
+def test_files_sealed_before_empty_values_deleted_are_read_by_todays_rule(
+    tmp_path: Path, compactor: TwoPhaseCompactor, ids: str
+) -> None:
+    # Ledgers sealed by an earlier version flag only null values; their flags are derived
+    # again from the values, in both paths (Arrow when ids pack, Spark SQL when they do not).
+    first = 7 if ids == "packed" else 2**31 + 5
+    topic = Topic(tmp_path / ids)
+    topic.root.mkdir()
+    topic.seal(first, [("a", b"a0"), ("b", b"b0"), ("a", b""), (None, b""), ("c", None)], legacy=True)
+    topic.seal(first + 1, [("b", b""), ("d", b"d0")])
+    job = topic.job(first + 2, horizon=P(first + 1, 1), retain_null_key=True)
+    inputs = compactor.inputs(job)
+    assert inputs.packed == (ids == "packed")
+    assert inputs.derive_deletes == {topic.ledgers[first]}
+    result = compactor.compact(job)
+    assert kept(result) == [(P(first, 3), None, b""), (P(first + 1, 1), "d", b"d0")]
+
+
+def test_a_compacted_ledger_written_before_the_rule_loses_its_empty_values(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    # A compacted ledger of an earlier version may hold a key whose latest value is empty.
+    topic.seal(1, [("a", b"a0"), ("b", b"b0"), ("a", b"")], legacy=True)
+    directory = compacted_dir(topic.root, 2)
+    directory.mkdir()
+    rows = [(1, 1, "b", b"b0"), (1, 2, "a", b"")]
+    old_part = pa.Table.from_pylist(
+        [
+            dict(
+                ledger_id=lid, entry_id=eid, key=k, value=v, is_tombstone=False, properties=[], publish_time=1
+            )
+            for lid, eid, k, v in rows
+        ],
+        schema=ARROW_SCHEMA.remove_metadata(),
+    )
+    pq.write_table(old_part, directory / "part-00000.parquet")
+    write_manifest(directory)
+    assert kept(directory) == [(P(1, 1), "b", b"b0"), (P(1, 2), "a", b"")]
+
+    @dataclass
+    class Previous:
+        directory: Path
+        horizon: Position
+
+    topic.seal(3, [("c", b"c0")])
+    job = topic.job(4, horizon=P(3, 0), ledger_ids=[3], previous=Previous(directory, P(1, 2)))  # type: ignore[arg-type]
+    assert compactor.inputs(job).derive_deletes == {directory / "part-00000.parquet"}
+    assert kept(compactor.compact(job)) == [(P(1, 1), "b", b"b0"), (P(3, 0), "c", b"c0")]
 
 
 def test_keyless_messages_dropped_by_default(topic: Topic, compactor: TwoPhaseCompactor) -> None:

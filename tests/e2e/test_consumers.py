@@ -48,8 +48,8 @@ def test_unacked_messages_are_redelivered_after_consumer_crash_and_server_restar
 def test_second_consumer_is_refused_while_the_first_is_active(server) -> None:
     c = httpx.Client(base_url=server.url, timeout=30)
     assert c.put(ADMIN).status_code == 204
-    assert c.put(f"{ADMIN}/subscription/workers", params={"readCompacted": "true"}).status_code == 204
-    first = c.post(CONSUMERS, json={"consumerName": "a"})
+    assert c.put(f"{ADMIN}/subscription/workers").status_code == 204
+    first = c.post(CONSUMERS, json={"consumerName": "a", "readCompacted": True})
     assert first.status_code == 200 and first.json()["readCompacted"] is True
     second = c.post(CONSUMERS, json={"consumerName": "b"})
     assert second.status_code == 409 and "exclusive" in second.json()["reason"]

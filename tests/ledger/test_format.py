@@ -105,8 +105,12 @@ def test_record_round_trip(r: Record) -> None:
 def test_empty_and_absent_stay_distinct() -> None:
     empty = decode_record(fmt.encode_record(0, record(key="", value=b"")))
     absent = decode_record(fmt.encode_record(0, record(key=None, value=None)))
-    assert (empty.key, empty.value, empty.is_tombstone) == ("", b"", False)
+    keyless_empty = decode_record(fmt.encode_record(0, record(key=None, value=b"")))
+    # The bytes stay what was sent; the delete rule reads them: a keyed empty value deletes
+    # (an empty key is a key), a keyless one does not.
+    assert (empty.key, empty.value, empty.is_tombstone) == ("", b"", True)
     assert (absent.key, absent.value, absent.is_tombstone) == (None, None, True)
+    assert (keyless_empty.key, keyless_empty.value, keyless_empty.is_tombstone) == (None, b"", False)
 
 
 def test_frame_layout() -> None:

@@ -214,8 +214,8 @@ def test_seek_by_id_and_by_publish_time(broker, subs) -> None:
 
 def test_bad_input_is_refused_and_changes_no_cursor(broker, subs) -> None:
     ids_ = produce(broker, ("a", b"1"), ("b", b"2"), ("c", b"3"))
-    subs.create(NAME, "s", initial_position="earliest", read_compacted=True)
-    cid = subs.attach(NAME, "s").consumer_id
+    subs.create(NAME, "s", initial_position="earliest")
+    cid = subs.attach(NAME, "s", read_compacted=True).consumer_id
     subs.receive(NAME, "s", cid, max_messages=1)
     st = subs.get(NAME, "s")
     before = (st.mark_delete, set(st.acked), st.read_pos)
@@ -259,12 +259,45 @@ def test_read_compacted_subscription_sees_latest_per_key_then_new_messages(broke
     ids_ = produce(broker, *log)
     assert compaction.compact_now(NAME).status == "SUCCESS"
     after = produce(broker, ("d", b"1"), ("a", None))
-    subs.create(NAME, "compacted", initial_position="earliest", read_compacted=True)
-    subs.create(NAME, "full", initial_position="earliest", read_compacted=False)
-    c1 = subs.attach(NAME, "compacted").consumer_id
-    c2 = subs.attach(NAME, "full").consumer_id
+    subs.create(NAME, "compacted", initial_position="earliest")
+    subs.create(NAME, "full", initial_position="earliest")
+    c1 = subs.attach(NAME, "compacted", read_compacted=True).consumer_id
+    c2 = subs.attach(NAME, "full", read_compacted=False).consumer_id
     assert ids(drain(subs, "compacted", c1)) == [ids_[2], ids_[5], *after]
     assert ids(drain(subs, "full", c2)) == ids_ + after
+
+
+@pytest.mark.spark
+def test_read_compacted_is_the_consumers_and_the_position_is_the_subscriptions(
+    broker, subs, compaction
+) -> None:
+    ids_ = produce(broker, ("a", b"1"), ("b", b"1"), ("a", b"2"), ("b", b"2"), ("a", b""))
+    assert compaction.compact_now(NAME).status == "SUCCESS"
+    subs.create(NAME, "s", initial_position="earliest")
+    compacted = subs.attach(NAME, "s", read_compacted=True).consumer_id
+    # "a" ends with an empty value: deleted; "b" keeps its latest.
+    assert ids(drain(subs, "s", compacted)) == [ids_[3]]
+    subs.detach(NAME, "s", compacted)
+    # Nothing acknowledged: a consumer of the whole log gets the whole backlog...
+    full = subs.attach(NAME, "s", read_compacted=False).consumer_id
+    got = drain(subs, "s", full, page=2)
+    assert ids(got) == ids_
+    subs.ack(NAME, "s", full, [ids_[1]], cumulative=True)
+    subs.detach(NAME, "s", full)
+    # ...and the position both share moves for both: the compacted view after 1:1.
+    again = subs.attach(NAME, "s", read_compacted=True).consumer_id
+    assert ids(drain(subs, "s", again)) == [ids_[3]]
+    # Seek, redelivery and ack timeouts follow the consumer's view.
+    subs.seek(NAME, "s", message_id="earliest", consumer_id=again)
+    assert ids(drain(subs, "s", again)) == [ids_[3]]
+    subs.redeliver(NAME, "s", again)
+    assert ids(drain(subs, "s", again)) == [ids_[3]]
+    subs.detach(NAME, "s", again)
+    full = subs.attach(NAME, "s", read_compacted=False).consumer_id
+    subs.seek(NAME, "s", message_id="earliest", consumer_id=full)
+    assert ids(drain(subs, "s", full)) == ids_
+    stats = {st.name: st for st in subs.stats(NAME)}
+    assert [c[2] for c in stats["s"].consumers] == [False]
 
 
 @pytest.mark.spark
@@ -289,8 +322,8 @@ def test_consumer_in_the_middle_of_the_compacted_range_survives_a_new_compaction
 
     write(120)
     compaction.compact_now(NAME)
-    subs.create(NAME, "s", initial_position="earliest", read_compacted=True)
-    cid = subs.attach(NAME, "s").consumer_id
+    subs.create(NAME, "s", initial_position="earliest")
+    cid = subs.attach(NAME, "s", read_compacted=True).consumer_id
     state: dict[str, bytes] = {}
 
     def apply(got: list) -> None:
