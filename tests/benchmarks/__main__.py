@@ -11,8 +11,9 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
 - ``cluster``: the project's compactor on a two-Worker Spark standalone cluster started from
   the pyspark wheel against ``local[*]``, on the main workload (full and incremental rounds).
-- ``scrape``: the serving section in pairs, without and with a scraper of ``/metrics`` every
-  second (``--scrape-pairs``, alternating which goes first); not part of the default run.
+- ``scrape``: produce and consume on one server in blocks without and with a scraper of
+  ``/metrics`` every second (``--scrape-pairs`` pairs of blocks, alternating which goes first);
+  not part of the default run.
 - ``soak``: a real ``compactor serve`` for 3 minutes of produce, a full and a readCompacted
   consumer and a compaction every 5 s: its descriptors and RSS over time (with ``--quick``
   only when named in ``--only``, then 90 s).
@@ -68,7 +69,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--warmups", type=int, default=1, help="unmeasured rounds before the runs of each size (default 1)"
     )
-    p.add_argument("--scrape-pairs", type=int, default=2, help="scrape: pairs of serving runs (default 2)")
+    p.add_argument("--scrape-pairs", type=int, default=8, help="scrape: pairs of blocks (default 8)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the Markdown report")
     p.add_argument("--driver-memory", default="", help="Spark driver memory (default 8g; 12g with big)")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a new temp dir)")
@@ -158,24 +159,13 @@ def run_compaction(
 
 
 def run_scrape_pairs(args: argparse.Namespace, work_dir: Path) -> Table:
-    """The serving section without and with a scraper, ``--scrape-pairs`` times, back to back."""
-    import dataclasses
+    """Produce and consume on one server in blocks without and with a scraper, alternating."""
+    from tests.benchmarks.scrape import ScrapeBench
+    from tests.benchmarks.serving import ServingParams
 
-    from tests.benchmarks.serving import ServingBench, ServingParams
-
-    base = ServingParams.quick(runs=args.runs) if args.quick else ServingParams(runs=args.runs)
-    scraped = dataclasses.replace(base, scrape_interval_s=1.0)
-    pairs: list[tuple[ServingResult, ServingResult]] = []
-    for i in range(args.scrape_pairs):
-        order = [(False, base), (True, scraped)]
-        results: dict[bool, ServingResult] = {}
-        for with_scraper, params in order if i % 2 == 0 else order[::-1]:
-            log(f"scrape pair {i + 1}: serving {'with' if with_scraper else 'without'} a scraper")
-            results[with_scraper] = ServingBench(
-                work_dir / f"scrape-{i}-{with_scraper}", params, log=log
-            ).run()
-        pairs.append((results[False], results[True]))
-    return report.scrape_table(pairs)
+    params = ServingParams.quick(runs=1) if args.quick else ServingParams(batches=100, runs=1)
+    bench = ScrapeBench(work_dir / "scrape", params, pairs=args.scrape_pairs, log=log)
+    return report.scrape_table(bench.run())
 
 
 def main(argv: list[str] | None = None) -> int:
