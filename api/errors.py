@@ -1,9 +1,10 @@
 """Domain errors to HTTP, in one place. Every error body is ``{"reason": "..."}``.
 
 ``DamagedData`` (a stored file failed a checksum) is a 500 whose reason names the topic, the
-ledger and the check. ``Unavailable`` (a full seal backlog, descriptors exhausted) is 503 with ``Retry-After``. An
-``OSError`` that is the process running out of descriptors, wherever it is raised, becomes the
-same 503 (and is noted for ``/health``); any other ``OSError`` stays a 500, as a bug should.
+ledger and the check. ``Unavailable`` (a full seal backlog, descriptors exhausted, a damaged
+compacted ledger being rebuilt) is 503 with ``Retry-After``. An ``OSError`` that is the
+process running out of descriptors, wherever it is raised, becomes the same 503 (and is noted
+for ``/health``); any other ``OSError`` stays a 500, as a bug should.
 """
 
 from __future__ import annotations
