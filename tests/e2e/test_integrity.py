@@ -144,11 +144,13 @@ def flip(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def column_middle(path: Path, column: int) -> int:
-    """An offset in the middle of column ``column``'s pages in row group 0."""
+def column_data(path: Path, column: int) -> int:
+    """An offset in column ``column``'s page data in row group 0: the chunk's last bytes (its
+    first are page headers, whose statistics no read uses: damage there is found by the
+    whole-file checksum, as the scrub and compaction assertions below show)."""
     chunk = pq.read_metadata(path).row_group(0).column(column)
     start = chunk.dictionary_page_offset or chunk.data_page_offset
-    return start + chunk.total_compressed_size // 2
+    return start + chunk.total_compressed_size - 4
 
 
 def assert_damage_reason(r: httpx.Response, topic: Topic, ledger_id: int, status: int = 500) -> str:
@@ -171,16 +173,13 @@ def test_a_flipped_byte_in_any_column_of_a_sealed_ledger_is_reported_never_serve
     ids = [lg["ledgerId"] for lg in topic.ledgers()]
     intact, damaged = ids[0::2], ids[1::2][: len(COLUMNS)]
     for column, ledger_id in enumerate(damaged):
-        flip(topic.sealed(ledger_id), column_middle(topic.sealed(ledger_id), column))
+        flip(topic.sealed(ledger_id), column_data(topic.sealed(ledger_id), column))
 
-    # Reads: every value returned is the one produced; a read meeting the damage says where.
+    # A read meeting the damage says where; none returns a damaged value.
     for ledger_id in damaged:
         for compacted in (False, True):  # readCompacted before any compaction reads the log
             r = topic.read(f"{ledger_id}:0", compacted=compacted, page=PER_LEDGER)
-            if r.status_code == 200:
-                topic.assert_values_intact(r.json()["messages"])
-            else:
-                assert_damage_reason(r, topic, ledger_id)
+            assert_damage_reason(r, topic, ledger_id)
     # The other ranges of the topic stay readable.
     for ledger_id in intact:
         r = topic.read(f"{ledger_id}:0", page=PER_LEDGER)
@@ -284,7 +283,7 @@ def test_a_damaged_compacted_part_is_dropped_and_rebuilt_from_the_originals(srv:
     manifest = (directory / "_manifest.json").read_text()
     assert '"checksum": "crc32c:' in manifest  # manifests carry their parts' checksums
     part = next(directory.glob("part-*.parquet"))
-    flip(part, column_middle(part, ARROW_SCHEMA.names.index("value")))
+    flip(part, column_data(part, ARROW_SCHEMA.names.index("value")))
 
     r = topic.read(compacted=True, page=100)
     if r.status_code == 200:  # the background scrub found it first: already rebuilt
