@@ -398,8 +398,10 @@ class CompactionService:
         horizon: Position,
     ) -> list[tuple[int, Path]]:
         """The round's original ledgers as (ledger id, file to read), each file's whole-file
-        CRC32C verified against the metadata's (so damage even in rows the round would not
-        decode stops it), and the previous compacted ledger's manifest against its checksum.
+        CRC32C verified against the metadata's unless it was verified since the service started
+        (sealing reads every file back; a scrub or an earlier round's check), and the previous
+        compacted ledger's manifest against its checksum. Page checksums guard every page the
+        round decodes either way; the whole-file check also covers footers and page headers.
         A damaged ledger whose loss no one accepted stops the round (``RoundDamaged``); one
         whose loss was accepted is read from the verified copy of its intact rows."""
         if previous is not None:
@@ -420,7 +422,7 @@ class CompactionService:
             if info.damage_accepted:
                 path = paths.salvage_path(topic.ledger.root, info.ledger_id)
                 expected = self._salvage_checksum(info.ledger_id)
-            if expected is not None:
+            if expected is not None and not info.verified:
                 try:
                     verify_file(path, expected)
                 except IntegrityError as e:
@@ -431,6 +433,7 @@ class CompactionService:
                         f"{damaged.reason}; compaction stops until the loss is accepted "
                         f"({skip_damaged_path(topic.name, info.ledger_id)})"
                     ) from e
+                topic.ledger.mark_verified(info.ledger_id)
             out.append((info.ledger_id, path))
         return out
 

@@ -114,6 +114,10 @@ class LedgerInfo:
     damage: str | None = None
     damage_accepted: bool = False
     lost: LostRanges = LostRanges()
+    # In memory only: the whole file matched its checksum since this process started (sealing
+    # read it back, a scrub or a compaction's input check verified it). A compaction verifies
+    # the others before it reads them; page checksums guard every decode either way.
+    verified: bool = False
 
 
 class ManagedLedger:
@@ -632,6 +636,8 @@ class ManagedLedger:
             first = info is not None and info.damage is None
             if info is not None and info.damage is None:
                 info.damage = finding
+            if info is not None:
+                info.verified = False
         if first:
             log.error("ledger %s of %s is damaged: %s (%s)", ledger_id, self.name, finding, error.path)
             self._files.discard(lambda key: key == (self.root, ledger_id))  # its decoded rows too
@@ -654,6 +660,13 @@ class ManagedLedger:
         with self._lock:
             found = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
             return LedgerInfo(**{k: getattr(found, k) for k in LedgerInfo.__slots__}) if found else None
+
+    def mark_verified(self, ledger_id: int) -> None:
+        """Ledger ``ledger_id``'s whole file just matched its recorded checksum."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+            if info is not None:
+                info.verified = True
 
     def record_checksum(self, ledger_id: int, checksum: str) -> None:
         """A checksum the scrubber computed for a file written before checksums existed."""
@@ -696,7 +709,7 @@ class ManagedLedger:
                 row.lost_entries = lost.to_text()
                 row.salvage_checksum = checksum
         with self._lock:
-            info.damage_accepted, info.lost = True, lost
+            info.damage_accepted, info.lost, info.verified = True, lost, False
         log.warning(
             "ledger %s of %s: the loss of entries %s was accepted; %d entries kept",
             ledger_id,
@@ -784,6 +797,7 @@ def _seal(
         first_publish_time=wal.first_publish_time,
         last_publish_time=wal.last_publish_time,
         checksum=sealed.checksum,
+        verified=True,
     )
     with db.session() as s:
         row = s.get(models.Ledger, info.ledger_id)

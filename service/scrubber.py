@@ -238,6 +238,7 @@ class Scrubber:
             report.findings.append(damaged.reason)
         else:
             self._verified(info.ledger_id)
+            topic.ledger.mark_verified(info.ledger_id)
             if info.damage is not None:  # known damaged: still damaged, whatever the file says now
                 report.findings.append(f"ledger {info.ledger_id} of {topic.name} is damaged: {info.damage}")
         report.files_checked += 1
