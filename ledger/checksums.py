@@ -22,8 +22,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import crc32c as _crc32c
-
 ALGORITHM = "crc32c"
 # Read size of a whole-file check: large enough for the CRC to run at memory speed.
 CHUNK_BYTES = 1 << 20
@@ -61,8 +59,16 @@ def format_checksum(value: int) -> str:
     return f"{ALGORITHM}:{value & 0xFFFFFFFF:08x}"
 
 
+def _crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
+    # Imported here, not at the top: the compactor's Spark tasks import this module for the
+    # read and write options, and executors on a cluster have only pyarrow, numpy and pandas.
+    import crc32c
+
+    return int(crc32c.crc32c(data, value))
+
+
 def crc32c_bytes(data: bytes | bytearray | memoryview) -> str:
-    return format_checksum(_crc32c.crc32c(data))
+    return format_checksum(_crc32c(data))
 
 
 def file_checksum(path: Path | str, *, throttle: Callable[[int], None] | None = None) -> str:
@@ -71,7 +77,7 @@ def file_checksum(path: Path | str, *, throttle: Callable[[int], None] | None = 
     value = 0
     with open(path, "rb", buffering=0) as f:
         while chunk := f.read(CHUNK_BYTES):
-            value = _crc32c.crc32c(chunk, value)
+            value = _crc32c(chunk, value)
             if throttle is not None:
                 throttle(len(chunk))
     return format_checksum(value)
