@@ -655,12 +655,6 @@ class ManagedLedger:
             check=error.check,
         )
 
-    def info(self, ledger_id: int) -> LedgerInfo | None:
-        """A copy of what is known of ledger ``ledger_id`` (None: not a ledger of this log)."""
-        with self._lock:
-            found = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
-            return LedgerInfo(**{k: getattr(found, k) for k in LedgerInfo.__slots__}) if found else None
-
     def mark_verified(self, ledger_id: int) -> None:
         """Ledger ``ledger_id``'s whole file just matched its recorded checksum."""
         with self._lock:
