@@ -1,5 +1,6 @@
 """Domain errors to HTTP, in one place. Every error body is ``{"reason": "..."}``.
 
+``NotOwner`` (several instances: another one owns the topic) is a 307 to it (``api.redirects``).
 ``Unavailable`` (a full seal backlog, descriptors exhausted) is 503 with ``Retry-After``. An
 ``OSError`` that is the process running out of descriptors, wherever it is raised, becomes the
 same 503 (and is noted for ``/health``); any other ``OSError`` stays a 500, as a bug should.
@@ -13,11 +14,13 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.redirects import redirect_to_owner
 from service.errors import (
     Conflict,
     Forbidden,
     InvalidInput,
     NotFound,
+    NotOwner,
     ServiceError,
     TooLarge,
     Unauthenticated,
@@ -55,6 +58,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
         return _error_response(exc)
+
+    @app.exception_handler(NotOwner)
+    async def _not_owner(request: Request, exc: NotOwner) -> JSONResponse:
+        return redirect_to_owner(request, exc)
 
     @app.exception_handler(OSError)
     async def _os_error(request: Request, exc: OSError) -> JSONResponse:

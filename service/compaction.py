@@ -95,16 +95,23 @@ class CompactionService:
     # ---------------------------------------------------------------- start-up
 
     def start(self) -> None:
-        """Load each topic's compacted view from its cursor, mark interrupted runs as failed,
-        and remove compacted ledgers that no cursor references."""
+        """For each topic as it is loaded: mark its interrupted runs as failed, load its
+        compacted view from its cursor, and remove compacted ledgers that no cursor references."""
+        self.broker.on_load(self._load_topic)
+
+    def _load_topic(self, topic: ManagedTopic) -> None:
         with self.db.session() as s:
-            for run in s.scalars(select(models.CompactionRun).where(models.CompactionRun.status == RUNNING)):
+            for run in s.scalars(
+                select(models.CompactionRun).where(
+                    models.CompactionRun.topic_id == topic.topic_id, models.CompactionRun.status == RUNNING
+                )
+            ):
                 run.status = ERROR
-                run.error = "interrupted: the service stopped during the run"
+                # With several instances, the run of an owner that lost the topic: it cannot commit.
+                run.error = "interrupted: the service stopped (or the topic changed owners) during the run"
                 run.finished_at = now_ms()
-        for topic in self.broker.topics():
-            referenced = self._load_view(topic)
-            self._remove_unreferenced(topic, referenced)
+        referenced = self._load_view(topic)
+        self._remove_unreferenced(topic, referenced)
 
     def _load_view(self, topic: ManagedTopic) -> int | None:
         with self.db.session() as s:
@@ -370,8 +377,10 @@ class CompactionService:
     def _commit(
         self, topic: ManagedTopic, run_id: int, result: CompactionResult, previous: CompactedView | None
     ) -> None:
-        """The one transaction that makes a round visible."""
+        """The one transaction that makes a round visible (only while this instance owns the topic)."""
         with self.db.session() as s:
+            if topic.ledger.fence is not None:
+                topic.ledger.fence(s)
             ledger = s.get(models.Ledger, result.ledger_id)
             assert ledger is not None
             ledger.state = models.CLOSED
