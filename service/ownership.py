@@ -181,6 +181,21 @@ class LeaseOwnership:
                 )
             )
 
+    def earlier_selves(self) -> list[int]:
+        """Topics held by an earlier process with this instance's URL (a restart after a crash):
+        this process takes them back at start, once their leases lapse."""
+        with self.db.session() as s:
+            earlier = select(models.Instance.id).where(
+                models.Instance.url == self.url, models.Instance.id != self.instance_id
+            )
+            return list(
+                s.scalars(
+                    select(models.TopicLease.topic_id)
+                    .where(models.TopicLease.instance_id.in_(earlier))
+                    .order_by(models.TopicLease.topic_id)
+                )
+            )
+
     # ---------------------------------------------------------------- renewing
 
     def renew(self) -> tuple[list[int], list[int]]:

@@ -106,6 +106,10 @@ class Broker:
                 self._load(topic_id, name, forever())
         else:
             self.ownership.registry.register()
+            # Restarted after a crash: the topics this instance held before are still leased to
+            # its earlier process; take them back (after their leases lapse) before serving.
+            for topic_id in self.ownership.earlier_selves():
+                self._acquire_by_id(topic_id)
         self._remove_orphan_dirs({name for _, name in topics})
         self._sweeper = threading.Thread(
             target=self._close_idle_files, name="ledger-file-sweeper", daemon=True
