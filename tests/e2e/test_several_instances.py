@@ -17,8 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from api.client import AuthenticationToken, Client, ClientError, Conflict, MessageId
+from service.cli import app
 from tests.conftest import Server
 from tests.server import POSTGRES_ENV, ServerProcess, fresh_database_url
 
@@ -173,6 +175,16 @@ def test_topics_spread_and_every_instance_takes_produce(cluster: Cluster) -> Non
     for i, messages in acked.items():
         assert [stored[mid] for mid, _ in messages] == [v for _, v in messages]
         assert [mid for mid, _ in log if stored[mid].startswith(f"{i}-".encode())] == [m for m, _ in messages]
+
+    # The CLI at the other instance: the lookup names the owner, a produce follows the redirect.
+    cli = ["topics", "--url", other.url, "--auth-token", _token()]
+    result = CliRunner().invoke(app, [*cli, "lookup", topic])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == owner.url
+    result = CliRunner().invoke(app, [*cli, "produce", topic, "-k", "cli", "-m", "from-the-cli"])
+    assert result.exit_code == 0, result.output
+    with cluster.client(owner) as c:
+        assert _read_all(c, topic)[-1][1] == b"from-the-cli"
 
 
 def test_kill_9_of_the_owner_another_instance_serves_within_two_leases(cluster: Cluster) -> None:
