@@ -110,7 +110,9 @@ class Broker:
             # its earlier process; take them back (after their leases lapse) before serving.
             for topic_id in self.ownership.earlier_selves():
                 self._acquire_by_id(topic_id)
-        self._remove_orphan_dirs({name for _, name in topics})
+        if self.ownership is None:
+            # Not with several instances: another one may be creating a topic's files right now.
+            self._remove_orphan_dirs({name for _, name in topics})
         self._sweeper = threading.Thread(
             target=self._close_idle_files, name="ledger-file-sweeper", daemon=True
         )
