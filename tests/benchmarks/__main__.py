@@ -9,6 +9,7 @@ Sections (``--only`` takes a comma-separated subset; default all):
   plus a PNG plot next to the output file.
 - ``big``: 50M/5M, the project only, once (not in quick mode).
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
+- ``shared``: consume throughput of 4 Shared consumers against 1 Exclusive, on a real server.
 - ``cluster``: the project's compactor on a two-Worker Spark standalone cluster started from
   the pyspark wheel against ``local[*]``, on the main workload (full and incremental rounds).
 - ``scrape``: produce and consume on one server in blocks without and with a scraper of
@@ -40,7 +41,7 @@ from tests.benchmarks.runner import IncrementalResult, SizeResult, log
 from tests.benchmarks.serving import ServingResult
 from tests.benchmarks.workload import WorkloadSpec
 
-SECTIONS = ("compaction", "incremental", "scale", "big", "serving", "cluster", "scrape", "soak")
+SECTIONS = ("compaction", "incremental", "scale", "big", "serving", "shared", "cluster", "scrape", "soak")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MAIN = WorkloadSpec(5_000_000, 500_000)
@@ -209,6 +210,18 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"serving benchmark failed: {type(e).__name__}: {e}")
+        if "shared" in args.sections:
+            from tests.benchmarks.shared import SharedBench, SharedParams, shared_table
+
+            log("shared: starting `compactor serve`")
+            try:
+                shared_params = SharedParams(runs=args.runs)
+                if args.quick:
+                    shared_params = SharedParams.quick(runs=args.runs)
+                emit(shared_table(SharedBench(work_dir, shared_params, log=log).run()), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"shared benchmark failed: {type(e).__name__}: {e}")
         if "scrape" in args.sections:
             emit(run_scrape_pairs(args, work_dir), tables)
         if "soak" in args.sections:
