@@ -37,7 +37,8 @@ Exceptions::
         ├── AuthorizationError   403: the role may not do this
         ├── NotFound             404: topic, subscription, consumer
         ├── Conflict             409: exists already, a compaction is running
-        │   └── ConsumerBusy     409 on attaching a consumer: the subscription has an active one
+        │   └── ConsumerBusy     409 on attaching a consumer: the subscription has an Exclusive
+        │                        one, or consumers of another subscription type
         ├── TooLarge             413: a message or a request over the server's limits
         └── Unavailable          503 after the retries: the server is out of a resource for now
 
@@ -109,6 +110,8 @@ __all__ = [
     "Conflict",
     "Consumer",
     "ConsumerBusy",
+    "ConsumerType",
+    "DeadLetterPolicy",
     "Message",
     "MessageId",
     "NotFound",
@@ -918,6 +921,34 @@ class _ProducerBase(_Child[_C]):
         return ids[0]
 
 
+class ConsumerType:
+    """Pulsar's subscription types (``pulsar.ConsumerType``); the values are the REST API's
+    ``subscriptionType``. ``subscribe(..., subscription_type=...)`` takes either."""
+
+    Exclusive = "Exclusive"
+    Failover = "Failover"
+    Shared = "Shared"
+    KeyShared = "Key_Shared"
+
+
+_SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    """Pulsar's ``ConsumerDeadLetterPolicy``: a message redelivered ``max_redeliver_count``
+    times is, at its next redelivery, written to ``dead_letter_topic`` (default
+    ``{topic}-{subscription}-DLQ``, in the topic's namespace) and acknowledged here. The
+    server does it; Shared and Key_Shared subscriptions only."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_redeliver_count < 1:
+            raise ValueError("max_redeliver_count is at least 1")
+
+
 class _AckGroup:
     """Acknowledgements made and not sent yet (Pulsar's acknowledgment grouping): the greatest
     cumulative one, and the individual ones beyond it."""
@@ -967,8 +998,16 @@ class _ConsumerBase(_Child[_C]):
         consumer_name: str | None,
         receiver_queue_size: int,
         ack_group_time_ms: int,
+        subscription_type: str = "Exclusive",
+        priority_level: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        dead_letter_policy: DeadLetterPolicy | None = None,
     ) -> None:
         super().__init__(client, topic)
+        if subscription_type not in _SUBSCRIPTION_TYPES:
+            raise ValueError(f"subscription_type is one of {', '.join(_SUBSCRIPTION_TYPES)}")
+        if negative_ack_redelivery_delay_ms < 0:
+            raise ValueError("negative_ack_redelivery_delay_ms is 0 or more")
         if subscription == COMPACTION_SUBSCRIPTION:
             raise ValueError(f"{COMPACTION_SUBSCRIPTION!r} is the compactor's cursor, not a subscription")
         if receiver_queue_size < 1:
@@ -988,6 +1027,10 @@ class _ConsumerBase(_Child[_C]):
         self._queue: deque[Message] = deque()
         self._ack_group_s = ack_group_time_ms / 1000
         self._acks = _AckGroup()
+        self._subscription_type = subscription_type
+        self._priority_level = priority_level
+        self._nack_delay_ms = int(negative_ack_redelivery_delay_ms)
+        self._dead_letter_policy = dead_letter_policy
 
     def subscription_name(self) -> str:
         return self._subscription
@@ -1006,6 +1049,10 @@ class _ConsumerBase(_Child[_C]):
         Pulsar: another consumer of the same subscription may read the whole log)."""
         return self._read_compacted
 
+    @property
+    def subscription_type(self) -> str:
+        return self._subscription_type
+
     def _op_open(self) -> _Op[None]:
         # 409: it exists; attach to it as it is, as Pulsar's subscribe does.
         with contextlib.suppress(Conflict):
@@ -1016,6 +1063,17 @@ class _ConsumerBase(_Child[_C]):
         body: dict[str, Any] = {"ackTimeoutMs": self._ack_timeout_ms, "readCompacted": self._read_compacted}
         if self._consumer_name is not None:
             body["consumerName"] = self._consumer_name
+        if self._subscription_type != "Exclusive":
+            body["subscriptionType"] = self._subscription_type
+            body["priorityLevel"] = self._priority_level
+            body["negativeAckRedeliveryDelayMs"] = self._nack_delay_ms
+        elif self._nack_delay_ms != 60_000:
+            body["negativeAckRedeliveryDelayMs"] = self._nack_delay_ms
+        if self._dead_letter_policy is not None:
+            policy = self._dead_letter_policy
+            body["deadLetterPolicy"] = {"maxRedeliverCount": policy.max_redeliver_count}
+            if policy.dead_letter_topic is not None:
+                body["deadLetterPolicy"]["deadLetterTopic"] = policy.dead_letter_topic
         try:
             reply = yield _Call("POST", self._consumers, body=body)
         except Conflict as e:
@@ -1092,6 +1150,8 @@ class _ConsumerBase(_Child[_C]):
 
     def _op_ack(self, ids: Iterable[MessageIdLike | Message], cumulative: bool) -> _Op[None]:
         self._check_open()
+        if cumulative and self._subscription_type in ("Shared", "Key_Shared"):
+            raise ValueError("Cannot use cumulative acks on a non-exclusive/non-failover subscription")
         wanted = [_as_id(i) for i in ids]
         if not wanted:
             return
@@ -1129,6 +1189,15 @@ class _ConsumerBase(_Child[_C]):
                 return
             for one in ids:  # the server refuses a request whole: find the ids it takes
                 yield from self._op_send_acks([one], cumulative)
+
+    def _op_negative_ack(self, ids: Iterable[MessageIdLike | Message]) -> _Op[None]:
+        self._check_open()
+        wire = [str(_as_id(i)) for i in ids]
+        if not wire:
+            return
+        # The server holds them for the delay, then delivers them again (Shared, Key_Shared:
+        # these messages; Exclusive, Failover: every unacknowledged one, as Pulsar's client).
+        yield from self._op_call("negativeAcks", {"messageIds": wire})
 
     def _op_redeliver(self) -> _Op[None]:
         self._check_open()
@@ -1633,6 +1702,10 @@ class Client(_BaseClient):
         consumer_name: str | None = None,
         receiver_queue_size: int = 100,
         ack_group_time_ms: int = 100,
+        subscription_type: str = ConsumerType.Exclusive,
+        priority_level: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        dead_letter_policy: DeadLetterPolicy | None = None,
     ) -> Consumer:
         """Create the subscription if it does not exist (at ``initial_position``), then attach
         this consumer to it. With ``read_compacted`` the consumer reads the compacted topic up
@@ -1640,8 +1713,16 @@ class Client(_BaseClient):
         consumer's choice, as in Pulsar: the subscription holds only the position and the
         acknowledgements, shared by consumers of either kind.
 
-        Subscriptions are exclusive: ``ConsumerBusy`` if another consumer is attached.
-        ``ack_timeout_ms`` > 0 has the server redeliver messages left unacknowledged that long.
+        ``subscription_type`` is Pulsar's (``ConsumerType.Exclusive``, the default, ``Failover``,
+        ``Shared``, ``KeyShared``, or the names ``"Key_Shared"`` etc.); the first consumer fixes
+        the subscription's type. ``ConsumerBusy`` for a second Exclusive consumer, or one of
+        another type than the consumers attached. Failover: the active consumer is the first by
+        ``priority_level`` (lower first), then ``consumer_name``. ``read_compacted`` only on
+        Exclusive and Failover (``BadRequest`` otherwise, as Pulsar), and cumulative acks only
+        there (``ValueError``). ``ack_timeout_ms`` > 0 has the server redeliver messages left
+        unacknowledged that long. ``negative_acknowledge`` has a message delivered again after
+        ``negative_ack_redelivery_delay_ms`` (Pulsar's default, 60 s); ``dead_letter_policy``
+        (Shared, Key_Shared) moves a message redelivered too often to a dead letter topic.
 
         Acknowledgements are grouped, as Pulsar's ``acknowledgmentGroupTime``: an acknowledge
         call returns at once, and what was acknowledged is sent at the next call of the
@@ -1662,6 +1743,10 @@ class Client(_BaseClient):
             consumer_name=consumer_name,
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
+            subscription_type=subscription_type,
+            priority_level=priority_level,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            dead_letter_policy=dead_letter_policy,
         )
         self._run(consumer._op_open())
         self._children.add(consumer)
@@ -1804,8 +1889,18 @@ class Consumer(_ConsumerBase[Client]):
         self._client._run(self._op_ack(messages, cumulative=False))
 
     def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:
-        """Acknowledge this message and every message before it."""
+        """Acknowledge this message and every message before it (Exclusive and Failover)."""
         self._client._run(self._op_ack([message], cumulative=True))
+
+    def negative_acknowledge(self, message: Message | MessageIdLike) -> None:
+        """This message could not be processed: have it delivered again after the consumer's
+        ``negative_ack_redelivery_delay_ms`` (on Exclusive and Failover subscriptions, as in
+        Pulsar, every unacknowledged message is then delivered again, in order)."""
+        self._client._run(self._op_negative_ack([message]))
+
+    def negative_acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
+        """Negatively acknowledge several messages in one request (not in Pulsar's API)."""
+        self._client._run(self._op_negative_ack(messages))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Have every delivered, unacknowledged message delivered again (and drop the local
@@ -2213,6 +2308,10 @@ class AsyncClient(_BaseClient):
         consumer_name: str | None = None,
         receiver_queue_size: int = 100,
         ack_group_time_ms: int = 100,
+        subscription_type: str = ConsumerType.Exclusive,
+        priority_level: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        dead_letter_policy: DeadLetterPolicy | None = None,
     ) -> AsyncConsumer:
         """See ``Client.subscribe``."""
         self._check_open()
@@ -2226,6 +2325,10 @@ class AsyncClient(_BaseClient):
             consumer_name=consumer_name,
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
+            subscription_type=subscription_type,
+            priority_level=priority_level,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            dead_letter_policy=dead_letter_policy,
         )
         await self._run(consumer._op_open())
         self._children.add(consumer)
@@ -2334,6 +2437,12 @@ class AsyncConsumer(_ConsumerBase[AsyncClient]):
 
     async def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:
         await self._client._run(self._op_ack([message], cumulative=True))
+
+    async def negative_acknowledge(self, message: Message | MessageIdLike) -> None:
+        await self._client._run(self._op_negative_ack([message]))
+
+    async def negative_acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
+        await self._client._run(self._op_negative_ack(messages))
 
     async def redeliver_unacknowledged_messages(self) -> None:
         await self._client._run(self._op_redeliver())
