@@ -9,15 +9,12 @@ compactions read instead of the damaged file (Spark would stop at the first bad 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ledger.checksums import WRITE_OPTIONS, IntegrityError
-from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, verify_written
-from ledger.paths import TMP_SUFFIX, fsync_dir
+from ledger.checksums import IntegrityError
+from ledger.parquet_store import SealedLedger, seal_table
 from ledger.schema import ARROW_SCHEMA
 
 
@@ -78,17 +75,7 @@ def write_salvage(sealed: Path, target: Path, ledger_id: int, entries: int) -> t
 
 
 def _write(target: Path, kept: list[pa.Table], lost: list[tuple[int, int]]) -> tuple[LostRanges, int, str]:
-    table = pa.concat_tables(kept).cast(ARROW_SCHEMA) if kept else ARROW_SCHEMA.empty_table()
-    tmp = target.with_name(target.name + TMP_SUFFIX)
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, row_group_size=ROW_GROUP_SIZE, compression="zstd", **WRITE_OPTIONS)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        checksum = verify_written(tmp, table)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
-    return LostRanges(lost), table.num_rows, checksum
+    # Written and verified exactly as a sealed ledger is (temporary name, fsync, read back).
+    table = pa.concat_tables(kept) if kept else ARROW_SCHEMA.empty_table()
+    sealed = seal_table(table, target)
+    return LostRanges(lost), sealed.entries, sealed.checksum
