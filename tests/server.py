@@ -63,7 +63,7 @@ class ServerProcess:
         self.data_dir = Path(data_dir)
         self.max_open_files = max_open_files
         self.port = free_port()
-        self.extra_env = env or {}
+        self.extra_env = dict(env or {})  # a copy: start() records the fresh database in it
         self.unset = unset  # variables of this process's environment the server does not get
         # With TLS on, https, and trust in the server's own (self-signed) certificate.
         cert = self.extra_env.get("COMPACTOR_TLS_CERT_FILE")
