@@ -66,7 +66,8 @@ The modules, one per concern (import from the package; the modules are its layou
     consumer     the consumer's operations and acknowledgement grouping; Consumer, AsyncConsumer
     reader       the reader's operations; Reader, AsyncReader
     table_view   the key -> latest value map; TableView, AsyncTableView
-    admin        pulsar-admin's verbs, CompactionStatus; Admin, AsyncAdmin and their parts
+    admin        Admin, AsyncAdmin; the topic verbs (TopicsAdmin, AsyncTopicsAdmin), CompactionStatus
+    tenancy      the tenant and namespace verbs (TenantsAdmin, NamespacesAdmin, and async)
     sync         the sync runner: Client
     aio          the async runner: AsyncClient
 """
@@ -77,14 +78,10 @@ from api.client._core import COMPACTION_SUBSCRIPTION, DEFAULT_URL
 from api.client.admin import (
     Admin,
     AsyncAdmin,
-    AsyncNamespacesAdmin,
-    AsyncTenantsAdmin,
     AsyncTopicsAdmin,
     CompactionProgress,
     CompactionStatus,
-    NamespacesAdmin,
     ProgressCallback,
-    TenantsAdmin,
     TopicsAdmin,
 )
 from api.client.aio import AsyncClient
@@ -118,6 +115,7 @@ from api.client.producer import AsyncProducer, Producer
 from api.client.reader import AsyncReader, Reader
 from api.client.sync import Client
 from api.client.table_view import AsyncTableView, TableListener, TableView
+from api.client.tenancy import AsyncNamespacesAdmin, AsyncTenantsAdmin, NamespacesAdmin, TenantsAdmin
 
 __all__ = [
     # clients

@@ -1,5 +1,7 @@
-"""Administration, as ``pulsar-admin``: tenants, namespaces and topics (compaction, thresholds,
-subscriptions, permissions); each verb once, run by the sync and the async admin."""
+"""Administration, as ``pulsar-admin``: ``Admin`` and ``AsyncAdmin`` (``tenants``, ``namespaces`` and
+``topics``), and the topic verbs (compaction and its status, thresholds, subscriptions,
+permissions); each verb once, run by the sync and the async admin. Tenants and namespaces are in
+``tenancy``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias
 from api.client._core import _C, _Call, _namespace, _Op, _position, _q, _seek_body, _Sleep, _Topic
 from api.client.errors import Timeout
 from api.client.message import MessageIdLike
+from api.client.tenancy import (
+    AsyncNamespacesAdmin,
+    AsyncTenantsAdmin,
+    NamespacesAdmin,
+    TenantsAdmin,
+    _actions,
+    _op_threshold,
+)
 
 if TYPE_CHECKING:
     from api.client.aio import AsyncClient
@@ -70,6 +80,9 @@ class CompactionStatus:
 
 #: ``on_progress(status, elapsed_seconds)`` of ``wait_for_compaction``, called after every poll.
 ProgressCallback: TypeAlias = Callable[[CompactionStatus, float], None]
+
+
+# --------------------------------------------------- the operations, once for both sides
 
 
 class _TopicsBase(Generic[_C]):
@@ -152,66 +165,7 @@ class _TopicsBase(Generic[_C]):
         yield _Call("DELETE", f"{_Topic.parse(topic).admin}/permissions/{_q(role)}")
 
 
-class _NamespacesBase(Generic[_C]):
-    def __init__(self, client: _C) -> None:
-        self._client = client
-
-    def _op_threshold(self, namespace: str, method: str, value: int | None = None) -> _Op[int | None]:
-        path = f"/admin/v2/namespaces/{_namespace(namespace)}/compactionThreshold"
-        return (yield from _op_threshold(path, method, value))
-
-    def _op_create(self, namespace: str) -> _Op[None]:
-        yield _Call("PUT", f"/admin/v2/namespaces/{_namespace(namespace)}")
-
-    def _op_delete(self, namespace: str) -> _Op[None]:
-        yield _Call("DELETE", f"/admin/v2/namespaces/{_namespace(namespace)}")
-
-    def _op_list(self, tenant: str) -> _Op[list[str]]:
-        return [str(n) for n in (yield _Call("GET", f"/admin/v2/namespaces/{_q(tenant)}"))]
-
-    def _op_permissions(self, namespace: str) -> _Op[dict[str, list[str]]]:
-        return dict((yield _Call("GET", f"/admin/v2/namespaces/{_namespace(namespace)}/permissions")))
-
-    def _op_grant(self, namespace: str, role: str, actions: Iterable[str]) -> _Op[None]:
-        path = f"/admin/v2/namespaces/{_namespace(namespace)}/permissions/{_q(role)}"
-        yield _Call("POST", path, body=_actions(actions))
-
-    def _op_revoke(self, namespace: str, role: str) -> _Op[None]:
-        yield _Call("DELETE", f"/admin/v2/namespaces/{_namespace(namespace)}/permissions/{_q(role)}")
-
-
-class _TenantsBase(Generic[_C]):
-    def __init__(self, client: _C) -> None:
-        self._client = client
-
-    def _op_list(self) -> _Op[list[str]]:
-        return [str(t) for t in (yield _Call("GET", "/admin/v2/tenants"))]
-
-    def _op_get(self, tenant: str) -> _Op[dict[str, list[str]]]:
-        return dict((yield _Call("GET", f"/admin/v2/tenants/{_q(tenant)}")))
-
-    def _op_put(
-        self, method: str, tenant: str, admin_roles: Iterable[str], allowed_clusters: Iterable[str]
-    ) -> _Op[None]:
-        body = {"adminRoles": list(admin_roles), "allowedClusters": list(allowed_clusters)}
-        yield _Call(method, f"/admin/v2/tenants/{_q(tenant)}", body=body)
-
-    def _op_delete(self, tenant: str) -> _Op[None]:
-        yield _Call("DELETE", f"/admin/v2/tenants/{_q(tenant)}")
-
-
-def _actions(actions: Iterable[str]) -> list[str]:
-    if isinstance(actions, str):
-        raise TypeError('actions are a list, such as ["produce", "consume"]')
-    return list(actions)
-
-
-def _op_threshold(path: str, method: str, value: int | None) -> _Op[int | None]:
-    """GET (a bare JSON number, or null when not set at this level), POST, DELETE."""
-    if method == "POST" and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TypeError("a compaction threshold is an int number of bytes")
-    body = yield _Call(method, path, body=value)
-    return None if body is None else int(body)
+# --------------------------------------------------------------------------------- sync
 
 
 class TopicsAdmin(_TopicsBase["Client"]):
@@ -305,68 +259,6 @@ class TopicsAdmin(_TopicsBase["Client"]):
         self._client._run(self._op_revoke(topic, role))
 
 
-class NamespacesAdmin(_NamespacesBase["Client"]):
-    """``client.admin.namespaces``: policies of a ``"tenant/namespace"``."""
-
-    def get_compaction_threshold(self, namespace: str) -> int | None:
-        """The namespace's threshold in bytes; ``None`` when it takes the service's."""
-        return self._client._run(self._op_threshold(namespace, "GET"))
-
-    def set_compaction_threshold(self, namespace: str, threshold: int) -> None:
-        self._client._run(self._op_threshold(namespace, "POST", threshold))
-
-    def remove_compaction_threshold(self, namespace: str) -> None:
-        self._client._run(self._op_threshold(namespace, "DELETE"))
-
-    def create(self, namespace: str) -> None:
-        """Create ``"tenant/namespace"``; ``NotFound`` without the tenant, ``Conflict`` if it exists."""
-        self._client._run(self._op_create(namespace))
-
-    def delete(self, namespace: str) -> None:
-        """``Conflict`` while it has topics."""
-        self._client._run(self._op_delete(namespace))
-
-    def list(self, tenant: str) -> builtins.list[str]:
-        """The tenant's namespaces as ``"tenant/namespace"``."""
-        return self._client._run(self._op_list(tenant))
-
-    def permissions(self, namespace: str) -> dict[str, builtins.list[str]]:
-        """role -> actions granted on the namespace."""
-        return self._client._run(self._op_permissions(namespace))
-
-    def grant_permission(self, namespace: str, role: str, actions: Iterable[str]) -> None:
-        """Set the role's actions (``"produce"``, ``"consume"``) on every topic of the namespace."""
-        self._client._run(self._op_grant(namespace, role, actions))
-
-    def revoke_permission(self, namespace: str, role: str) -> None:
-        self._client._run(self._op_revoke(namespace, role))
-
-
-class TenantsAdmin(_TenantsBase["Client"]):
-    """``client.admin.tenants``: pulsar-admin's tenant verbs (a superuser's)."""
-
-    def list(self) -> builtins.list[str]:
-        return self._client._run(self._op_list())
-
-    def get(self, tenant: str) -> dict[str, builtins.list[str]]:
-        """``{"adminRoles": [...], "allowedClusters": [...]}``."""
-        return self._client._run(self._op_get(tenant))
-
-    def create(
-        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
-    ) -> None:
-        self._client._run(self._op_put("PUT", tenant, admin_roles, allowed_clusters))
-
-    def update(
-        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
-    ) -> None:
-        self._client._run(self._op_put("POST", tenant, admin_roles, allowed_clusters))
-
-    def delete(self, tenant: str) -> None:
-        """``Conflict`` while it has namespaces."""
-        self._client._run(self._op_delete(tenant))
-
-
 class Admin:
     """``client.admin``: ``tenants``, ``namespaces`` and ``topics``, as ``pulsar-admin``."""
 
@@ -374,6 +266,9 @@ class Admin:
         self.tenants = TenantsAdmin(client)
         self.topics = TopicsAdmin(client)
         self.namespaces = NamespacesAdmin(client)
+
+
+# -------------------------------------------------------------------------------- async
 
 
 class AsyncTopicsAdmin(_TopicsBase["AsyncClient"]):
@@ -447,60 +342,6 @@ class AsyncTopicsAdmin(_TopicsBase["AsyncClient"]):
 
     async def revoke_permission(self, topic: str, role: str) -> None:
         await self._client._run(self._op_revoke(topic, role))
-
-
-class AsyncNamespacesAdmin(_NamespacesBase["AsyncClient"]):
-    """See ``NamespacesAdmin``."""
-
-    async def get_compaction_threshold(self, namespace: str) -> int | None:
-        return await self._client._run(self._op_threshold(namespace, "GET"))
-
-    async def set_compaction_threshold(self, namespace: str, threshold: int) -> None:
-        await self._client._run(self._op_threshold(namespace, "POST", threshold))
-
-    async def remove_compaction_threshold(self, namespace: str) -> None:
-        await self._client._run(self._op_threshold(namespace, "DELETE"))
-
-    async def create(self, namespace: str) -> None:
-        await self._client._run(self._op_create(namespace))
-
-    async def delete(self, namespace: str) -> None:
-        await self._client._run(self._op_delete(namespace))
-
-    async def list(self, tenant: str) -> builtins.list[str]:
-        return await self._client._run(self._op_list(tenant))
-
-    async def permissions(self, namespace: str) -> dict[str, builtins.list[str]]:
-        return await self._client._run(self._op_permissions(namespace))
-
-    async def grant_permission(self, namespace: str, role: str, actions: Iterable[str]) -> None:
-        await self._client._run(self._op_grant(namespace, role, actions))
-
-    async def revoke_permission(self, namespace: str, role: str) -> None:
-        await self._client._run(self._op_revoke(namespace, role))
-
-
-class AsyncTenantsAdmin(_TenantsBase["AsyncClient"]):
-    """See ``TenantsAdmin``."""
-
-    async def list(self) -> builtins.list[str]:
-        return await self._client._run(self._op_list())
-
-    async def get(self, tenant: str) -> dict[str, builtins.list[str]]:
-        return await self._client._run(self._op_get(tenant))
-
-    async def create(
-        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
-    ) -> None:
-        await self._client._run(self._op_put("PUT", tenant, admin_roles, allowed_clusters))
-
-    async def update(
-        self, tenant: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = ()
-    ) -> None:
-        await self._client._run(self._op_put("POST", tenant, admin_roles, allowed_clusters))
-
-    async def delete(self, tenant: str) -> None:
-        await self._client._run(self._op_delete(tenant))
 
 
 class AsyncAdmin:
