@@ -21,6 +21,7 @@ from api.routes import (
     dashboard,
     fallback,
     health,
+    integrity,
     messages,
     metrics,
     namespaces,
@@ -40,6 +41,7 @@ from service.metrics import ServiceMetrics
 from service.policies import PolicyStore
 from service.resources import raise_descriptor_limit
 from service.scheduler import CompactionScheduler
+from service.scrubber import Scrubber
 from service.settings import Settings
 from service.tenants import TenantService
 from service.tokens import TokenVerifier, read_key
@@ -93,6 +95,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics=service_metrics,
         )
         scheduler.start()
+        scrubber = Scrubber(
+            broker=broker,
+            interval_s=settings.scrub_interval_seconds,
+            bytes_per_second=settings.scrub_bytes_per_second,
+            metrics=service_metrics,
+        )
+        scrubber.start()
+        app.state.scrubber = scrubber
         service_metrics.watch(broker)
         # Long-polling receives each hold a worker thread; allow plenty of them.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
@@ -107,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             service_metrics.unwatch()
+            scrubber.stop()
             scheduler.stop()
             compaction.stop()
             broker.stop()
@@ -131,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(messages.router)
     app.include_router(admin.router)
+    app.include_router(integrity.router)
     app.include_router(subscriptions.router)
     app.include_router(consumers.router)
     app.include_router(policies.router)

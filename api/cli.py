@@ -250,6 +250,31 @@ def compact(
     _report(topic, st)
 
 
+@topics_app.command()
+def scrub(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None) -> None:
+    """Verify every file of the topic against its recorded checksum now, as JSON; exit 1 when
+    damage is found (or the scrub fails), so that a cron job notices."""
+    with _client(ctx, url, auth_token) as c:
+        report = c.admin.topics.scrub(topic)
+    _json(report)
+    if report.get("status") != "CLEAN":
+        raise typer.Exit(1)
+
+
+@topics_app.command("skip-damaged")
+def skip_damaged(
+    ctx: typer.Context,
+    topic: TopicArg,
+    ledger_id: Annotated[int, typer.Argument(help="The damaged original ledger's id.", min=0)],
+    url: UrlOpt = None,
+    auth_token: AuthTokenOpt = None,
+) -> None:
+    """Accept losing a damaged ledger's unreadable entries (reads and compaction go on without
+    them), as JSON: the entries lost and kept."""
+    with _client(ctx, url, auth_token) as c:
+        _json(c.admin.topics.skip_damaged(topic, ledger_id))
+
+
 @topics_app.command("compaction-status")
 def compaction_status(
     ctx: typer.Context,

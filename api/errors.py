@@ -1,8 +1,10 @@
 """Domain errors to HTTP, in one place. Every error body is ``{"reason": "..."}``.
 
-``Unavailable`` (a full seal backlog, descriptors exhausted) is 503 with ``Retry-After``. An
-``OSError`` that is the process running out of descriptors, wherever it is raised, becomes the
-same 503 (and is noted for ``/health``); any other ``OSError`` stays a 500, as a bug should.
+``DamagedData`` (a stored file failed a checksum) is a 500 whose reason names the topic, the
+ledger and the check. ``Unavailable`` (a full seal backlog, descriptors exhausted, a damaged
+compacted ledger being rebuilt) is 503 with ``Retry-After``. An ``OSError`` that is the
+process running out of descriptors, wherever it is raised, becomes the same 503 (and is noted
+for ``/health``); any other ``OSError`` stays a 500, as a bug should.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import (
     Conflict,
+    DamagedData,
     Forbidden,
     InvalidInput,
     NotFound,
@@ -32,6 +35,8 @@ STATUS: dict[type[ServiceError], int] = {
     NotFound: 404,
     Conflict: 409,
     TooLarge: 413,
+    # Damage is not the client's doing: a 500, but always with a reason (never a bare one).
+    DamagedData: 500,
     Unavailable: 503,
 }
 

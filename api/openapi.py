@@ -104,6 +104,14 @@ _DESCRIPTIONS = {
     413: "A message or the request over the size limit",
     422: "The query or body does not have the expected shape",
 }
+# What a route that reads stored data may answer besides (``responses=`` on the route): a
+# damaged file is a 500 with a reason naming topic, ledger and check; a damaged compacted
+# ledger being rebuilt is a 503 with Retry-After (README, "Integrity and repair").
+DAMAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    500: {"description": "A stored file failed an integrity check: the reason names topic, ledger and check"},
+    503: {"description": "Unavailable for now (a damaged compacted ledger is rebuilt, a full seal backlog)"},
+}
+
 # Routes anyone may call, with or without authentication: liveness, and the dashboard's page,
 # script and styles (they hold no data; the page sends a token with every call it makes).
 # /metrics too, unless authenticateMetricsEndpoint (see install_openapi).
@@ -203,6 +211,10 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: 
             responses["401"]["headers"] = {
                 "WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}
             }
+    for code in ("500", "503"):
+        declared = responses.get(code)
+        if declared is not None and "content" not in declared:
+            declared["content"] = {"application/json": {"schema": _ERROR_REF}}
     body = op.get("requestBody", {}).get("content", {}).get("application/json")
     if body is not None:
         if path.endswith("/compactionPolicy"):

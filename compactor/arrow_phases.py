@@ -60,6 +60,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compactor.phases import PACK_SHIFT
+from ledger.checksums import READ_OPTIONS, WRITE_OPTIONS, damage_of
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,
@@ -105,6 +106,8 @@ PART_WRITER_OPTIONS: dict[str, object] = {
     "compression": PART_CODEC,
     "use_dictionary": [LEDGER_ID, f"{PROPERTIES}.key_value.key", f"{PROPERTIES}.key_value.value"],
     "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
+    # Every page carries a CRC, verified by every reader (ledger.checksums).
+    **WRITE_OPTIONS,
 }
 _KEY_INDEX = ARROW_SCHEMA.get_field_index(KEY)
 _ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
@@ -145,8 +148,20 @@ def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np
     part can be large), with their packed ids. ``columns`` must include both id columns."""
     derive = segment.derive_deletes and IS_TOMBSTONE in columns
     read = list(dict.fromkeys([*columns, KEY, VALUE])) if derive else columns
-    with pq.ParquetFile(segment.path) as f:
-        for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=read, row_groups=segment.row_groups):
+    try:
+        f = pq.ParquetFile(segment.path, **READ_OPTIONS)  # type: ignore[arg-type]
+    except Exception as e:
+        raise damage_of(segment.path, e, opening=True) or e from e
+    with f:
+        batches = f.iter_batches(batch_size=_CHUNK_ROWS, columns=read, row_groups=segment.row_groups)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except Exception as e:
+                # One line naming the file and the check: the service reports it as the round's error.
+                raise damage_of(segment.path, e) or e from e
             table = pa.Table.from_batches([batch])
             if derive:
                 flags = derived_delete_flags(table.column(KEY), table.column(VALUE))

@@ -12,13 +12,20 @@ Layout of one compacted ledger (written by the compactor, read here without Spar
 
     {"version": 1,
      "parts": [{"name": "part-00000-....parquet", "rows": 123,
-                "first": "L:E", "last": "L:E", "size": 4567}, ...]}
+                "first": "L:E", "last": "L:E", "size": 4567,
+                "checksum": "crc32c:1a2b3c4d"}, ...]}
 
 Parts are listed in reading order (their file-name order); empty part files are left out.
 Records keep their *original* message ids, so ids are sparse: a reader locates a start id
 by binary search, first over the parts' id ranges (from the manifest), then inside one part
 over its two id columns (read once and cached), and then reads only the row groups that
 hold the requested page.
+
+Integrity (see ``ledger.checksums``): parts are written with page checksums and read with
+them verified; the manifest carries each part's whole-file CRC32C (manifests written before
+that carry none), and the manifest's own CRC32C is recorded in the metadata database, so the
+chain database -> manifest -> parts covers every byte. A read that meets damage raises
+``IntegrityError`` naming the part and the check.
 """
 
 from __future__ import annotations
@@ -38,6 +45,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ledger.checksums import (
+    MANIFEST,
+    MISSING,
+    READ_OPTIONS,
+    ROW_IDS,
+    IntegrityError,
+    crc32c_bytes,
+    damage_of,
+    file_checksum,
+)
 from ledger.entry import Entry, Position
 from ledger.paths import TMP_SUFFIX, fsync_dir
 from ledger.schema import COLUMNS, ENTRY_ID, LEDGER_ID, table_to_entries
@@ -49,12 +66,12 @@ _PART_NUMBER = re.compile(r"^part-(\d+)")
 _ID_COLUMNS = [LEDGER_ID, ENTRY_ID]
 
 
-class CompactedLedgerError(ValueError):
-    """A compacted ledger directory is incomplete or its contents break the contract."""
+class CompactedLedgerError(IntegrityError, ValueError):
+    """A compacted ledger directory is incomplete or its contents break the contract (its
+    manifest or a part does not agree with what the manifest says): damage, too."""
 
-    def __init__(self, path: Path, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
+    def __init__(self, path: Path, message: str, check: str = MANIFEST) -> None:
+        super().__init__(path, check, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +83,20 @@ class PartInfo:
     first: Position
     last: Position
     size: int
+    # The part file's CRC32C; None in manifests written before checksums.
+    checksum: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "rows": self.rows,
             "first": str(self.first),
             "last": str(self.last),
             "size": self.size,
         }
+        if self.checksum is not None:
+            out["checksum"] = self.checksum
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> PartInfo:
@@ -84,6 +106,7 @@ class PartInfo:
             first=Position.parse(obj["first"]),
             last=Position.parse(obj["last"]),
             size=int(obj["size"]),
+            checksum=str(obj["checksum"]) if obj.get("checksum") is not None else None,
         )
 
 
@@ -119,15 +142,20 @@ class Manifest:
         return cls(parts=tuple(PartInfo.from_json(p) for p in obj["parts"]))
 
     @classmethod
-    def load(cls, directory: Path) -> Manifest:
-        """Read ``directory/_manifest.json``; raises :class:`CompactedLedgerError` if missing or bad."""
+    def load(cls, directory: Path, *, checksum: str | None = None) -> Manifest:
+        """Read ``directory/_manifest.json``; raises :class:`CompactedLedgerError` if missing or bad,
+        or if ``checksum`` is given and the file's CRC32C is not it."""
         path = Path(directory) / MANIFEST_NAME
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except FileNotFoundError:
-            raise CompactedLedgerError(path, "no manifest: the compacted ledger is incomplete") from None
+            raise CompactedLedgerError(
+                path, "no manifest: the compacted ledger is incomplete", MISSING
+            ) from None
+        if checksum is not None and (actual := crc32c_bytes(data)) != checksum:
+            raise CompactedLedgerError(path, f"recorded {checksum}, the manifest has {actual}")
         try:
-            manifest = cls.from_json(json.loads(text))
+            manifest = cls.from_json(json.loads(data.decode("utf-8")))
         except (ValueError, KeyError, TypeError) as e:
             raise CompactedLedgerError(path, f"bad manifest: {e}") from e
         _check_order(path, manifest.parts)
@@ -159,9 +187,11 @@ def _id_at(pf: pq.ParquetFile, row_group: int, row: int) -> Position:
 
 
 def _describe_part(path: Path) -> PartInfo | None:
-    """The manifest line of one part, reading only the id columns of its first and last row group."""
+    """The manifest line of one part: its checksum (the whole file read once), and its id range
+    from the id columns of its first and last row group."""
     size = path.stat().st_size
-    with pq.ParquetFile(path) as pf:
+    checksum = file_checksum(path)
+    with pq.ParquetFile(path, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
         meta = pf.metadata
         non_empty = [i for i in range(meta.num_row_groups) if meta.row_group(i).num_rows > 0]
         if not non_empty:
@@ -169,7 +199,9 @@ def _describe_part(path: Path) -> PartInfo | None:
         first_rg, last_rg = non_empty[0], non_empty[-1]
         first = _id_at(pf, first_rg, 0)
         last = _id_at(pf, last_rg, meta.row_group(last_rg).num_rows - 1)
-        return PartInfo(name=path.name, rows=meta.num_rows, first=first, last=last, size=size)
+        return PartInfo(
+            name=path.name, rows=meta.num_rows, first=first, last=last, size=size, checksum=checksum
+        )
 
 
 def write_manifest(directory: Path) -> Manifest:
@@ -213,9 +245,9 @@ class CompactedLedger:
     and the row groups of the returned page.
     """
 
-    def __init__(self, directory: Path, *, cache_parts: int = 8) -> None:
+    def __init__(self, directory: Path, *, cache_parts: int = 8, checksum: str | None = None) -> None:
         self.directory = Path(directory)
-        self.manifest = Manifest.load(self.directory)
+        self.manifest = Manifest.load(self.directory, checksum=checksum)
         self._parts = self.manifest.parts
         self._lasts = [(p.last.ledger_id, p.last.entry_id) for p in self._parts]
         self._cache_parts = max(1, cache_parts)
@@ -296,7 +328,10 @@ class CompactedLedger:
             found = self._index.get(part)
         if found is not None:
             return found
-        meta = pq.read_metadata(self._path(part))
+        try:
+            meta = pq.read_metadata(self._path(part))
+        except Exception as e:
+            raise damage_of(self._path(part), e, opening=True) or e from e
         starts = [0]
         for i in range(meta.num_row_groups):
             starts.append(starts[-1] + meta.row_group(i).num_rows)
@@ -316,8 +351,11 @@ class CompactedLedger:
                 self._ids.move_to_end(part)
                 return found
         index = self._part_index(part)
-        with pq.ParquetFile(self._path(part), metadata=index.metadata) as pf:
-            table = pf.read(columns=_ID_COLUMNS)
+        try:
+            with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+                table = pf.read(columns=_ID_COLUMNS)
+        except Exception as e:
+            raise damage_of(self._path(part), e) or e from e
         ids = (
             table.column(LEDGER_ID).to_numpy().astype(np.int64, copy=False),
             table.column(ENTRY_ID).to_numpy().astype(np.int64, copy=False),
@@ -338,6 +376,24 @@ class CompactedLedger:
         hi = int(np.searchsorted(ledger_ids, start.ledger_id, side="right"))
         return lo + int(np.searchsorted(entry_ids[lo:hi], start.entry_id, side="left"))
 
+    def _check_ids(self, part: int, rows: pa.Table, *, lo: int) -> None:
+        """Decoded rows must lie in the part's range from the manifest, in id order: a damaged
+        footer that places other rows here is caught before they are served."""
+        if not rows.num_rows:
+            return
+        n = rows.num_rows
+        lids, eids = rows.column(LEDGER_ID), rows.column(ENTRY_ID)
+        head = (lids[0].as_py(), eids[0].as_py())
+        tail = (lids[n - 1].as_py(), eids[n - 1].as_py())
+        info = self._parts[part]
+        first, last = (info.first.ledger_id, info.first.entry_id), (info.last.ledger_id, info.last.entry_id)
+        if head < first or tail > last or tail < head or (lo == 0 and head != first):
+            raise IntegrityError(
+                self._path(part),
+                ROW_IDS,
+                f"rows {head}..{tail} lie outside the part's range {info.first}..{info.last}",
+            )
+
     def _position_of(self, part: int, row: int) -> Position | None:
         if part >= len(self._parts):
             return None
@@ -356,8 +412,12 @@ class CompactedLedger:
         # Readers go page by page and a row group holds many pages: keep the last one decoded.
         decoded = self._decoded
         if decoded is None or decoded[0] != part or not decoded[1] <= first_rg <= last_rg <= decoded[2]:
-            with pq.ParquetFile(self._path(part), metadata=index.metadata) as pf:
-                rows = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+            try:
+                with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+                    rows = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+            except Exception as e:
+                raise damage_of(self._path(part), e) or e from e
+            self._check_ids(part, rows, lo=index.rg_starts[first_rg])
             decoded = self._decoded = (part, first_rg, last_rg, rows)
         _, first, _, table = decoded
         return table_to_entries(table.slice(lo - index.rg_starts[first], hi - lo))

@@ -45,3 +45,9 @@ def fsync_path(path: Path) -> None:
 
 
 fsync_dir = fsync_path
+
+
+def salvage_path(topic_root: Path, ledger_id: int) -> Path:
+    """The verified copy of a damaged sealed ledger's intact rows (``ledger.salvage``); not
+    ``*.parquet``, so that recovery's sweep of stale sealed files leaves it alone."""
+    return topic_root / f"{ledger_id:020d}.salvage"

@@ -27,11 +27,15 @@ class RetiredView(Exception):
 class CompactedView:
     """Compacted ledger ``ledger_id`` holding the latest record of every key up to ``horizon``."""
 
-    def __init__(self, *, horizon: Position, ledger_id: int, directory: Path) -> None:
+    def __init__(
+        self, *, horizon: Position, ledger_id: int, directory: Path, checksum: str | None = None
+    ) -> None:
         self.horizon = horizon
         self.ledger_id = ledger_id
         self.directory = directory
-        self.ledger = CompactedLedger(directory)
+        # The manifest's CRC32C as the metadata records it (None: written before checksums).
+        self.checksum = checksum
+        self.ledger = CompactedLedger(directory, checksum=checksum)
         self._leases = 0
         self._retired = False
         self._lock = threading.Lock()

@@ -19,6 +19,15 @@ one LRU of open files; a produce that will roll ledgers over reserves room in th
 before it writes anything, and is refused (503, nothing written) when none comes in time; the
 records kept in memory for sealing have one byte budget. A sealing that fails is retried with
 back-off, and the ledger stays readable from its write-ahead file meanwhile.
+
+Integrity (README, "Integrity and repair"): sealing reads the Parquet file back and compares
+it with the write-ahead records before the write-ahead file goes, and records the file's
+CRC32C in the metadata; a mismatch keeps the write-ahead file and retries. A read that meets a
+damaged row group marks the ledger damaged in the metadata and raises ``DamagedData`` naming
+the topic, the ledger and the check; its other row groups stay readable. Once an operator
+accepts the loss (:meth:`ManagedLedger.accept_damage`), reads skip the lost entries, as
+Pulsar's ``autoSkipNonRecoverableData`` does, and compactions read a verified copy of the
+intact rows.
 """
 
 from __future__ import annotations
@@ -34,15 +43,17 @@ from pathlib import Path
 from sqlalchemy import select
 
 from ledger import paths
+from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record
 from ledger.file_cache import FileCache
 from ledger.parquet_store import SealedLedger, seal_table
+from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import records_to_table
 from ledger.wal import WriteAheadLog
 from service import models
 from service.clock import now_ms
 from service.db import Database
-from service.errors import NotFound, is_descriptor_exhaustion
+from service.errors import Conflict, DamagedData, NotFound, is_descriptor_exhaustion
 from service.resources import ExhaustionLog
 from service.seal_backlog import SealBacklog
 from service.settings import Settings
@@ -54,6 +65,8 @@ SEALING = "SEALING"
 # A failed sealing is tried again after this many seconds, doubling up to the maximum.
 SEAL_RETRY_S = 0.5
 SEAL_RETRY_MAX_S = 30.0
+# Sealing attempts at start-up (recovery seals inline) before the start fails.
+RECOVERY_SEAL_ATTEMPTS = 3
 
 
 @dataclass
@@ -95,6 +108,16 @@ class LedgerInfo:
     created_at: int
     first_publish_time: int | None = None
     last_publish_time: int | None = None
+    # Integrity: the sealed file's recorded CRC32C, the damage found in it (None: intact),
+    # whether an operator accepted losing its damaged entries, and which entries those are.
+    checksum: str | None = None
+    damage: str | None = None
+    damage_accepted: bool = False
+    lost: LostRanges = LostRanges()
+    # In memory only: the whole file matched its checksum since this process started (sealing
+    # read it back, a scrub or a compaction's input check verified it). A compaction verifies
+    # the others before it reads them; page checksums guard every decode either way.
+    verified: bool = False
 
 
 class ManagedLedger:
@@ -113,6 +136,8 @@ class ManagedLedger:
     ) -> None:
         self.topic_id = topic_id
         self.root = root
+        # The topic's full name, for errors (set by the broker).
+        self.name = ""
         self._db = db
         self._settings = settings
         self._ledgers = ledgers
@@ -180,7 +205,14 @@ class ManagedLedger:
             if info.state == models.OPEN:  # the stop came before its background sealing finished
                 log.info("sealing ledger %s of topic %s, closed before the stop", info.ledger_id, topic_id)
                 wal = _open_wal(root, info.ledger_id, settings)
-                closed = _seal(db, root, info, wal, wal.read_all())
+                for attempt in range(1, RECOVERY_SEAL_ATTEMPTS + 1):
+                    try:
+                        closed = _seal(db, root, info, wal, wal.read_all())
+                        break
+                    except IntegrityError:  # the file read back wrong: the write-ahead file stays
+                        log.exception("sealing ledger %s: attempt %d failed", info.ledger_id, attempt)
+                        if attempt == RECOVERY_SEAL_ATTEMPTS:
+                            raise
                 wal.close()
                 if closed is not None:
                     for k in LedgerInfo.__slots__:
@@ -495,13 +527,24 @@ class ManagedLedger:
                     chunk = wal.read(pos.entry_id, max_entries - len(out))
                     ledger_entries = wal.entries
             if wal is None:
+                skip_to = info.lost.skip(pos.entry_id) if info.lost else None
+                if skip_to is not None:  # entries an operator accepted losing: gone, as with a deleted ledger
+                    pos = Position(info.ledger_id, skip_to)
+                    if pos.entry_id >= info.entries:
+                        pos = Position(info.ledger_id + 1, 0)
+                    continue
+                want = max_entries - len(out)
+                if info.lost:
+                    want = min(want, info.lost.room(pos.entry_id))
                 try:
                     # acquire/release rather than a ``with``: this runs for every page read.
                     slot = self._files.acquire((self.root, info.ledger_id), self._opener(info.ledger_id))
                     try:
-                        chunk = slot.reader.read(pos.entry_id, max_entries - len(out))
+                        chunk = slot.reader.read(pos.entry_id, want)
                     finally:
                         self._files.release(slot)
+                except IntegrityError as e:
+                    raise self.damaged(info.ledger_id, e) from e
                 except Exception:
                     with self._lock:
                         if info in self._ledgers:
@@ -536,8 +579,11 @@ class ManagedLedger:
                 break
             else:
                 return self.end_position()
-        with self._sealed_ledger(info.ledger_id) as reader:
-            return Position(info.ledger_id, reader.first_entry_at_or_after(publish_time))
+        try:
+            with self._sealed_ledger(info.ledger_id) as reader:
+                return Position(info.ledger_id, reader.first_entry_at_or_after(publish_time))
+        except IntegrityError as e:
+            raise self.damaged(info.ledger_id, e) from e
 
     def backlog(self, start: Position) -> tuple[int, int]:
         """Entries with id >= ``start`` and their payload bytes (prorated inside a ledger)."""
@@ -568,6 +614,7 @@ class ManagedLedger:
         self._files.discard(gone.__contains__)
         for info in doomed:
             paths.sealed_path(self.root, info.ledger_id).unlink(missing_ok=True)
+            paths.salvage_path(self.root, info.ledger_id).unlink(missing_ok=True)
         paths.fsync_dir(self.root)
 
     def _sealed_ledger(self, ledger_id: int) -> AbstractContextManager[SealedLedger]:
@@ -576,7 +623,107 @@ class ManagedLedger:
 
     def _opener(self, ledger_id: int) -> Callable[[], SealedLedger]:
         # Keyed by (topic dir, ledger id): the file's path is built only when it is opened.
-        return lambda: SealedLedger(paths.sealed_path(self.root, ledger_id))
+        return lambda: SealedLedger(paths.sealed_path(self.root, ledger_id), ledger_id=ledger_id)
+
+    # ---------------------------------------------------------------- integrity
+
+    def damaged(self, ledger_id: int, error: IntegrityError) -> DamagedData:
+        """Record that ledger ``ledger_id``'s file failed ``error``'s check (the first damage
+        found is kept, in memory and in the metadata) and return the error a read answers."""
+        finding = f"{error.check} failed: {error.detail}"
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+            first = info is not None and info.damage is None
+            if info is not None and info.damage is None:
+                info.damage = finding
+            if info is not None:
+                info.verified = False
+        if first:
+            log.error("ledger %s of %s is damaged: %s (%s)", ledger_id, self.name, finding, error.path)
+            self._files.discard(lambda key: key == (self.root, ledger_id))  # its decoded rows too
+            try:
+                with self._db.session() as s:
+                    row = s.get(models.Ledger, ledger_id)
+                    if row is not None and row.damage is None:
+                        row.damage, row.damaged_at = finding, now_ms()
+            except Exception:  # noqa: BLE001 - the read's answer matters more than the record
+                log.exception("could not record the damage of ledger %s", ledger_id)
+        return DamagedData(
+            f"ledger {ledger_id} of {self.name} is damaged: {finding}",
+            topic=self.name,
+            ledger_id=ledger_id,
+            check=error.check,
+        )
+
+    def mark_verified(self, ledger_id: int) -> None:
+        """Ledger ``ledger_id``'s whole file just matched its recorded checksum."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+            if info is not None:
+                info.verified = True
+
+    def record_checksum(self, ledger_id: int, checksum: str) -> None:
+        """A checksum the scrubber computed for a file written before checksums existed."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+            if info is not None and info.checksum is None:
+                info.checksum = checksum
+        with self._db.session() as s:
+            row = s.get(models.Ledger, ledger_id)
+            if row is not None and row.checksum is None:
+                row.checksum = checksum
+
+    def accept_damage(self, ledger_id: int) -> tuple[LostRanges, int]:
+        """An operator accepts losing ledger ``ledger_id``'s damaged entries: find every row
+        group that fails a check, write the intact rows to a verified copy (what compactions
+        read from now on) and record the lost ranges; reads skip them from then on. Returns the
+        lost ranges and how many entries were kept. 409 unless the ledger is known damaged."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+        if info is None:
+            raise NotFound(f"ledger {ledger_id} is not a ledger of {self.name}")
+        if info.damage is None:
+            raise Conflict(
+                f"ledger {ledger_id} of {self.name} is not known to be damaged; "
+                "scrub the topic first (POST .../scrub)"
+            )
+        if info.state != models.CLOSED:
+            raise Conflict(f"ledger {ledger_id} of {self.name} is not sealed")
+        self._files.discard(lambda key: key == (self.root, ledger_id))
+        lost, kept, checksum = write_salvage(
+            paths.sealed_path(self.root, ledger_id),
+            paths.salvage_path(self.root, ledger_id),
+            ledger_id,
+            info.entries,
+        )
+        with self._db.session() as s:
+            row = s.get(models.Ledger, ledger_id)
+            if row is not None:
+                row.damage_accepted_at = now_ms()
+                row.lost_entries = lost.to_text()
+                row.salvage_checksum = checksum
+        with self._lock:
+            info.damage_accepted, info.lost, info.verified = True, lost, False
+        log.warning(
+            "ledger %s of %s: the loss of entries %s was accepted; %d entries kept",
+            ledger_id,
+            self.name,
+            lost.to_text() or "(none)",
+            kept,
+        )
+        return lost, kept
+
+    def sealed_inputs(self, after: Position | None, upto: Position) -> list[LedgerInfo]:
+        """Copies of the sealed ledgers holding entries in ``(after, upto]``, oldest first."""
+        with self._lock:
+            return [
+                LedgerInfo(**{k: getattr(i, k) for k in LedgerInfo.__slots__})
+                for i in self._ledgers
+                if i.state == models.CLOSED
+                and i.entries
+                and i.ledger_id <= upto.ledger_id
+                and (after is None or Position(i.ledger_id, i.entries - 1) > after)
+            ]
 
     def sealed_files(self, after: Position | None, upto: Position) -> list[tuple[int, Path]]:
         """The sealed ledgers holding entries in ``(after, upto]``, as (ledger id, file)."""
@@ -643,12 +790,22 @@ def _seal(
         created_at=info.created_at,
         first_publish_time=wal.first_publish_time,
         last_publish_time=wal.last_publish_time,
+        checksum=sealed.checksum,
+        verified=True,
     )
     with db.session() as s:
         row = s.get(models.Ledger, info.ledger_id)
         if row is None:
             return None
-        for k in ("state", "entries", "size_bytes", "file_bytes", "first_publish_time", "last_publish_time"):
+        for k in (
+            "state",
+            "entries",
+            "size_bytes",
+            "file_bytes",
+            "first_publish_time",
+            "last_publish_time",
+            "checksum",
+        ):
             setattr(row, k, getattr(closed, k))
         row.closed_at = now_ms()
     if fault_hook:
@@ -681,6 +838,10 @@ def _info(row: models.Ledger) -> LedgerInfo:
         created_at=row.created_at,
         first_publish_time=row.first_publish_time,
         last_publish_time=row.last_publish_time,
+        checksum=row.checksum,
+        damage=row.damage,
+        damage_accepted=row.damage_accepted_at is not None,
+        lost=LostRanges.parse(row.lost_entries),
     )
 
 

@@ -99,6 +99,30 @@ class CompactionMetrics:
             }
 
 
+class IntegrityMetrics:
+    """Damage found and scrubbing done since the service started (README, "Integrity and
+    repair"): ``compactor_damage_found_total{kind, check}``, ``compactor_scrub_*``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.damage = Counter(
+            "compactor_damage_found",
+            "Damaged files found (by reads, compactions and scrubs), by ledger kind and failed check.",
+            ["kind", "check"],
+            registry=registry,
+        )
+        self.scrub_runs = Counter(
+            "compactor_scrub_runs",
+            "Scrubs of a topic finished, by outcome (CLEAN, DAMAGED, ERROR).",
+            ["status"],
+            registry=registry,
+        )
+        self.scrub_files = Counter("compactor_scrub_files", "Files the scrubber verified.", registry=registry)
+        self.scrub_bytes = Counter("compactor_scrub_bytes", "Bytes the scrubber verified.", registry=registry)
+
+    def damage_found(self, kind: str, check: str) -> None:
+        self.damage.labels(kind, check).inc()
+
+
 class TopicCollector(Collector):
     """Pulsar's per-topic metrics, read from the broker at scrape time."""
 
@@ -269,6 +293,7 @@ class ServiceMetrics:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.compaction = CompactionMetrics()
+        self.integrity = IntegrityMetrics(self.registry)
         self.http_requests = Counter(
             "compactor_http_requests",
             "HTTP requests by method, route template and status.",

@@ -114,6 +114,15 @@ class Settings(BaseSettings):
     compaction_threshold: int = Field(default=0, ge=0, description="Service-wide default, bytes; 0 = off.")
     retain_null_key: bool = False
 
+    # Integrity (README, "Integrity and repair"): the background scrubber verifies every file
+    # against its recorded checksum once per interval, reading at most this many bytes/s.
+    scrub_interval_seconds: float = Field(
+        default=24 * 60 * 60.0, ge=0, description="Seconds between background scrubs; 0 = off."
+    )
+    scrub_bytes_per_second: int = Field(
+        default=16 * 1024 * 1024, ge=0, description="The background scrub's read rate; 0 = unbounded."
+    )
+
     # Security, as Pulsar's broker.conf names it (authenticationEnabled, tokenSecretKey, ...).
     authentication_enabled: bool = Field(
         default=False, description="Require a token (Authorization: Bearer) on every route but /health."

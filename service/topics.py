@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,13 +18,14 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from ledger import paths
+from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record, record_size
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView, RetiredView
 from service.counters import Tally
 from service.db import Database
-from service.errors import Conflict, InvalidInput, NotFound, TooLarge
+from service.errors import BeingRepaired, Conflict, DamagedData, InvalidInput, NotFound, TooLarge
 from service.managed_ledger import LedgerResources, ManagedLedger
 from service.names import TopicName
 from service.resources import descriptor_limit, ledger_file_budget
@@ -34,6 +35,20 @@ log = logging.getLogger(__name__)
 
 EARLIEST = "earliest"
 LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class DroppedView:
+    """A compacted ledger dropped for damage: which, up to where, and what was found."""
+
+    ledger_id: int
+    horizon: Position
+    finding: str
+
+
+# Called with the topic, the view and the damage when a read meets a damaged compacted ledger:
+# the compaction service drops the view and starts a rebuild (service.compaction).
+CompactedDamageHandler = Callable[["ManagedTopic", CompactedView, IntegrityError], None]
 
 
 @dataclass
@@ -50,6 +65,9 @@ class ManagedTopic:
     subscriptions: dict[str, Any] = field(default_factory=dict)
     # Messages delivered to consumers and readers since the service started (pulsar_out_messages_total).
     messages_out: Tally = field(default_factory=Tally)
+    # Set while a damaged compacted ledger, dropped, is rebuilt from the originals: reads of
+    # the compacted view up to its horizon answer 503 until the rebuild commits.
+    repair: DroppedView | None = None
 
     def compacted_view(self) -> CompactedView | None:
         return self.view
@@ -77,6 +95,8 @@ class Broker:
         self.resources = LedgerResources.from_settings(settings, self._sealer, max_files)
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
+        # Set by the compaction service: what to do when a read meets a damaged compacted ledger.
+        self.on_compacted_damage: CompactedDamageHandler | None = None
 
     # ---------------------------------------------------------------- life cycle
 
@@ -93,6 +113,7 @@ class Broker:
                 settings=self.settings,
                 shared=self.resources,
             )
+            ml.name = str(name)
             self._topics[name] = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
         self._remove_orphan_dirs()
         self._sweeper = threading.Thread(
@@ -152,6 +173,7 @@ class Broker:
             ml = ManagedLedger.create(
                 topic_id=topic_id, root=root, db=self.db, settings=self.settings, shared=self.resources
             )
+            ml.name = str(name)
             topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
             self._topics[name] = topic
             return topic
@@ -245,13 +267,23 @@ class Broker:
         topic.messages_out.add(len(out))
         return out, nxt
 
-    @staticmethod
     def read_at(
-        topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
+        self, topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
     ) -> tuple[list[Entry], Position]:
-        """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts."""
+        """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts.
+
+        A damaged original ledger raises ``DamagedData`` (500); a damaged compacted ledger is
+        dropped and rebuilt, and reads of the compacted view answer ``BeingRepaired`` (503)
+        until the rebuild commits."""
         while True:
             view = topic.view if read_compacted else None
+            repair = topic.repair
+            if read_compacted and view is None and repair is not None and pos <= repair.horizon:
+                raise BeingRepaired(
+                    f"compacted ledger {repair.ledger_id} of {topic.name} is damaged ({repair.finding}); "
+                    "it was dropped and is being rebuilt from the original ledgers",
+                    retry_after=5,
+                )
             if view is None or pos > view.horizon:
                 return topic.ledger.read(pos, limit)
             try:
@@ -259,6 +291,17 @@ class Broker:
                     out, nxt = view.ledger.read(pos, limit)
             except RetiredView:
                 continue  # a compaction committed meanwhile: read its ledger instead
+            except IntegrityError as e:
+                if self.on_compacted_damage is None:
+                    raise DamagedData(
+                        f"compacted ledger {view.ledger_id} of {topic.name} is damaged: "
+                        f"{e.path.name}: {e.check} failed: {e.detail}",
+                        topic=str(topic.name),
+                        ledger_id=view.ledger_id,
+                        check=e.check,
+                    ) from e
+                self.on_compacted_damage(topic, view, e)
+                continue  # now 503 while it is rebuilt
             if nxt is not None:
                 return out, nxt
             rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))

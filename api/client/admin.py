@@ -132,6 +132,18 @@ class _TopicsBase(Generic[_C]):
             pause = poll_interval if timeout is None else max(0.0, min(poll_interval, timeout - elapsed))
             yield _Sleep(pause)
 
+    def _op_scrub(self, topic: str) -> _Op[dict[str, Any]]:
+        return dict((yield _Call("POST", f"{_Topic.parse(topic).admin}/scrub")))
+
+    def _op_scrub_runs(self, topic: str, limit: int) -> _Op[list[dict[str, Any]]]:
+        body = yield _Call("GET", f"{_Topic.parse(topic).admin}/scrubRuns", {"limit": limit})
+        return [dict(r) for r in body]
+
+    def _op_skip_damaged(self, topic: str, ledger_id: int) -> _Op[dict[str, Any]]:
+        return dict(
+            (yield _Call("POST", f"{_Topic.parse(topic).admin}/ledgers/{int(ledger_id)}/skip-damaged"))
+        )
+
     def _op_subscriptions(self, topic: str) -> _Op[list[str]]:
         return [str(s) for s in (yield _Call("GET", f"{_Topic.parse(topic).admin}/subscriptions"))]
 
@@ -198,6 +210,20 @@ class TopicsAdmin(_TopicsBase["Client"]):
     def compaction_status(self, topic: str) -> CompactionStatus:
         """The status of the topic's last compaction."""
         return self._client._run(self._op_compaction_status(topic))
+
+    def scrub(self, topic: str) -> dict[str, Any]:
+        """Verify every file of the topic against its recorded checksum now; the report
+        (``status`` CLEAN, DAMAGED or ERROR, ``findings`` one line per damaged file)."""
+        return self._client._run(self._op_scrub(topic))
+
+    def scrub_runs(self, topic: str, limit: int = 100) -> builtins.list[dict[str, Any]]:
+        """The topic's scrubs, newest first."""
+        return self._client._run(self._op_scrub_runs(topic, limit))
+
+    def skip_damaged(self, topic: str, ledger_id: int) -> dict[str, Any]:
+        """Accept losing a damaged ledger's unreadable entries, so that reads and compaction go
+        on without them; ``Conflict`` unless the ledger is known damaged."""
+        return self._client._run(self._op_skip_damaged(topic, ledger_id))
 
     def wait_for_compaction(
         self,
@@ -294,6 +320,15 @@ class AsyncTopicsAdmin(_TopicsBase["AsyncClient"]):
 
     async def compaction_status(self, topic: str) -> CompactionStatus:
         return await self._client._run(self._op_compaction_status(topic))
+
+    async def scrub(self, topic: str) -> dict[str, Any]:
+        return await self._client._run(self._op_scrub(topic))
+
+    async def scrub_runs(self, topic: str, limit: int = 100) -> builtins.list[dict[str, Any]]:
+        return await self._client._run(self._op_scrub_runs(topic, limit))
+
+    async def skip_damaged(self, topic: str, ledger_id: int) -> dict[str, Any]:
+        return await self._client._run(self._op_skip_damaged(topic, ledger_id))
 
     async def wait_for_compaction(
         self,

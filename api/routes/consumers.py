@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import CanConsume, TopicDep
+from api.openapi import DAMAGE_RESPONSES
 from api.routes.messages import columns_json, json_response, message_json
 from api.routes.subscriptions import SubscriptionsDep
 from ledger.entry import Position
@@ -80,7 +81,7 @@ def detach(name: TopicDep, sub: str, consumer_id: str, subs: SubscriptionsDep) -
     return Response(status_code=204)
 
 
-@router.post(BASE + "/{consumer_id}/receive")
+@router.post(BASE + "/{consumer_id}/receive", responses=DAMAGE_RESPONSES)
 async def receive(
     name: TopicDep, sub: str, consumer_id: str, subs: SubscriptionsDep, body: ReceiveRequest | None = None
 ) -> Response:

@@ -119,6 +119,12 @@ def topic_stats(
         "sealBacklog": broker.resources.backlog.pending(topic.topic_id),
         "subscriptions": out,
         "compaction": compaction_record_json(compaction.record(name)),
+        # Ledgers found damaged (README, "Integrity and repair"); empty when all are intact.
+        "damagedLedgers": [
+            {"ledgerId": i.ledger_id, "damage": i.damage, "damageAccepted": i.damage_accepted}
+            for i in ledgers
+            if i.damage is not None
+        ],
     }
 
 

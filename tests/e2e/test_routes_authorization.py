@@ -142,6 +142,7 @@ def _path(template: str, rule: Rule) -> str:
         consumer_id="no-such-consumer",
         role="someone",
         timestamp=0,
+        ledger_id=1,
     )
 
 
