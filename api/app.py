@@ -22,6 +22,7 @@ from api.routes import (
     fallback,
     health,
     integrity,
+    lookup,
     messages,
     metrics,
     namespaces,
@@ -37,7 +38,9 @@ from service.compaction import CompactionService
 from service.cursors import SubscriptionService
 from service.db import Database
 from service.engine import SparkEngine
+from service.instances import InstanceRegistry
 from service.metrics import ServiceMetrics
+from service.ownership import LeaseOwnership
 from service.policies import PolicyStore
 from service.resources import raise_descriptor_limit
 from service.scheduler import CompactionScheduler
@@ -61,8 +64,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         upgrade(settings.database_url)
         db = Database(settings.database_url)
-        broker = Broker(settings=settings, db=db)
-        broker.start()
+        ownership = None
+        if settings.several_instances:
+            registry = InstanceRegistry(
+                db=db, url=settings.advertised_url, lease_ms=settings.ownership_lease_ms
+            )
+            ownership = LeaseOwnership(db=db, registry=registry, lease_ms=settings.ownership_lease_ms)
+        broker = Broker(settings=settings, db=db, ownership=ownership)
         policy_store = PolicyStore(db=db, settings=settings)
         engine = SparkEngine(settings)
         app.state.engine = engine
@@ -85,6 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         compaction.start()
         subs = SubscriptionService(broker=broker, consumer_timeout_ms=settings.consumer_timeout_ms)
         subs.start()
+        # After the services above ask to hear of each topic loaded: start() loads them.
+        broker.start()
         app.state.subscriptions = subs
         app.state.policies = policy_store
         scheduler = CompactionScheduler(
@@ -149,6 +159,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(dashboard.router)
     app.include_router(broker_stats.router)
+    app.include_router(lookup.router)
     app.include_router(fallback.router)
     install_openapi(
         app,

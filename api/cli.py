@@ -9,10 +9,11 @@
     compactor topics stats public/default/orders
 
 The service is ``--url`` (before or after the command), else ``$COMPACTOR_URL``, else
-http://127.0.0.1:8080. A service with authentication wants ``--auth-token T`` (before or after
-the command), else ``$COMPACTOR_AUTH_TOKEN`` (``--auth-token file:///path`` reads the token
-from a file, as ``pulsar-admin --auth-params``). A client error prints ``error: <reason>`` and
-exits with 1.
+http://127.0.0.1:8080; with several instances it may list some, ``http://a:8080,http://b:8080``,
+and a request for a topic another instance owns follows its redirect there. A service with
+authentication wants ``--auth-token T`` (before or after the command), else
+``$COMPACTOR_AUTH_TOKEN`` (``--auth-token file:///path`` reads the token from a file, as
+``pulsar-admin --auth-params``). A client error prints ``error: <reason>`` and exits with 1.
 """
 
 from __future__ import annotations
@@ -151,6 +152,13 @@ def list_(
     with _client(ctx, url, auth_token) as c:
         for name in c.admin.topics.list(namespace):
             typer.echo(name)
+
+
+@topics_app.command()
+def lookup(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None) -> None:
+    """The URL of the instance that serves the topic (several instances)."""
+    with _client(ctx, url, auth_token) as c:
+        typer.echo(c.admin.topics.lookup(topic))
 
 
 @topics_app.command()

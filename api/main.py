@@ -118,6 +118,12 @@ def serve(
     if refusal is not None:
         typer.echo(f"error: {refusal}", err=True)
         raise typer.Exit(2)
+    from service.instances import lock_sqlite_store
+
+    refusal = lock_sqlite_store(settings.database_url)
+    if refusal is not None:
+        typer.echo(f"error: {refusal}", err=True)
+        raise typer.Exit(2)
     # Imported only now: a refusal above comes at once, without loading Spark and the app.
     import uvicorn
 

@@ -103,6 +103,13 @@ _DESCRIPTIONS = {
     409: "Exists already, not empty, or busy (a compaction runs, a consumer is attached)",
     413: "A message or the request over the size limit",
     422: "The query or body does not have the expected shape",
+    503: "Out of a resource for now, or (several instances) the topic is changing owners: retry",
+}
+# With several instances, a request for a topic another instance owns is redirected there.
+_REDIRECT = {
+    "description": "Another instance owns the topic: the same request at its URL (Location)",
+    "headers": {"Location": {"schema": {"type": "string"}, "description": "The request at the owner"}},
+    "content": {"application/json": {"schema": _ERROR_REF}},
 }
 # What a route that reads stored data may answer besides (``responses=`` on the route): a
 # damaged file is a 500 with a reason naming topic, ledger and check; a damaged compacted
@@ -201,6 +208,10 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: 
     if secured:
         statuses |= {401, 403}
         op["security"] = [{"bearerAuth": []}]
+    if "{topic}" in path and not path.startswith("/dashboard/topics/"):
+        statuses.add(503)
+        if not path.startswith("/lookup/"):  # a lookup answers the owner instead
+            responses.setdefault("307", _REDIRECT)
     for status in sorted(statuses):
         ref = _VALIDATION_REF if status == 422 else _ERROR_REF
         responses[str(status)] = {

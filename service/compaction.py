@@ -111,25 +111,32 @@ class CompactionService:
     # ---------------------------------------------------------------- start-up
 
     def start(self) -> None:
-        """Load each topic's compacted view from its cursor, mark interrupted runs as failed,
-        and remove compacted ledgers that no cursor references."""
-        with self.db.session() as s:
-            for run in s.scalars(select(models.CompactionRun).where(models.CompactionRun.status == RUNNING)):
-                run.status = ERROR
-                run.error = "interrupted: the service stopped during the run"
-                run.finished_at = now_ms()
+        """For each topic as it is loaded: mark its interrupted runs as failed, load its
+        compacted view from its cursor, and remove compacted ledgers that no cursor references;
+        a damaged compacted ledger is dropped and rebuilt from the originals."""
         self.broker.on_compacted_damage = self.compacted_damaged
-        damaged: list[ManagedTopic] = []
-        for topic in self.broker.topics():
-            try:
-                referenced = self._load_view(topic)
-            except IntegrityError as e:
-                referenced = None
-                self._drop_damaged_view(topic, e, ledger_id=self._referenced_id(topic))
-                damaged.append(topic)
-            self._remove_unreferenced(topic, referenced)
-        for topic in damaged:
-            self._start_repair(topic)
+        self.broker.on_load(self._load_topic)
+
+    def _load_topic(self, topic: ManagedTopic) -> None:
+        with self.db.session() as s:
+            for run in s.scalars(
+                select(models.CompactionRun).where(
+                    models.CompactionRun.topic_id == topic.topic_id, models.CompactionRun.status == RUNNING
+                )
+            ):
+                run.status = ERROR
+                # With several instances, the run of an owner that lost the topic: it cannot commit.
+                run.error = "interrupted: the service stopped (or the topic changed owners) during the run"
+                run.finished_at = now_ms()
+        try:
+            referenced = self._load_view(topic)
+        except IntegrityError as e:
+            self._drop_damaged_view(topic, e, ledger_id=self._referenced_id(topic))
+            self._remove_unreferenced(topic, None)
+            # The broker serves the topic only once every load listener has run: rebuild then.
+            self._pool.submit(self._repair_once_served, topic)
+            return
+        self._remove_unreferenced(topic, referenced)
 
     def _load_view(self, topic: ManagedTopic) -> int | None:
         with self.db.session() as s:
@@ -225,6 +232,16 @@ class CompactionService:
             pass  # _run_and_release starts it when the running round ends
         except RuntimeError:  # the pool is shut down: the service stops
             log.info("not rebuilding the compacted ledger of %s: the service is stopping", topic.name)
+
+    def _repair_once_served(self, topic: ManagedTopic, wait_s: float = 60.0) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            # Not ``broker.topic()``: with several instances, that would claim a topic not served.
+            if any(t is topic for t in self.broker.topics()):
+                self._start_repair(topic)
+                return
+            time.sleep(0.05)
+        log.warning("not rebuilding the compacted ledger of %s: the topic was not served", topic.name)
 
     def _remove_unreferenced(self, topic: ManagedTopic, referenced: int | None) -> None:
         with self.db.session() as s:
@@ -579,8 +596,10 @@ class CompactionService:
         previous: CompactedView | None,
         checksum: str,
     ) -> None:
-        """The one transaction that makes a round visible."""
+        """The one transaction that makes a round visible (only while this instance owns the topic)."""
         with self.db.session() as s:
+            if topic.ledger.fence is not None:
+                topic.ledger.fence(s)
             ledger = s.get(models.Ledger, result.ledger_id)
             assert ledger is not None
             ledger.state = models.CLOSED

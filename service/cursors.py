@@ -208,27 +208,30 @@ class SubscriptionService:
     # ---------------------------------------------------------------- loading
 
     def start(self) -> None:
-        """Load every durable subscription; reading resumes just after its mark-delete position."""
-        for topic in self.broker.topics():
-            with self.db.session() as s:
-                cursors = s.scalars(
-                    select(models.Cursor).where(
-                        models.Cursor.topic_id == topic.topic_id, models.Cursor.name != COMPACTION_CURSOR
+        """Load every durable subscription of each topic as it is loaded; reading resumes just
+        after its mark-delete position."""
+        self.broker.on_load(self._load_topic)
+
+    def _load_topic(self, topic: ManagedTopic) -> None:
+        with self.db.session() as s:
+            cursors = s.scalars(
+                select(models.Cursor).where(
+                    models.Cursor.topic_id == topic.topic_id, models.Cursor.name != COMPACTION_CURSOR
+                )
+            ).all()
+            for c in cursors:
+                acks = s.execute(
+                    select(models.CursorAck.ledger_id, models.CursorAck.entry_id).where(
+                        models.CursorAck.cursor_id == c.id
                     )
                 ).all()
-                for c in cursors:
-                    acks = s.execute(
-                        select(models.CursorAck.ledger_id, models.CursorAck.entry_id).where(
-                            models.CursorAck.cursor_id == c.id
-                        )
-                    ).all()
-                    topic.subscriptions[c.name] = Subscription(
-                        cursor_id=c.id,
-                        name=c.name,
-                        topic=topic,
-                        mark_delete=Position(c.mark_delete_ledger, c.mark_delete_entry),
-                        acked={Position(lid, eid) for lid, eid in acks},
-                    )
+                topic.subscriptions[c.name] = Subscription(
+                    cursor_id=c.id,
+                    name=c.name,
+                    topic=topic,
+                    mark_delete=Position(c.mark_delete_ledger, c.mark_delete_entry),
+                    acked={Position(lid, eid) for lid, eid in acks},
+                )
 
     # ---------------------------------------------------------------- admin
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ledger import paths
 from ledger.checksums import IntegrityError
@@ -118,6 +119,7 @@ class LedgerInfo:
     # read it back, a scrub or a compaction's input check verified it). A compaction verifies
     # the others before it reads them; page checksums guard every decode either way.
     verified: bool = False
+    epoch: int = 0  # of the owner that opened it (0: a single instance)
 
 
 class ManagedLedger:
@@ -133,8 +135,14 @@ class ManagedLedger:
         ledgers: list[LedgerInfo],
         wal: WriteAheadLog,
         shared: LedgerResources,
+        epoch: int = 0,
+        fence: Callable[[Session], None] | None = None,
     ) -> None:
         self.topic_id = topic_id
+        # The owner's epoch (several instances): new ledgers carry it. ``fence`` runs in every
+        # transaction that changes the log's metadata and refuses it once the lease moved.
+        self.epoch = epoch
+        self.fence = fence
         self.root = root
         # The topic's full name, for errors (set by the broker).
         self.name = ""
@@ -177,16 +185,29 @@ class ManagedLedger:
         root.mkdir(parents=True, exist_ok=True)
         with db.session() as s:
             info = _new_ledger_row(s, topic_id)
-        wal = _open_wal(root, info.ledger_id, settings)
+        wal = _open_wal(root, info, settings)
         return cls(
             topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal, shared=shared
         )
 
     @classmethod
     def recover(
-        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, shared: LedgerResources
+        cls,
+        *,
+        topic_id: int,
+        root: Path,
+        db: Database,
+        settings: Settings,
+        shared: LedgerResources,
+        epoch: int = 0,
+        fence: Callable[[Session], None] | None = None,
     ) -> ManagedLedger:
-        """Open an existing topic's log after a clean stop or a crash at any point."""
+        """Open an existing topic's log after a clean stop or a crash at any point.
+
+        A ledger left open by an owner of an older ``epoch`` (a takeover) is never appended to:
+        it is sealed with the whole records its write-ahead file holds now, and a new ledger of
+        this epoch is opened after it. So bytes a fenced-off owner writes late land beyond the
+        sealed end of its own ledger, and are never read as this owner's."""
         root.mkdir(parents=True, exist_ok=True)
         for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
             if tmp.is_file():  # a half-written sealed file; the write-ahead file still has its entries
@@ -199,15 +220,17 @@ class ManagedLedger:
                 .order_by(models.Ledger.id)
             ).all()
             infos = [_info(r) for r in rows]
-            if not infos or infos[-1].state != models.OPEN:
-                infos.append(_new_ledger_row(s, topic_id))
+            if fence is not None:
+                fence(s)
+            if not infos or infos[-1].state != models.OPEN or infos[-1].epoch != epoch:
+                infos.append(_new_ledger_row(s, topic_id, epoch))
         for info in infos[:-1]:
             if info.state == models.OPEN:  # the stop came before its background sealing finished
                 log.info("sealing ledger %s of topic %s, closed before the stop", info.ledger_id, topic_id)
-                wal = _open_wal(root, info.ledger_id, settings)
+                wal = _open_wal(root, info, settings)
                 for attempt in range(1, RECOVERY_SEAL_ATTEMPTS + 1):
                     try:
-                        closed = _seal(db, root, info, wal, wal.read_all())
+                        closed = _seal(db, root, info, wal, wal.read_all(), fence=fence)
                         break
                     except IntegrityError:  # the file read back wrong: the write-ahead file stays
                         log.exception("sealing ledger %s: attempt %d failed", info.ledger_id, attempt)
@@ -217,7 +240,7 @@ class ManagedLedger:
                 if closed is not None:
                     for k in LedgerInfo.__slots__:
                         setattr(info, k, getattr(closed, k))
-            wal_file = paths.wal_path(root, info.ledger_id)
+            wal_file = paths.wal_path(root, info.ledger_id, info.epoch)
             if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
                 wal_file.unlink()
                 paths.fsync_dir(root)
@@ -230,7 +253,7 @@ class ManagedLedger:
         if stale:
             paths.fsync_dir(root)
         current = infos[-1]
-        wal = _open_wal(root, current.ledger_id, settings)
+        wal = _open_wal(root, current, settings)
         if wal.recovery.truncated_bytes:
             log.warning(
                 "ledger %s: truncated a torn tail of %d bytes, kept in %s",
@@ -240,7 +263,15 @@ class ManagedLedger:
             )
         _refresh_open(current, wal)
         return cls(
-            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=infos, wal=wal, shared=shared
+            topic_id=topic_id,
+            root=root,
+            db=db,
+            settings=settings,
+            ledgers=infos,
+            wal=wal,
+            shared=shared,
+            epoch=epoch,
+            fence=fence,
         )
 
     # ---------------------------------------------------------------- writing
@@ -382,11 +413,13 @@ class ManagedLedger:
     def _roll_over_locked(self) -> None:
         old, wal = self._current, self._wal
         with self._db.session() as s:
-            successor = _new_ledger_row(s, self.topic_id)
+            if self.fence is not None:
+                self.fence(s)
+            successor = _new_ledger_row(s, self.topic_id, self.epoch)
         # The successor's file before any state changes: if it cannot be created (out of
         # descriptors), the full ledger stays the open one and nothing was rolled over.
         try:
-            new_wal = _open_wal(self.root, successor.ledger_id, self._settings)
+            new_wal = _open_wal(self.root, successor, self._settings)
         except BaseException:
             self._drop_ledger_row(successor.ledger_id)
             raise
@@ -422,7 +455,9 @@ class ManagedLedger:
                 return
             records = cache if cache is not None and len(cache) == wal.written_entries else None
             entries = wal.read_all() if records is None else records
-            closed = _seal(self._db, self.root, info, wal, entries, fault_hook=self.fault_hook)
+            closed = _seal(
+                self._db, self.root, info, wal, entries, fault_hook=self.fault_hook, fence=self.fence
+            )
             with self._lock:
                 if closed is not None:
                     for k in LedgerInfo.__slots__:
@@ -430,7 +465,7 @@ class ManagedLedger:
                 self._sealing.pop(info.ledger_id, None)
                 self._seal_attempts.pop(info.ledger_id, None)
                 wal.close()
-                paths.wal_path(self.root, info.ledger_id).unlink(missing_ok=True)
+                paths.wal_path(self.root, info.ledger_id, info.epoch).unlink(missing_ok=True)
                 paths.fsync_dir(self.root)
                 self._sealed_cv.notify_all()
             self._backlog.release(self.topic_id)
@@ -773,6 +808,7 @@ def _seal(
     entries: Sequence[Record] | Sequence[Entry],
     *,
     fault_hook: Callable[[str], None] | None = None,
+    fence: Callable[[Session], None] | None = None,
 ) -> LedgerInfo | None:
     """Write ``entries`` (the ledger's, in order) as its sealed Parquet file and mark it CLOSED
     in the metadata; returns its closed description (None if its row is gone: a deleted topic).
@@ -792,8 +828,11 @@ def _seal(
         last_publish_time=wal.last_publish_time,
         checksum=sealed.checksum,
         verified=True,
+        epoch=info.epoch,
     )
     with db.session() as s:
+        if fence is not None:
+            fence(s)
         row = s.get(models.Ledger, info.ledger_id)
         if row is None:
             return None
@@ -813,10 +852,10 @@ def _seal(
     return closed
 
 
-def _open_wal(root: Path, ledger_id: int, settings: Settings) -> WriteAheadLog:
+def _open_wal(root: Path, info: LedgerInfo, settings: Settings) -> WriteAheadLog:
     return WriteAheadLog.open(
-        paths.wal_path(root, ledger_id),
-        ledger_id,
+        paths.wal_path(root, info.ledger_id, info.epoch),
+        info.ledger_id,
         fsync=settings.fsync,
         fsync_interval_ms=settings.fsync_interval_ms,
     )
@@ -842,12 +881,14 @@ def _info(row: models.Ledger) -> LedgerInfo:
         damage=row.damage,
         damage_accepted=row.damage_accepted_at is not None,
         lost=LostRanges.parse(row.lost_entries),
+        epoch=row.epoch,
     )
 
 
-def _new_ledger_row(session, topic_id: int) -> LedgerInfo:  # type: ignore[no-untyped-def]
+def _new_ledger_row(session: Session, topic_id: int, epoch: int = 0) -> LedgerInfo:
     row = models.Ledger(
         topic_id=topic_id,
+        epoch=epoch,
         kind=models.ORIGINAL,
         state=models.OPEN,
         entries=0,

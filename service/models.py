@@ -83,6 +83,36 @@ class Ledger(Base):
     salvage_checksum: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # When the scrubber last found the file intact.
     verified_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The epoch of the topic's owner that opened it (0 for a single instance): an owner appends
+    # only to a ledger of its own epoch, and seals an older epoch's open ledger when it takes over.
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
+class Instance(Base):
+    """A running (or once running) service instance: where clients reach it, and when it last
+    said it was alive. Each process start registers a new row."""
+
+    __tablename__ = "instances"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    url: Mapped[str] = mapped_column(String(512))
+    started_at: Mapped[int] = mapped_column(BigInteger)
+    heartbeat_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class TopicLease(Base):
+    """Who owns a topic (Pulsar's bundle ownership): ``instance_id`` holds it until
+    ``expires_at`` (ms, the database's clock) unless it renews; every takeover raises ``epoch``.
+    ``instance_id`` is NULL for a topic nobody has owned yet."""
+
+    __tablename__ = "topic_leases"
+    __table_args__ = (Index("ix_topic_leases_instance", "instance_id"),)
+
+    topic_id: Mapped[int] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"), primary_key=True)
+    instance_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    expires_at: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Cursor(Base):

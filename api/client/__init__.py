@@ -44,6 +44,14 @@ Exceptions::
 A 503 (the server changed nothing) is retried with exponential back-off, honouring its
 ``Retry-After``, for up to ``Client(retry_unavailable_s=...)`` seconds (default 30; 0 = never).
 
+Several instances (README, "Running several instances"): the service URL may list several,
+``"http://a:8080,http://b:8080"``, as a Pulsar service URL does. A request for a topic another
+instance owns is answered ``307`` with the owner's URL: the client sends it again there (the
+token with it) and keeps sending that topic's requests to the owner until a redirect says
+otherwise. A 503, or an owner that cannot be reached (the request never left), forgets the
+owner: the retry goes through the service URL again (the next one when one cannot be reached),
+which redirects to the current owner, with the same back-off and time bound as a 503.
+
 Arguments that are malformed before any request is made (a topic name without three parts, a
 message id that does not parse) raise ``ValueError`` or ``TypeError``, as Python does.
 

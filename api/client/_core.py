@@ -140,6 +140,25 @@ def _transport_errors(request: httpx.Request) -> Iterator[None]:
         raise TransportError(f"{type(e).__name__}: {e or 'failed'} ({request.method} {request.url})") from e
 
 
+_MAX_REDIRECTS = 5
+_TOPIC_PREFIXES = ("/admin/v2/persistent/", "/topics/persistent/", "/lookup/v2/topic/persistent/")
+
+
+def _topic_key(path: str) -> str | None:
+    """The topic a request path is about ("t/n/topic", as encoded), or None."""
+    for prefix in _TOPIC_PREFIXES:
+        if path.startswith(prefix):
+            parts = path[len(prefix) :].split("/", 3)
+            if len(parts) >= 3 and all(parts[:3]):
+                return "/".join(parts[:3])
+    return None
+
+
+def _never_sent(error: TransportError) -> bool:
+    """Whether the request could not even be sent (no connection): safe to send elsewhere."""
+    return isinstance(error.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
+
+
 def _decode(response: httpx.Response) -> Any:
     """The one place a response becomes a result (its JSON, ``None`` when empty) or an error."""
     status = response.status_code
@@ -173,9 +192,10 @@ class _BaseClient:
         authentication: AuthenticationToken | None = None,
         retry_unavailable_s: float = 30.0,
     ) -> None:
-        url = service_url.rstrip("/")
-        if not url.startswith(("http://", "https://")):
+        urls = [u.strip().rstrip("/") for u in str(service_url).split(",") if u.strip()]
+        if not urls or not all(u.startswith(("http://", "https://")) for u in urls):
             raise ValueError(f"the service URL is http:// or https://, not {service_url!r}")
+        url = urls[0]
         if timeout <= 0:
             raise ValueError("timeout is a positive number of seconds")
         if authentication is not None and not isinstance(authentication, AuthenticationToken):
@@ -183,6 +203,10 @@ class _BaseClient:
         if retry_unavailable_s < 0:
             raise ValueError("retry_unavailable_s is 0 (never retry a 503) or more seconds")
         self.service_url = url
+        self.service_urls = urls
+        self._service_index = 0
+        # Where each topic's requests go (its owner, learnt from a redirect), by "t/n/topic".
+        self._owners: dict[str, str] = {}
         self.timeout = float(timeout)
         self._authentication = authentication
         self.retry_unavailable_s = float(retry_unavailable_s)
@@ -195,14 +219,19 @@ class _BaseClient:
             raise AlreadyClosed("the client is closed")
 
     def _build(self, http: httpx.Client | httpx.AsyncClient, call: _Call) -> httpx.Request:
-        """The one place a request is built."""
+        """The one place a request is built: to the topic's owner when one is known, else to
+        the service URL (the token goes with it either way)."""
         has_body = call.body is not None
         headers = {"Content-Type": "application/json"} if has_body else {}
         if self._authentication is not None:
             headers["Authorization"] = self._authentication.header()
+        key = _topic_key(call.path)
+        base = self._owners.get(key) if key is not None else None
+        if base is None:
+            base = self.service_urls[self._service_index]
         return http.build_request(
             call.method,
-            call.path,
+            call.path if base == self.service_url else base + call.path,
             params=dict(call.params) if call.params else None,
             # orjson: a batch of a thousand messages encodes several times faster than with json.
             content=orjson.dumps(call.body) if has_body else None,
@@ -216,6 +245,38 @@ class _BaseClient:
             return False
         self._authentication.renew()
         return True
+
+    def _follow(self, response: httpx.Response, call: _Call, hops: int) -> bool:
+        """Whether to send the request again after a redirect to the topic's owner (and
+        remember the owner); a 503 forgets the owner, so that the retry looks the topic up."""
+        key = _topic_key(call.path)
+        if response.status_code == 503 and key is not None:
+            self._owners.pop(key, None)
+            return False
+        if response.status_code not in (307, 308):
+            return False
+        location = response.headers.get("location", "")
+        target = httpx.URL(location)
+        if key is None or not target.scheme or not target.host or hops >= _MAX_REDIRECTS:
+            return False
+        self._owners[key] = f"{target.scheme}://{target.netloc.decode('ascii')}"
+        return True
+
+    def _unreachable(self, call: _Call, attempt: int, started: float) -> float | None:
+        """Seconds to wait before trying elsewhere after an instance could not be reached (the
+        request never left), or None to raise: the topic's remembered owner is forgotten, or
+        the next service URL is tried."""
+        key = _topic_key(call.path)
+        if key is not None and self._owners.pop(key, None) is not None:
+            pass
+        elif len(self.service_urls) > 1:
+            self._service_index = (self._service_index + 1) % len(self.service_urls)
+        else:
+            return None
+        delay = min(_RETRY_MAX_S, _RETRY_FIRST_S * 2.0**attempt) * (1 + random.random() / 4)
+        if time.monotonic() + delay - started > self.retry_unavailable_s:
+            return None
+        return delay
 
     def _retry_delay(self, response: httpx.Response, attempt: int, started: float) -> float | None:
         """Seconds to wait before sending a request again that was answered ``response``, or

@@ -104,6 +104,13 @@ class _TopicsBase(Generic[_C]):
     def _op_get(self, topic: str, what: str) -> _Op[dict[str, Any]]:
         return dict((yield _Call("GET", f"{_Topic.parse(topic).admin}/{what}")))
 
+    def _op_lookup(self, topic: str) -> _Op[str]:
+        t = _Topic.parse(topic)
+        body = yield _Call("GET", f"/lookup/v2/topic/persistent/{t._parts}")
+        url = str(body["httpUrl"]).rstrip("/")
+        self._client._owners[t._parts] = url
+        return url
+
     def _op_compact(self, topic: str) -> _Op[None]:
         yield _Call("PUT", f"{_Topic.parse(topic).admin}/compaction")
 
@@ -194,6 +201,11 @@ class TopicsAdmin(_TopicsBase["Client"]):
     def list(self, namespace: str) -> list[str]:
         """The full names of the topics in ``"tenant/namespace"``."""
         return self._client._run(self._op_list(namespace))
+
+    def lookup(self, topic: str) -> str:
+        """The URL of the instance that serves the topic (Pulsar's lookup); later requests
+        for the topic go there."""
+        return self._client._run(self._op_lookup(topic))
 
     def stats(self, topic: str) -> dict[str, Any]:
         """Counters and, per subscription, backlog and consumers: the server's JSON."""
@@ -308,6 +320,9 @@ class AsyncTopicsAdmin(_TopicsBase["AsyncClient"]):
 
     async def list(self, namespace: str) -> list[str]:
         return await self._client._run(self._op_list(namespace))
+
+    async def lookup(self, topic: str) -> str:
+        return await self._client._run(self._op_lookup(topic))
 
     async def stats(self, topic: str) -> dict[str, Any]:
         return await self._client._run(self._op_get(topic, "stats"))

@@ -18,6 +18,7 @@ from api.client._core import (
     _BaseClient,
     _decode,
     _Effect,
+    _never_sent,
     _Op,
     _Sleep,
     _Topic,
@@ -26,7 +27,7 @@ from api.client._core import (
 from api.client.admin import AsyncAdmin
 from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import AsyncConsumer
-from api.client.errors import ClientError
+from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
 from api.client.producer import AsyncProducer
 from api.client.reader import AsyncReader
@@ -66,11 +67,26 @@ class AsyncClient(_BaseClient):
         request = self._build(self._http, effect)
         started = time.monotonic()
         renewed = False
+        hops = failures = 0
         for attempt in itertools.count():
-            with _transport_errors(request):
-                response = await self._http.send(request)
+            try:
+                with _transport_errors(request):
+                    response = await self._http.send(request)
+            except TransportError as e:
+                wait = self._unreachable(effect, failures, started) if _never_sent(e) else None
+                if wait is None:
+                    raise
+                failures += 1
+                await asyncio.sleep(wait)
+                request = self._build(self._http, effect)
+                continue
             if not renewed and self._renew_after(response):
                 renewed = True  # a token read anew, once
+                await response.aclose()
+                request = self._build(self._http, effect)
+                continue
+            if self._follow(response, effect, hops):
+                hops += 1
                 await response.aclose()
                 request = self._build(self._http, effect)
                 continue
@@ -79,6 +95,7 @@ class AsyncClient(_BaseClient):
                 break
             await response.aclose()
             await asyncio.sleep(delay)
+            request = self._build(self._http, effect)
         return _decode(response)
 
     async def _run(self, op: _Op[T]) -> T:

@@ -16,6 +16,7 @@ from api.client._core import (
     _BaseClient,
     _decode,
     _Effect,
+    _never_sent,
     _Op,
     _Sleep,
     _Topic,
@@ -24,7 +25,7 @@ from api.client._core import (
 from api.client.admin import Admin
 from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import Consumer
-from api.client.errors import ClientError
+from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
 from api.client.producer import Producer
 from api.client.reader import Reader
@@ -71,11 +72,26 @@ class Client(_BaseClient):
         request = self._build(self._http, effect)
         started = time.monotonic()
         renewed = False
+        hops = failures = 0
         for attempt in itertools.count():
-            with _transport_errors(request):
-                response = self._http.send(request)
+            try:
+                with _transport_errors(request):
+                    response = self._http.send(request)
+            except TransportError as e:
+                wait = self._unreachable(effect, failures, started) if _never_sent(e) else None
+                if wait is None:
+                    raise
+                failures += 1
+                time.sleep(wait)
+                request = self._build(self._http, effect)
+                continue
             if not renewed and self._renew_after(response):
                 renewed = True  # a token read anew, once
+                response.close()
+                request = self._build(self._http, effect)
+                continue
+            if self._follow(response, effect, hops):
+                hops += 1
                 response.close()
                 request = self._build(self._http, effect)
                 continue
@@ -84,6 +100,7 @@ class Client(_BaseClient):
                 break
             response.close()
             time.sleep(delay)
+            request = self._build(self._http, effect)
         return _decode(response)
 
     def _run(self, op: _Op[T]) -> T:

@@ -9,6 +9,8 @@ Sections (``--only`` takes a comma-separated subset; default all):
   plus a PNG plot next to the output file.
 - ``big``: 50M/5M, the project only, once (not in quick mode).
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
+- ``instances``: several ``compactor serve`` on one PostgreSQL (``.ci/postgres``): produce
+  throughput through two instances against one, and the takeover time after kill -9 of an owner.
 - ``cluster``: the project's compactor on a two-Worker Spark standalone cluster started from
   the pyspark wheel against ``local[*]``, on the main workload (full and incremental rounds).
 - ``scrape``: produce and consume on one server in blocks without and with a scraper of
@@ -40,7 +42,17 @@ from tests.benchmarks.runner import IncrementalResult, SizeResult, log
 from tests.benchmarks.serving import ServingResult
 from tests.benchmarks.workload import WorkloadSpec
 
-SECTIONS = ("compaction", "incremental", "scale", "big", "serving", "cluster", "scrape", "soak")
+SECTIONS = (
+    "compaction",
+    "incremental",
+    "scale",
+    "big",
+    "serving",
+    "instances",
+    "cluster",
+    "scrape",
+    "soak",
+)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MAIN = WorkloadSpec(5_000_000, 500_000)
@@ -209,6 +221,16 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"serving benchmark failed: {type(e).__name__}: {e}")
+        if "instances" in args.sections:
+            from tests.benchmarks.instances import InstancesBench, InstancesParams, instances_table
+
+            log("instances: several `compactor serve` on PostgreSQL")
+            try:
+                iparams = InstancesParams.quick() if args.quick else InstancesParams(runs=args.runs)
+                emit(instances_table(InstancesBench(work_dir, iparams, log=log).run()), tables)
+            except Exception as e:
+                traceback.print_exc()
+                failures.append(f"instances benchmark failed: {type(e).__name__}: {e}")
         if "scrape" in args.sections:
             emit(run_scrape_pairs(args, work_dir), tables)
         if "soak" in args.sections:
