@@ -6,6 +6,7 @@
     compactor topics produce public/default/orders -k a -m v1 -n 3
     compactor topics compact public/default/orders --wait
     compactor topics consume public/default/orders -s sub --read-compacted --initial-position earliest -n 0
+    compactor topics consume public/default/orders -s workers --subscription-type Shared -n 0
     compactor topics stats public/default/orders
 
 The service is ``--url`` (before or after the command), else ``$COMPACTOR_URL``, else
@@ -67,6 +68,15 @@ WaitTimeoutOpt = Annotated[float, typer.Option("--timeout", help="Give up waitin
 class InitialPosition(StrEnum):
     earliest = "earliest"
     latest = "latest"
+
+
+class SubscriptionType(StrEnum):
+    """Pulsar's names, as ``pulsar-client consume --subscription-type`` takes them."""
+
+    Exclusive = "Exclusive"
+    Failover = "Failover"
+    Shared = "Shared"
+    Key_Shared = "Key_Shared"
 
 
 @dataclass(frozen=True)
@@ -371,6 +381,16 @@ def consume(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Stop when no message came for this many seconds.")
     ] = None,
+    subscription_type: Annotated[
+        SubscriptionType,
+        typer.Option("--subscription-type", "-t", help="Pulsar's subscription type of this consumer."),
+    ] = SubscriptionType.Exclusive,
+    consumer_name: Annotated[
+        str | None, typer.Option("--consumer-name", help="The consumer's name (Failover orders by it).")
+    ] = None,
+    priority_level: Annotated[
+        int, typer.Option("--priority-level", min=0, help="Failover: lower is chosen active first.")
+    ] = 0,
     url: UrlOpt = None,
     auth_token: AuthTokenOpt = None,
 ) -> None:
@@ -384,6 +404,9 @@ def consume(
             read_compacted=read_compacted,
             initial_position=initial_position.value,
             receiver_queue_size=min(num_messages or 100, 100),
+            subscription_type=subscription_type.value,
+            consumer_name=consumer_name,
+            priority_level=priority_level,
         )
         try:
             while num_messages == 0 or received < num_messages:

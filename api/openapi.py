@@ -264,9 +264,10 @@ def _hoist_defs(node: Any, schemas: dict[str, Any]) -> None:
 
 def _patch_properties(schemas: dict[str, Any]) -> None:
     """Patterns the models leave to the code that reads them: message ids and base64 values."""
-    ack = schemas.get("AckRequest")
-    if ack:
-        ack["properties"]["messageIds"]["items"] = {"type": "string", "pattern": MESSAGE_ID_PATTERN}
+    for shape in ("AckRequest", "NegativeAckRequest"):
+        ack = schemas.get(shape)
+        if ack:
+            ack["properties"]["messageIds"]["items"] = {"type": "string", "pattern": MESSAGE_ID_PATTERN}
     reset = schemas.get("ResetCursor")
     if reset:
         reset["properties"]["messageId"] = _POSITION

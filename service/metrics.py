@@ -191,7 +191,7 @@ class TopicCollector(Collector):
             subscriptions = list(topic.subscriptions.values())
             for sub in subscriptions:
                 n, _ = _subscription_backlog(topic, sub)
-                has_consumer = 1 if sub.consumer is not None else 0
+                has_consumer = sub.consumer_count()
                 total_backlog += n
                 attached += has_consumer
                 sub_backlog.add_metric([*lv, sub.name], n)

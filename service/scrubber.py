@@ -206,7 +206,16 @@ class Scrubber:
     ) -> None:
         path = paths.sealed_path(topic.ledger.root, info.ledger_id)
         try:
-            if info.checksum is None:
+            if info.damage_accepted:
+                # The damaged file stays as evidence; what reads and compactions use now is the
+                # verified copy of its intact rows.
+                path = paths.salvage_path(topic.ledger.root, info.ledger_id)
+                with self.db.session() as s:
+                    row = s.get(models.Ledger, info.ledger_id)
+                    expected = row.salvage_checksum if row is not None else None
+                if expected is not None:
+                    verify_file(path, expected, throttle=throttle)
+            elif info.checksum is None:
                 self._decode_all(path, info.ledger_id)  # written before checksums
                 topic.ledger.record_checksum(info.ledger_id, file_checksum(path, throttle=throttle))
                 report.checksums_recorded += 1
@@ -222,24 +231,21 @@ class Scrubber:
                             "recorded checksum itself may be what is damaged",
                         ) from e
                     raise
-            if info.damage_accepted:
-                salvage = paths.salvage_path(topic.ledger.root, info.ledger_id)
-                with self.db.session() as s:
-                    row = s.get(models.Ledger, info.ledger_id)
-                    expected = row.salvage_checksum if row is not None else None
-                if expected is not None:
-                    verify_file(salvage, expected, throttle=throttle)
-                    report.bytes_checked += salvage.stat().st_size
-                    report.files_checked += 1
         except IntegrityError as e:
-            if info.damage is None and self.metrics is not None:
+            if self.metrics is not None and (info.damage is None or info.damage_accepted):
                 self.metrics.integrity.damage_found("original", e.check)
-            damaged = topic.ledger.damaged(info.ledger_id, e)
-            report.findings.append(damaged.reason)
+            if info.damage_accepted:
+                report.findings.append(
+                    f"the copy of the intact rows of ledger {info.ledger_id} of {topic.name} is damaged: "
+                    f"{e.check} failed: {e.detail}"
+                )
+            else:
+                report.findings.append(topic.ledger.damaged(info.ledger_id, e).reason)
         else:
             self._verified(info.ledger_id)
             topic.ledger.mark_verified(info.ledger_id)
-            if info.damage is not None:  # known damaged: still damaged, whatever the file says now
+            if info.damage is not None and not info.damage_accepted:
+                # Known damaged and not accepted yet: still a finding, whatever the file says now.
                 report.findings.append(f"ledger {info.ledger_id} of {topic.name} is damaged: {info.damage}")
         report.files_checked += 1
         report.bytes_checked += path.stat().st_size if path.exists() else 0

@@ -37,7 +37,8 @@ Exceptions::
         ├── AuthorizationError   403: the role may not do this
         ├── NotFound             404: topic, subscription, consumer
         ├── Conflict             409: exists already, a compaction is running
-        │   └── ConsumerBusy     409 on attaching a consumer: the subscription has an active one
+        │   └── ConsumerBusy     409 on attaching a consumer: the subscription has an Exclusive
+        │                        one, or consumers of another subscription type
         ├── TooLarge             413: a message or a request over the server's limits
         └── Unavailable          503 after the retries: the server is out of a resource for now
 
@@ -94,7 +95,7 @@ from api.client.admin import (
 )
 from api.client.aio import AsyncClient
 from api.client.auth import AuthenticationToken
-from api.client.consumer import MAX_ACK_GROUP, AsyncConsumer, Consumer
+from api.client.consumer import MAX_ACK_GROUP, AsyncConsumer, Consumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import (
     AlreadyClosed,
     AuthenticationError,
@@ -136,6 +137,8 @@ __all__ = [
     "AsyncProducer",
     "Consumer",
     "AsyncConsumer",
+    "ConsumerType",
+    "DeadLetterPolicy",
     "Reader",
     "AsyncReader",
     "TableView",

@@ -26,7 +26,7 @@ from api.client._core import (
 )
 from api.client.admin import AsyncAdmin
 from api.client.auth import AuthenticationToken, _tls_verify
-from api.client.consumer import AsyncConsumer
+from api.client.consumer import AsyncConsumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
 from api.client.producer import AsyncProducer
@@ -137,6 +137,10 @@ class AsyncClient(_BaseClient):
         consumer_name: str | None = None,
         receiver_queue_size: int = 100,
         ack_group_time_ms: int = 100,
+        subscription_type: str = ConsumerType.Exclusive,
+        priority_level: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        dead_letter_policy: DeadLetterPolicy | None = None,
     ) -> AsyncConsumer:
         """See ``Client.subscribe``."""
         self._check_open()
@@ -150,6 +154,10 @@ class AsyncClient(_BaseClient):
             consumer_name=consumer_name,
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
+            subscription_type=subscription_type,
+            priority_level=priority_level,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            dead_letter_policy=dead_letter_policy,
         )
         await self._run(consumer._op_open())
         self._children.add(consumer)

@@ -8,6 +8,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from api.client._core import (
@@ -35,6 +36,34 @@ log = logging.getLogger(__name__)
 #: (Pulsar's ``maxAcknowledgmentGroupSize``).
 MAX_ACK_GROUP = 1000
 _LONG_POLL_MS = 10_000  # one receive long poll when waiting without a deadline (server cap: 30 s)
+
+
+class ConsumerType:
+    """Pulsar's subscription types (``pulsar.ConsumerType``); the values are the REST API's
+    ``subscriptionType``. ``subscribe(..., subscription_type=...)`` takes either."""
+
+    Exclusive = "Exclusive"
+    Failover = "Failover"
+    Shared = "Shared"
+    KeyShared = "Key_Shared"
+
+
+_SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    """Pulsar's ``ConsumerDeadLetterPolicy``: a message redelivered ``max_redeliver_count``
+    times is, at its next redelivery, written to ``dead_letter_topic`` (default
+    ``{topic}-{subscription}-DLQ``, in the topic's namespace) and acknowledged here. The
+    server does it; Shared and Key_Shared subscriptions only."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_redeliver_count < 1:
+            raise ValueError("max_redeliver_count is at least 1")
 
 
 class _AckGroup:
@@ -86,8 +115,16 @@ class _ConsumerBase(_Child[_C]):
         consumer_name: str | None,
         receiver_queue_size: int,
         ack_group_time_ms: int,
+        subscription_type: str = "Exclusive",
+        priority_level: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        dead_letter_policy: DeadLetterPolicy | None = None,
     ) -> None:
         super().__init__(client, topic)
+        if subscription_type not in _SUBSCRIPTION_TYPES:
+            raise ValueError(f"subscription_type is one of {', '.join(_SUBSCRIPTION_TYPES)}")
+        if negative_ack_redelivery_delay_ms < 0:
+            raise ValueError("negative_ack_redelivery_delay_ms is 0 or more")
         if subscription == COMPACTION_SUBSCRIPTION:
             raise ValueError(f"{COMPACTION_SUBSCRIPTION!r} is the compactor's cursor, not a subscription")
         if receiver_queue_size < 1:
@@ -107,6 +144,10 @@ class _ConsumerBase(_Child[_C]):
         self._queue: deque[Message] = deque()
         self._ack_group_s = ack_group_time_ms / 1000
         self._acks = _AckGroup()
+        self._subscription_type = subscription_type
+        self._priority_level = priority_level
+        self._nack_delay_ms = int(negative_ack_redelivery_delay_ms)
+        self._dead_letter_policy = dead_letter_policy
 
     def subscription_name(self) -> str:
         return self._subscription
@@ -125,6 +166,10 @@ class _ConsumerBase(_Child[_C]):
         Pulsar: another consumer of the same subscription may read the whole log)."""
         return self._read_compacted
 
+    @property
+    def subscription_type(self) -> str:
+        return self._subscription_type
+
     def _op_open(self) -> _Op[None]:
         # 409: it exists; attach to it as it is, as Pulsar's subscribe does.
         with contextlib.suppress(Conflict):
@@ -135,6 +180,17 @@ class _ConsumerBase(_Child[_C]):
         body: dict[str, Any] = {"ackTimeoutMs": self._ack_timeout_ms, "readCompacted": self._read_compacted}
         if self._consumer_name is not None:
             body["consumerName"] = self._consumer_name
+        if self._subscription_type != "Exclusive":
+            body["subscriptionType"] = self._subscription_type
+            body["priorityLevel"] = self._priority_level
+            body["negativeAckRedeliveryDelayMs"] = self._nack_delay_ms
+        elif self._nack_delay_ms != 60_000:
+            body["negativeAckRedeliveryDelayMs"] = self._nack_delay_ms
+        if self._dead_letter_policy is not None:
+            policy = self._dead_letter_policy
+            body["deadLetterPolicy"] = {"maxRedeliverCount": policy.max_redeliver_count}
+            if policy.dead_letter_topic is not None:
+                body["deadLetterPolicy"]["deadLetterTopic"] = policy.dead_letter_topic
         try:
             reply = yield _Call("POST", self._consumers, body=body)
         except Conflict as e:
@@ -211,6 +267,8 @@ class _ConsumerBase(_Child[_C]):
 
     def _op_ack(self, ids: Iterable[MessageIdLike | Message], cumulative: bool) -> _Op[None]:
         self._check_open()
+        if cumulative and self._subscription_type in ("Shared", "Key_Shared"):
+            raise ValueError("Cannot use cumulative acks on a non-exclusive/non-failover subscription")
         wanted = [_as_id(i) for i in ids]
         if not wanted:
             return
@@ -248,6 +306,15 @@ class _ConsumerBase(_Child[_C]):
                 return
             for one in ids:  # the server refuses a request whole: find the ids it takes
                 yield from self._op_send_acks([one], cumulative)
+
+    def _op_negative_ack(self, ids: Iterable[MessageIdLike | Message]) -> _Op[None]:
+        self._check_open()
+        wire = [str(_as_id(i)) for i in ids]
+        if not wire:
+            return
+        # The server holds them for the delay, then delivers them again (Shared, Key_Shared:
+        # these messages; Exclusive, Failover: every unacknowledged one, as Pulsar's client).
+        yield from self._op_call("negativeAcks", {"messageIds": wire})
 
     def _op_redeliver(self) -> _Op[None]:
         self._check_open()
@@ -314,8 +381,18 @@ class Consumer(_ConsumerBase["Client"]):
         self._client._run(self._op_ack(messages, cumulative=False))
 
     def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:
-        """Acknowledge this message and every message before it."""
+        """Acknowledge this message and every message before it (Exclusive and Failover)."""
         self._client._run(self._op_ack([message], cumulative=True))
+
+    def negative_acknowledge(self, message: Message | MessageIdLike) -> None:
+        """This message could not be processed: have it delivered again after the consumer's
+        ``negative_ack_redelivery_delay_ms`` (on Exclusive and Failover subscriptions, as in
+        Pulsar, every unacknowledged message is then delivered again, in order)."""
+        self._client._run(self._op_negative_ack([message]))
+
+    def negative_acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
+        """Negatively acknowledge several messages in one request (not in Pulsar's API)."""
+        self._client._run(self._op_negative_ack(messages))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Have every delivered, unacknowledged message delivered again (and drop the local
@@ -370,6 +447,12 @@ class AsyncConsumer(_ConsumerBase["AsyncClient"]):
 
     async def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:
         await self._client._run(self._op_ack([message], cumulative=True))
+
+    async def negative_acknowledge(self, message: Message | MessageIdLike) -> None:
+        await self._client._run(self._op_negative_ack([message]))
+
+    async def negative_acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
+        await self._client._run(self._op_negative_ack(messages))
 
     async def redeliver_unacknowledged_messages(self) -> None:
         await self._client._run(self._op_redeliver())

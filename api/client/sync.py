@@ -24,7 +24,7 @@ from api.client._core import (
 )
 from api.client.admin import Admin
 from api.client.auth import AuthenticationToken, _tls_verify
-from api.client.consumer import Consumer
+from api.client.consumer import Consumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
 from api.client.producer import Producer
@@ -144,6 +144,10 @@ class Client(_BaseClient):
         consumer_name: str | None = None,
         receiver_queue_size: int = 100,
         ack_group_time_ms: int = 100,
+        subscription_type: str = ConsumerType.Exclusive,
+        priority_level: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        dead_letter_policy: DeadLetterPolicy | None = None,
     ) -> Consumer:
         """Create the subscription if it does not exist (at ``initial_position``), then attach
         this consumer to it. With ``read_compacted`` the consumer reads the compacted topic up
@@ -151,8 +155,16 @@ class Client(_BaseClient):
         consumer's choice, as in Pulsar: the subscription holds only the position and the
         acknowledgements, shared by consumers of either kind.
 
-        Subscriptions are exclusive: ``ConsumerBusy`` if another consumer is attached.
-        ``ack_timeout_ms`` > 0 has the server redeliver messages left unacknowledged that long.
+        ``subscription_type`` is Pulsar's (``ConsumerType.Exclusive``, the default, ``Failover``,
+        ``Shared``, ``KeyShared``, or the names ``"Key_Shared"`` etc.); the first consumer fixes
+        the subscription's type. ``ConsumerBusy`` for a second Exclusive consumer, or one of
+        another type than the consumers attached. Failover: the active consumer is the first by
+        ``priority_level`` (lower first), then ``consumer_name``. ``read_compacted`` only on
+        Exclusive and Failover (``BadRequest`` otherwise, as Pulsar), and cumulative acks only
+        there (``ValueError``). ``ack_timeout_ms`` > 0 has the server redeliver messages left
+        unacknowledged that long. ``negative_acknowledge`` has a message delivered again after
+        ``negative_ack_redelivery_delay_ms`` (Pulsar's default, 60 s); ``dead_letter_policy``
+        (Shared, Key_Shared) moves a message redelivered too often to a dead letter topic.
 
         Acknowledgements are grouped, as Pulsar's ``acknowledgmentGroupTime``: an acknowledge
         call returns at once, and what was acknowledged is sent at the next call of the
@@ -173,6 +185,10 @@ class Client(_BaseClient):
             consumer_name=consumer_name,
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
+            subscription_type=subscription_type,
+            priority_level=priority_level,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            dead_letter_policy=dead_letter_policy,
         )
         self._run(consumer._op_open())
         self._children.add(consumer)

@@ -11,6 +11,7 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
 - ``instances``: several ``compactor serve`` on one PostgreSQL (``.ci/postgres``): produce
   throughput through two instances against one, and the takeover time after kill -9 of an owner.
+- ``shared``: consume throughput of 4 Shared consumers against 1 Exclusive, on a real server.
 - ``cluster``: the project's compactor on a two-Worker Spark standalone cluster started from
   the pyspark wheel against ``local[*]``, on the main workload (full and incremental rounds).
 - ``scrape``: produce and consume on one server in blocks without and with a scraper of
@@ -49,6 +50,7 @@ SECTIONS = (
     "big",
     "serving",
     "instances",
+    "shared",
     "cluster",
     "scrape",
     "soak",
@@ -231,6 +233,18 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"instances benchmark failed: {type(e).__name__}: {e}")
+        if "shared" in args.sections:
+            from tests.benchmarks.shared import SharedBench, SharedParams, shared_table
+
+            log("shared: starting `compactor serve`")
+            try:
+                shared_params = SharedParams(runs=args.runs)
+                if args.quick:
+                    shared_params = SharedParams.quick(runs=args.runs)
+                emit(shared_table(SharedBench(work_dir, shared_params, log=log).run()), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"shared benchmark failed: {type(e).__name__}: {e}")
         if "scrape" in args.sections:
             emit(run_scrape_pairs(args, work_dir), tables)
         if "soak" in args.sections:

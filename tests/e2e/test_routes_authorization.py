@@ -81,6 +81,10 @@ BODIES: dict[tuple[str, str], Any] = {
         "POST",
         "/topics/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/consumers/{consumer_id}/seek",
     ): {"messageId": "earliest"},
+    (
+        "POST",
+        "/topics/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/consumers/{consumer_id}/negativeAcks",
+    ): {"messageIds": ["1:0"]},
 }
 
 

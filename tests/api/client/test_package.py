@@ -60,6 +60,8 @@ BEFORE = [
     "MessageLike",
     "ProgressCallback",
     "TableListener",
+    "ConsumerType",
+    "DeadLetterPolicy",
 ]
 
 
