@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonDict
 
 from api.deps import CanConsume, TopicDep
 from api.openapi import DAMAGE_RESPONSES
@@ -38,8 +39,23 @@ class DeadLetterPolicyBody(BaseModel):
     deadLetterTopic: Annotated[str | None, Field(min_length=1, max_length=400)] = None
 
 
+_MULTI: JsonDict = {
+    "properties": {"subscriptionType": {"enum": ["Shared", "Key_Shared"]}},
+    "required": ["subscriptionType"],
+}
+# Pulsar's two rules across fields, in the published schema too (a request that breaks them is
+# invalid, not a valid one refused): readCompacted is for Exclusive and Failover only, a dead
+# letter policy for Shared and Key_Shared only. The route answers 400 with Pulsar's reason.
+_ATTACH_RULES: JsonDict = {
+    "allOf": [
+        {"if": _MULTI, "then": {"properties": {"readCompacted": {"const": False}}}},
+        {"if": {"not": _MULTI}, "then": {"properties": {"deadLetterPolicy": {"type": "null"}}}},
+    ]
+}
+
+
 class AttachRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_ATTACH_RULES)
 
     consumerName: Annotated[str | None, Field(max_length=256)] = None
     ackTimeoutMs: Annotated[int, Field(ge=0, le=_MAX_MS)] = 0

@@ -172,13 +172,18 @@ class InstancesBench:
         owner.kill()
         killed = time.monotonic()
         body = {"messages": [{"key": "probe", "value": "cA=="}]}
+        seen: dict[int, int] = {}
         try:
             while True:
                 r = httpx.post(f"{survivor.url}/topics/persistent/{topic}", json=body, timeout=60)
                 if r.status_code == 200:
                     return time.monotonic() - killed
+                seen[r.status_code] = seen.get(r.status_code, 0) + 1
                 if time.monotonic() - killed > 120:
-                    raise RuntimeError("the survivor never took the topic over")
+                    raise RuntimeError(
+                        f"the survivor never took the topic over; answers {seen}, last {r.text[:300]}; "
+                        f"its log: {survivor.log}"
+                    )
                 time.sleep(0.02)
         finally:
             stop.set()
