@@ -32,10 +32,11 @@ from api.routes import (
     tenants,
     topics,
 )
+from migrations import upgrade
 from service.authorization import Authorizer
 from service.compaction import CompactionService
 from service.cursors import SubscriptionService
-from service.db import Database, upgrade
+from service.db import Database
 from service.engine import SparkEngine
 from service.instances import InstanceRegistry
 from service.metrics import ServiceMetrics

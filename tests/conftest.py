@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from service.db import Database, upgrade
+from migrations import upgrade
+from service.db import Database
 from service.settings import Settings
 from service.topics import Broker
 from tests.server import ServerProcess, fresh_database_url

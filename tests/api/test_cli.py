@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from api.client import Client
-from service.cli import app
+from api.main import app
 from tests.conftest import Server
 from tests.server import free_port
 

@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
+from api.main import app as cli_app
 from ledger.schema import ARROW_SCHEMA
-from service.cli import app as cli_app
 from tests.conftest import Server
 
 pytestmark = pytest.mark.e2e

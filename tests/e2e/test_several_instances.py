@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.client import AuthenticationToken, Client, ClientError, Conflict, MessageId
-from service.cli import app
+from api.main import app
 from tests.conftest import Server
 from tests.server import POSTGRES_ENV, ServerProcess, fresh_database_url
 
