@@ -45,8 +45,10 @@ class InstanceRegistry:
         return self._id
 
     def register(self) -> int:
+        """Add this process's row (and drop the rows of instances long gone: every start adds one)."""
         with self.db.session() as s:
             now = db_now_ms(s)
+            self.forget_dead(s, now)
             row = models.Instance(url=self.url, started_at=now, heartbeat_at=now)
             s.add(row)
             s.flush()
