@@ -8,6 +8,7 @@ so that every redirect in these tests also shows the token reaching the owner.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 import threading
@@ -198,6 +199,25 @@ def test_kill_9_of_the_owner_another_instance_serves_within_two_leases(cluster: 
     acked: list[tuple[str, bytes]] = []
     stop = threading.Event()
     errors: list[BaseException] = []
+    received: set[str] = set()
+    consuming = threading.Event()
+    done_consuming = threading.Event()
+
+    def consume() -> None:
+        # Through the survivor too: after the takeover the new owner does not know the consumer
+        # (404), and the client attaches again, as a Pulsar client reconnects; what was not
+        # acknowledged is delivered again (at least once).
+        with cluster.client(survivor) as c:
+            consumer = c.subscribe(topic, "while-taken-over", initial_position="earliest")
+            consuming.set()
+            while not done_consuming.is_set():
+                try:
+                    msg = consumer.receive(timeout_millis=500)
+                except ClientError:
+                    continue
+                received.add(str(msg.message_id()))
+                with contextlib.suppress(ClientError):
+                    consumer.acknowledge(msg)
 
     def produce(i: int) -> None:
         # Through the survivor: redirected to the owner, then back when the owner is gone.
@@ -212,6 +232,9 @@ def test_kill_9_of_the_owner_another_instance_serves_within_two_leases(cluster: 
                 except ClientError as e:
                     errors.append(e)  # not acknowledged: sent again (at least once)
 
+    reading = threading.Thread(target=consume)
+    reading.start()
+    assert consuming.wait(60)
     threads = [threading.Thread(target=produce, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
@@ -244,6 +267,14 @@ def test_kill_9_of_the_owner_another_instance_serves_within_two_leases(cluster: 
         stored = dict(_read_all(c, topic))
     lost = [(mid, v) for mid, v in acked if stored.get(mid) != v]
     assert not lost, f"{len(lost)} acknowledged messages lost or changed, e.g. {lost[:3]}"
+    # The consumer went on across the takeover: every acknowledged message reached it.
+    deadline = time.monotonic() + 60
+    while not {mid for mid, _ in acked} <= received and time.monotonic() < deadline:
+        time.sleep(0.1)
+    done_consuming.set()
+    reading.join()
+    missed = {mid for mid, _ in acked} - received
+    assert not missed, f"the consumer never received {len(missed)} acknowledged messages"
 
 
 def test_a_paused_owner_cannot_acknowledge_after_its_lease_moved(cluster: Cluster) -> None:
