@@ -32,6 +32,7 @@ thousands, and this bookkeeping ran on every one of them.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -57,7 +58,7 @@ from service.dispatchers import (
     Dispatcher,
     read_positions,
 )
-from service.errors import Conflict, InvalidInput, NotFound
+from service.errors import Conflict, InvalidInput, NotFound, NotOwner, TooLarge, Unavailable
 from service.names import TopicName
 from service.negative_acks import DEFAULT_DELAY_MS, NegativeAcks
 from service.topics import EARLIEST, LATEST, Broker, ManagedTopic
@@ -69,6 +70,8 @@ MAX_WAIT_MS = 30_000
 # A receive that waits on a subscription with several consumers looks again this often: what
 # it waits for may come from another consumer (a close, an ack, a redelivery), not the log.
 _SHARED_POLL_S = 0.05
+
+log = logging.getLogger(__name__)
 
 
 def before(pos: Position) -> Position:
@@ -576,7 +579,20 @@ class SubscriptionService:
         if policy is not None and dispatcher.replay:
             over = dispatcher.over_redelivered(state, policy.max_redeliver_count, 1000)
             if over:
-                self._dead_letter(state, dispatcher, policy, over)
+                try:
+                    self._dead_letter(state, dispatcher, policy, over)
+                except (NotOwner, Unavailable, TooLarge) as e:
+                    # The dead letter topic cannot take them now (another instance owns it, it
+                    # pushes back, or a record outgrew the size limit): they stay waiting for
+                    # redelivery and go there at a later receive. This consumer's receive must
+                    # not fail, nor be redirected, for the dead letter topic's sake.
+                    log.warning(
+                        "dead letters of %s/%s not written to %s yet: %s",
+                        state.topic.name,
+                        state.name,
+                        policy.topic,
+                        e,
+                    )
         entries, counts = dispatcher.deliver(state, consumer.consumer_id, min(limit, room))
         if entries:
             if consumer.ack_timeout_ms:

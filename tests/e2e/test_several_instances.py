@@ -20,7 +20,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from api.client import AuthenticationToken, Client, ClientError, Conflict, MessageId
+from api.client import AuthenticationToken, Client, ClientError, Conflict, DeadLetterPolicy, MessageId
 from api.main import app
 from tests.conftest import Server
 from tests.server import POSTGRES_ENV, ServerProcess, fresh_database_url
@@ -352,6 +352,33 @@ def test_two_instances_racing_to_compact_get_one_204_and_one_409(cluster: Cluste
         assert c.admin.topics.wait_for_compaction(topic, timeout=300).status == "SUCCESS"
     with cluster.client(a) as c:
         assert c.admin.topics.compaction_status(topic).status == "SUCCESS"
+
+
+def test_a_dead_letter_topic_owned_by_another_instance_does_not_break_receiving(cluster: Cluster) -> None:
+    a, b = cluster.start(2)
+    topic, dlq = f"{NS}/dlq-source", f"{NS}/dlq-source-work-DLQ"
+    with cluster.client(a) as c:
+        c.admin.topics.create(topic)
+        c.admin.topics.create(dlq)  # new topics go to the instance with fewer: the other one
+    assert _owner(a, topic) != _owner(a, dlq)
+    with cluster.client(a, b) as c:
+        c.create_producer(topic).send(b"poison", key="k")
+        consumer = c.subscribe(
+            topic,
+            "work",
+            initial_position="earliest",
+            subscription_type="Shared",
+            negative_ack_redelivery_delay_ms=50,
+            dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
+        )
+        # Delivered, redelivered once, then due for the dead letter topic, which this instance
+        # cannot write: the receive still answers (no redirect to the other instance, no error)
+        # and the message waits to be delivered again; nothing is lost.
+        for _ in range(4):
+            msg = consumer.receive(timeout_millis=10_000)
+            assert msg.value() == b"poison"
+            consumer.negative_acknowledge(msg)
+        consumer.close()
 
 
 def test_a_second_instance_on_one_sqlite_store_is_refused(tmp_path: Path) -> None:
