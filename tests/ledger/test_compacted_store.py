@@ -106,7 +106,7 @@ def test_manifest_lists_parts_in_order_and_skips_empty_ones(tmp_path: Path) -> N
     # Written atomically (no temporary left) and readable back.
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("part-")) == [MANIFEST_NAME]
     assert Manifest.load(tmp_path) == manifest
-    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["parts"][0]["first"] == "3:0"
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["layers"][0]["parts"][0]["first"] == "3:0"
 
 
 def test_part_order_is_numeric_past_five_digits(tmp_path: Path) -> None:
@@ -236,3 +236,82 @@ def test_spark_style_nullable_schema_reads_the_same(tmp_path: Path) -> None:
     pq.write_table(entries_to_table(model).cast(nullable), tmp_path / "part-00000-s-c000.zstd.parquet")
     write_manifest(tmp_path)
     assert CompactedLedger(tmp_path).read(Position(0, 0), 100) == (model, None)
+
+
+# ------------------------------------------------------------------ layers and deletion vectors
+
+
+def make_layered(
+    root: Path, layers: list[list[list[Entry]]], dead: list[set[int]], *, row_group_size: int = 3
+) -> CompactedLedger:
+    """A ledger whose layer ``i`` is in ``compacted-{i}`` with parts ``layers[i]`` and the layer
+    rows ``dead[i]`` marked dead; the manifest goes in the last layer's directory."""
+    from ledger import deletion_vectors
+    from ledger.layers import BASE, DELTA, Deletes, Layer
+
+    out = []
+    for i, parts in enumerate(layers):
+        directory = root / f"compacted-{i + 1:020d}"
+        write_parts(directory, parts, row_group_size=row_group_size)
+        layer = write_manifest(directory).layers[0] if any(parts) else None
+        if layer is None:
+            continue
+        deletes = None
+        if dead[i]:
+            vector = deletion_vectors.empty(layer.rows)
+            vector[sorted(dead[i])] = True
+            name = f"deletes-{i:020d}.npy"
+            deletion_vectors.write(directory / name, vector)
+            deletes = Deletes(dir=directory.name, name=name, count=len(dead[i]))
+        out.append(Layer(dir=layer.dir, kind=BASE if not out else DELTA, parts=layer.parts, deletes=deletes))
+    top = root / f"compacted-{len(layers):020d}"
+    Manifest(layers=tuple(out)).write(top)
+    return CompactedLedger(top)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=3), min_size=1, max_size=4),
+    dead_seed=st.randoms(use_true_random=False),
+    row_group_size=st.integers(1, 4),
+    start=st.integers(0, 60),
+    page=st.integers(1, 9),
+)
+def test_layered_reads_skip_dead_rows_and_match_the_model(
+    sizes: list[list[int]], dead_seed, row_group_size: int, start: int, page: int
+) -> None:
+    ids = iter(range(0, 1000, 2))  # sparse, increasing across layers as rounds leave them
+    layers = [[[entry(7, next(ids)) for _ in range(n)] for n in layer] for layer in sizes]
+    dead: list[set[int]] = []
+    live: list[Entry] = []
+    for layer in layers:
+        rows = [e for part in layer for e in part]
+        gone = {r for r in range(len(rows)) if dead_seed.random() < 0.4}
+        dead.append(gone)
+        live.extend(e for r, e in enumerate(rows) if r not in gone)
+    with tempfile.TemporaryDirectory() as d:
+        ledger = make_layered(Path(d), layers, dead, row_group_size=row_group_size)
+        assert ledger.entries == len(live)
+        pos = Position(7, start)
+        assert ledger.read(pos, page) == model_read(live, pos, page)
+        assert ledger.count_from(pos) == len([e for e in live if e.position >= pos])
+        got: list[Entry] = []
+        at: Position | None = Position(0, 0)
+        while at is not None:
+            entries, at = ledger.read(at, page)
+            got.extend(entries)
+        assert got == live
+        assert ledger.first_position == (live[0].position if live else None)
+        assert ledger.last_position == (live[-1].position if live else None)
+
+
+def test_a_layered_manifest_names_every_file_it_needs(tmp_path: Path) -> None:
+    model = sparse_entries()
+    ledger = make_layered(tmp_path, [[model[:10]], [model[10:]]], [{1, 3}, set()])
+    files = ledger.manifest.files()
+    assert all((tmp_path / f).is_file() for f in files)
+    assert f"compacted-{1:020d}/deletes-{0:020d}.npy" in files
+    assert ledger.manifest.deltas == 1 and ledger.manifest.dead == 2
+    assert [e.position for e in ledger.read(Position(0, 0), 100)[0]] == [
+        e.position for i, e in enumerate(model) if i not in (1, 3)
+    ]
