@@ -121,11 +121,18 @@ class CompactionService:
             horizon = Position(cursor.mark_delete_ledger, cursor.mark_delete_entry)
         ledger_id = prop.value
         topic.view = CompactedView(
-            horizon=horizon, ledger_id=ledger_id, directory=paths.compacted_dir(topic.ledger.root, ledger_id)
+            horizon=horizon,
+            ledger_id=ledger_id,
+            directory=paths.compacted_dir(topic.ledger.root, ledger_id),
+            files=topic.layer_files,
         )
         return ledger_id
 
     def _remove_unreferenced(self, topic: ManagedTopic, referenced: int | None) -> None:
+        """Mark compacted ledgers other than ``referenced`` deleted, and remove every file under
+        the topic's ``compacted-*`` directories that the current view does not name: ledgers a
+        crash left half-built or uncommitted, and layers, deletion vectors and manifests of
+        replaced ledgers whose removal a stop interrupted."""
         with self.db.session() as s:
             for row in s.scalars(
                 select(models.Ledger).where(
@@ -136,11 +143,19 @@ class CompactionService:
             ):
                 if row.id != referenced:
                     row.state = models.DELETED
-        keep = paths.compacted_dir(topic.ledger.root, referenced).name if referenced is not None else None
+        keep = topic.view.files if topic.view is not None else set()
         for d in topic.ledger.root.glob("compacted-*"):
-            if d.name != keep:
+            if not d.is_dir() or not any(f.parent == d for f in keep):
                 log.info("removing unreferenced compacted ledger %s", d)
                 shutil.rmtree(d, ignore_errors=True)
+                continue
+            for f in d.iterdir():
+                if f not in keep:
+                    log.info("removing unreferenced compacted file %s", f)
+                    if f.is_dir():
+                        shutil.rmtree(f, ignore_errors=True)
+                    else:
+                        f.unlink(missing_ok=True)
 
     def stop(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -223,6 +238,7 @@ class CompactionService:
 
     def _run(self, topic: ManagedTopic, run_id: int) -> None:
         new_ledger_id: int | None = None
+        view: CompactedView | None = None
         started = time.monotonic()
         try:
             policy = self.policies.effective(topic.name)
@@ -249,6 +265,8 @@ class CompactionService:
                 strategy=policy.compactionStrategy or "offset",
                 delete_retention_ms=policy.deleteRetentionMs or 0,
                 now_ms=now,
+                max_deltas=self.broker.settings.compaction_max_deltas,
+                consolidation_ratio=self.broker.settings.compaction_consolidation_ratio,
             )
             compactor = self._compactor()
             compactor.fault_hook = self.fault_hook
@@ -258,7 +276,11 @@ class CompactionService:
             progress.enter(COMMIT)
             if self.fault_hook is not None:
                 self.fault_hook("before_commit")
-            view = CompactedView(horizon=horizon, ledger_id=new_ledger_id, directory=result.directory)
+            # Made before the commit (it reads the manifest), so it holds the files it shares
+            # with the previous view before that view lets them go.
+            view = CompactedView(
+                horizon=horizon, ledger_id=new_ledger_id, directory=result.directory, files=topic.layer_files
+            )
             self._commit(topic, run_id, result, previous)
         except Exception as e:
             if isinstance(e, CompactionUnavailable):
@@ -266,6 +288,8 @@ class CompactionService:
             else:
                 log.exception("compaction of %s failed", topic.name)
                 error = f"{type(e).__name__}: {e}".strip() or traceback.format_exc()
+            if view is not None:
+                view.retire()  # its own files go; the ones it shares stay with the current view
             if new_ledger_id is not None:
                 self._discard(topic, new_ledger_id)
             self._finish(run_id, ERROR, error=error)
