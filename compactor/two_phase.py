@@ -205,7 +205,16 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
     bounds: list[IdBounds | None] = []
     derive: set[Path] = set()
     rows = 0
-    for path in previous:
+    parts = manifest.parts if manifest is not None else ()
+    for path, part in zip(previous, parts, strict=True):
+        if part.keys is not None:
+            # Written by this version's part writer (the only one that writes key indexes):
+            # its flags follow today's rule, and its rows and id range are in the manifest.
+            # Entry ids always pack (a ledger holds fewer than 2**32 entries), so the range
+            # of ledger ids decides -- and a delta round opens none of the older parts.
+            rows += part.rows
+            bounds.append(IdBounds(part.first.ledger_id, part.last.ledger_id, 0, MAX_PACKED_ENTRY_ID))
+            continue
         meta = pq.read_metadata(path)
         rows += meta.num_rows
         b, legacy = _footer_facts(meta)
@@ -329,9 +338,8 @@ class TwoPhaseCompactor:
         if manifest is not None and not new_only:
             root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
             for layer in manifest.layers:
-                deletes = (
-                    str(root / layer.deletes.dir / layer.deletes.name) if layer.deletes and layer.dead else None
-                )
+                dv = layer.deletes
+                deletes = str(root / dv.dir / dv.name) if dv is not None and dv.count else None
                 for part, layer_row in zip(layer.parts, layer.part_starts(), strict=True):
                     part_path = str(root / layer.dir / part.name)
                     first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1

@@ -84,7 +84,8 @@ class CompactionService:
         self.db = broker.db
         self._compactor = compactor
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compaction")
-        # Tests inject failures at named points: "phase_one", "phase_two", "before_commit".
+        # Tests inject failures at named points: "phase_one", "phase_two", "manifest", "rename",
+        # "before_commit" (raising there fails the round), and observe "after_commit".
         self.fault_hook = fault_hook
         self._futures: dict[TopicName, Future[None]] = {}
         self._lock = threading.Lock()
@@ -296,6 +297,8 @@ class CompactionService:
             self._observe(topic, started, failed=True)
             return
         topic.view = view
+        if self.fault_hook is not None:
+            self.fault_hook("after_commit")  # tests see the files between commit and clean-up
         self._observe(topic, started, result)
         if previous is not None:
             previous.retire()
