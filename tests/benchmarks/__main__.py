@@ -5,6 +5,11 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``compaction``: full compaction of 5M messages / 500k keys (quick: 1M/100k) by the project's
   ``TwoPhaseCompactor``, DuckDB and a plain Python compactor; outputs checked equal.
 - ``incremental``: 1% more messages, compacted again on top of each first round.
+- ``layers``: layered compacted ledgers (issue 17) on the main workload: round time against the
+  dirty share (delta and consolidating rounds, plus a PNG plot), a chain of 1% rounds with
+  consolidation, and a readCompacted scan of a ledger with 5 deltas against one base.
+- ``rounds``: compaction rounds through a real ``compactor serve`` (REST trigger, then the
+  round's ``compactionRuns`` figures), full and +1%, each against the same round in process.
 - ``scale``: 1M/100k, 5M/500k, 20M/2M (quick: 200k/20k, 1M/100k), the three compactors,
   plus a PNG plot next to the output file.
 - ``big``: 50M/5M, the project only, once (not in quick mode).
@@ -39,7 +44,18 @@ from tests.benchmarks.runner import IncrementalResult, SizeResult, log
 from tests.benchmarks.serving import ServingResult
 from tests.benchmarks.workload import WorkloadSpec
 
-SECTIONS = ("compaction", "incremental", "scale", "big", "serving", "cluster", "scrape", "soak")
+SECTIONS = (
+    "compaction",
+    "incremental",
+    "layers",
+    "scale",
+    "big",
+    "serving",
+    "rounds",
+    "cluster",
+    "scrape",
+    "soak",
+)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MAIN = WorkloadSpec(5_000_000, 500_000)
@@ -130,13 +146,20 @@ def run_compaction(
         log("warming up: one small round of every compactor")
         bench.warm_up(WARM_UP)
         spec = MAIN_QUICK if args.quick else MAIN
-        if sections & {"compaction", "incremental"}:
+        if sections & {"compaction", "incremental", "layers"}:
             main, w, last = bench.full_round(spec, keep="incremental" in sections)
             done[(spec.messages, spec.keys)] = main
             emit(report.compaction_table(main, f"Full compaction: {spec.label}"), tables)
             if "incremental" in sections:
                 inc = bench.incremental(main, w, last)
                 emit(report.incremental_table(inc), tables)
+            if "layers" in sections:
+                from tests.benchmarks import layers
+
+                found = layers.run(spark, w, main.runs[project.name].median_s, runs=args.runs, log=log)
+                for table in report.layers_tables(found):
+                    emit(table, tables)
+                report.layers_plot(found, args.out.parent / "benchmarks-layers.png")
             bench.drop(w)
         if "scale" in sections:
             for s in SCALE_QUICK if args.quick else SCALE:
@@ -236,6 +259,27 @@ def main(argv: list[str] | None = None) -> int:
             main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
                 args, work_dir, tables
             )
+        if "rounds" in args.sections:
+            from compactor.spark import get_spark, stop_spark
+            from tests.benchmarks.service_rounds import InProcessReplica, ServiceRoundParams, ServiceRounds
+
+            log("rounds: starting `compactor serve` and this process's Spark")
+            try:
+                replica = InProcessReplica(get_spark(driver_memory=args.driver_memory or "8g"))
+                try:
+                    found_rounds = ServiceRounds(
+                        work_dir / "rounds",
+                        ServiceRoundParams.quick() if args.quick else ServiceRoundParams(),
+                        in_process=replica,
+                        log=log,
+                    ).run()
+                finally:
+                    replica.close()
+                    stop_spark()
+                emit(report.service_rounds_table(found_rounds), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"rounds benchmark failed: {type(e).__name__}: {e}")
         if "cluster" in args.sections:
             from tests.benchmarks import cluster
 
