@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"soak benchmark failed: {type(e).__name__}: {e}")
-        if args.sections & {"compaction", "incremental", "scale", "big"}:
+        if args.sections & {"compaction", "incremental", "layers", "scale", "big"}:
             main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
                 args, work_dir, tables
             )

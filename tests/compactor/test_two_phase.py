@@ -498,6 +498,15 @@ def test_parts_are_not_split_into_a_row_group_per_input_ledger(
     assert [m.num_row_groups for m in metas] == [1] * len(metas)
 
 
+def test_local_workers_start_with_the_compactor_imported(spark: SparkSession) -> None:
+    def loaded(_: int) -> bool:
+        import sys
+
+        return "compactor.arrow_phases" in sys.modules and "pyarrow.parquet" in sys.modules
+
+    assert spark.sparkContext.parallelize(range(4), 4).map(loaded).collect() == [True] * 4
+
+
 def test_one_session_per_process(spark: SparkSession) -> None:
     assert get_spark() is spark
     assert get_spark(master="local[1]", shuffle_partitions=99) is spark  # later arguments are ignored
@@ -519,8 +528,11 @@ def test_session_configuration_defaults() -> None:
     assert conf["spark.driver.host"] == "127.0.0.1"
     assert conf["spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"] == "false"
     assert conf["spark.python.unix.domain.socket.enabled"] == "true"  # half the cost of a job
+    # Local workers are forked with the compaction's imports done (Spark stops idle ones).
+    assert conf["spark.python.daemon.module"] == "compactor.daemon"
     cluster = spark_conf(master="spark://master:7077", extra_conf={"spark.executor.memory": "8g"})
     assert "spark.sql.shuffle.partitions" not in cluster and "spark.driver.host" not in cluster
+    assert "spark.python.daemon.module" not in cluster  # the executors lack the project's code
     assert cluster["spark.executor.memory"] == "8g"
     with pytest.raises(ValueError):
         spark_conf(shuffle_partitions=0)
