@@ -172,9 +172,14 @@ def run_compaction(
                 emit(report.compaction_table(found, f"Scale point: {s.label}"), tables)
             emit(report.scale_table(scale), tables)
         if "big" in sections:
-            big, w, _ = bench.full_round(BIG, runs=1, warmups=0, compactors=[project])
-            bench.drop(w)
+            big, w, last = bench.full_round(BIG, runs=1, warmups=0, compactors=[project], keep=True)
             emit(report.big_table(big), tables)
+            if "layers" in sections:  # and the +1% round on top of it (issue 17)
+                from tests.benchmarks import layers
+
+                seconds = layers.increment(spark, w, last[project.name].directory)
+                emit(report.big_increment_table(big, seconds), tables)
+            bench.drop(w)
     finally:
         stop_spark()
     return main, inc, big, scale, bench.labels, spark_version, driver_memory

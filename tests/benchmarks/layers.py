@@ -206,3 +206,30 @@ def run(
     for d in [*made, base.directory]:
         shutil.rmtree(d, ignore_errors=True)
     return result
+
+
+def increment(
+    spark: object, w: Workload, previous: Path, *, share: float = 0.01, runs: int = 1
+) -> list[float]:
+    """Seconds of ``runs`` delta rounds of ``share`` x ``w``'s messages on top of the compacted
+    ledger ``previous`` (``w``'s full round, horizon ``w.horizon``), each on the same base."""
+    compactor = TwoPhaseCompactor(spark)  # type: ignore[arg-type]
+    more = _more(w, max(1, int(w.messages * share)), w.ledgers[-1][0] + 1)
+    ledgers = [*w.ledgers, *more.ledgers]
+    out: list[float] = []
+    for i in range(runs):
+        job = CompactionJob(
+            topic_root=w.topic_root,
+            inputs=[p for _, p in ledgers],
+            input_ledger_ids=[n for n, _ in ledgers],
+            previous_compacted=previous,
+            previous_horizon=w.horizon,
+            horizon=more.horizon,
+            output_ledger_id=1_600_000_000 + i,
+        )
+        t0 = time.perf_counter()
+        r = compactor.compact(job)
+        out.append(time.perf_counter() - t0)
+        assert r.manifest.deltas == 1, r.manifest
+        shutil.rmtree(r.directory)
+    return out

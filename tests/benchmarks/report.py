@@ -775,6 +775,19 @@ def layers_plot(r: LayersResult, path: Path) -> Path:
     return path
 
 
+def big_increment_table(big: SizeResult, seconds: Sequence[float]) -> Table:
+    from tests.benchmarks.measure import median as med
+
+    full = big.runs[PROJECT].median_s
+    t = Table(
+        f"Big: +1% on {big.spec.label} (project, a delta round on the full round's output)",
+        ["full round s", "+1% round s", "runs (s)", "share of full"],
+    )
+    t.rows.append([f_s(full), f_s(med(list(seconds))), " / ".join(f_s(x) for x in seconds),
+                   f_pct(med(list(seconds)) / full)])
+    return t
+
+
 def service_rounds_table(r: ServiceRoundsResult) -> Table:
     p = r.params
     t = Table(
