@@ -30,6 +30,7 @@ the targets of issue 6. A size measured by one section is reused by the others.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -85,6 +86,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--warmups", type=int, default=1, help="unmeasured rounds before the runs of each size (default 1)"
     )
     p.add_argument("--scrape-pairs", type=int, default=2, help="scrape: pairs of serving runs (default 2)")
+    p.add_argument(
+        "--rounds-messages",
+        type=int,
+        default=0,
+        help="rounds: messages per topic, keys a tenth of them (default 5M; quick 1M)",
+    )
     p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the Markdown report")
     p.add_argument("--driver-memory", default="", help="Spark driver memory (default 8g; 12g with big)")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a new temp dir)")
@@ -187,7 +194,6 @@ def run_compaction(
 
 def run_scrape_pairs(args: argparse.Namespace, work_dir: Path) -> Table:
     """The serving section without and with a scraper, ``--scrape-pairs`` times, back to back."""
-    import dataclasses
 
     from tests.benchmarks.serving import ServingBench, ServingParams
 
@@ -272,9 +278,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 replica = InProcessReplica(get_spark(driver_memory=args.driver_memory or "8g"))
                 try:
+                    params = ServiceRoundParams.quick() if args.quick else ServiceRoundParams()
+                    if args.rounds_messages:
+                        n = args.rounds_messages
+                        params = dataclasses.replace(params, messages=n, keys=max(1, n // 10))
                     found_rounds = ServiceRounds(
                         work_dir / "rounds",
-                        ServiceRoundParams.quick() if args.quick else ServiceRoundParams(),
+                        params,
                         in_process=replica,
                         log=log,
                     ).run()
