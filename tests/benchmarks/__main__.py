@@ -194,7 +194,6 @@ def run_compaction(
 
 def run_scrape_pairs(args: argparse.Namespace, work_dir: Path) -> Table:
     """The serving section without and with a scraper, ``--scrape-pairs`` times, back to back."""
-
     from tests.benchmarks.serving import ServingBench, ServingParams
 
     base = ServingParams.quick(runs=args.runs) if args.quick else ServingParams(runs=args.runs)
