@@ -8,8 +8,8 @@ imports PySpark's worker, pyarrow, numpy, pandas and the compactor before its fi
 run: about half a second of CPU per worker on a quiet machine, seconds on a busy one, in
 every such round (and not in a benchmark whose rounds follow each other). Measured on the
 shared 2-core machine: a two-task job took 0.86 s warm and 12.0 s after 70 s idle with
-PySpark's daemon, 5.2 s with this one (before it imported ``pyspark.worker`` too). Imported here once, before the daemon
-forks, every worker starts with them loaded.
+PySpark's daemon, 5.2 s with this one (before it imported ``pyspark.worker`` too). Imported
+here once, before the daemon forks, every worker starts with them loaded.
 
 Used in local mode only (``compactor.spark.spark_conf``): there the workers run the service's
 own interpreter, which has the project installed. On a cluster the executors get the
