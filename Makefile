@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-postgres lint bench bench-quick install java
+.PHONY: run test test-postgres lint docs bench bench-quick install java
 
 # Spark needs Java 17 or 21: found, else installed (root on Debian/Ubuntu), else named in one
 # line -- before anything else, so a fresh machine does not fail later in every compaction.
@@ -14,7 +14,7 @@ java:
 $(STAMP): pyproject.toml | java
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test,postgres]'
+	$(VENV)/bin/pip install --quiet -e '.[server,test,postgres,docs]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -32,12 +32,18 @@ test-postgres: java $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service compactor ledger api migrations tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict api/client
+
+# The client's API reference, from its docstrings, in site/ (the test suite builds it too, strictly).
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
 
 # Benchmarks (tests/benchmarks; not part of `make test`): tables on stdout and in BENCHMARKS.md.
 bench: $(STAMP)
-	$(VENV)/bin/pip install --quiet -e '.[test,postgres,bench]'
+	$(VENV)/bin/pip install --quiet -e '.[server,test,postgres,bench]'
 	$(VENV)/bin/python -m tests.benchmarks
 
 bench-quick: $(STAMP)
-	$(VENV)/bin/pip install --quiet -e '.[test,postgres,bench]'
+	$(VENV)/bin/pip install --quiet -e '.[server,test,postgres,bench]'
 	$(VENV)/bin/python -m tests.benchmarks --quick

@@ -21,6 +21,8 @@ from api.routes import (
     dashboard,
     fallback,
     health,
+    integrity,
+    lookup,
     messages,
     metrics,
     namespaces,
@@ -30,15 +32,19 @@ from api.routes import (
     tenants,
     topics,
 )
+from migrations import upgrade
 from service.authorization import Authorizer
 from service.compaction import CompactionService
 from service.cursors import SubscriptionService
-from service.db import Database, upgrade
+from service.db import Database
 from service.engine import SparkEngine
+from service.instances import InstanceRegistry
 from service.metrics import ServiceMetrics
+from service.ownership import LeaseOwnership
 from service.policies import PolicyStore
 from service.resources import raise_descriptor_limit
 from service.scheduler import CompactionScheduler
+from service.scrubber import Scrubber
 from service.settings import Settings
 from service.tenants import TenantService
 from service.tokens import TokenVerifier, read_key
@@ -58,8 +64,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         upgrade(settings.database_url)
         db = Database(settings.database_url)
-        broker = Broker(settings=settings, db=db)
-        broker.start()
+        ownership = None
+        if settings.several_instances:
+            registry = InstanceRegistry(
+                db=db, url=settings.advertised_url, lease_ms=settings.ownership_lease_ms
+            )
+            ownership = LeaseOwnership(db=db, registry=registry, lease_ms=settings.ownership_lease_ms)
+        broker = Broker(settings=settings, db=db, ownership=ownership)
         policy_store = PolicyStore(db=db, settings=settings)
         engine = SparkEngine(settings)
         app.state.engine = engine
@@ -82,6 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         compaction.start()
         subs = SubscriptionService(broker=broker, consumer_timeout_ms=settings.consumer_timeout_ms)
         subs.start()
+        # After the services above ask to hear of each topic loaded: start() loads them.
+        broker.start()
         app.state.subscriptions = subs
         app.state.policies = policy_store
         scheduler = CompactionScheduler(
@@ -92,6 +105,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics=service_metrics,
         )
         scheduler.start()
+        scrubber = Scrubber(
+            broker=broker,
+            interval_s=settings.scrub_interval_seconds,
+            bytes_per_second=settings.scrub_bytes_per_second,
+            metrics=service_metrics,
+        )
+        scrubber.start()
+        app.state.scrubber = scrubber
         service_metrics.watch(broker)
         # Long-polling receives each hold a worker thread; allow plenty of them.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
@@ -106,6 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             service_metrics.unwatch()
+            scrubber.stop()
             scheduler.stop()
             compaction.stop()
             broker.stop()
@@ -130,12 +152,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(messages.router)
     app.include_router(admin.router)
+    app.include_router(integrity.router)
     app.include_router(subscriptions.router)
     app.include_router(consumers.router)
     app.include_router(policies.router)
     app.include_router(metrics.router)
     app.include_router(dashboard.router)
     app.include_router(broker_stats.router)
+    app.include_router(lookup.router)
     app.include_router(fallback.router)
     install_openapi(
         app,

@@ -6,13 +6,15 @@
     compactor topics produce public/default/orders -k a -m v1 -n 3
     compactor topics compact public/default/orders --wait
     compactor topics consume public/default/orders -s sub --read-compacted --initial-position earliest -n 0
+    compactor topics consume public/default/orders -s workers --subscription-type Shared -n 0
     compactor topics stats public/default/orders
 
 The service is ``--url`` (before or after the command), else ``$COMPACTOR_URL``, else
-http://127.0.0.1:8080. A service with authentication wants ``--auth-token T`` (before or after
-the command), else ``$COMPACTOR_AUTH_TOKEN`` (``--auth-token file:///path`` reads the token
-from a file, as ``pulsar-admin --auth-params``). A client error prints ``error: <reason>`` and
-exits with 1.
+http://127.0.0.1:8080; with several instances it may list some, ``http://a:8080,http://b:8080``,
+and a request for a topic another instance owns follows its redirect there. A service with
+authentication wants ``--auth-token T`` (before or after the command), else
+``$COMPACTOR_AUTH_TOKEN`` (``--auth-token file:///path`` reads the token from a file, as
+``pulsar-admin --auth-params``). A client error prints ``error: <reason>`` and exits with 1.
 """
 
 from __future__ import annotations
@@ -66,6 +68,15 @@ WaitTimeoutOpt = Annotated[float, typer.Option("--timeout", help="Give up waitin
 class InitialPosition(StrEnum):
     earliest = "earliest"
     latest = "latest"
+
+
+class SubscriptionType(StrEnum):
+    """Pulsar's names, as ``pulsar-client consume --subscription-type`` takes them."""
+
+    Exclusive = "Exclusive"
+    Failover = "Failover"
+    Shared = "Shared"
+    Key_Shared = "Key_Shared"
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,13 @@ def list_(
     with _client(ctx, url, auth_token) as c:
         for name in c.admin.topics.list(namespace):
             typer.echo(name)
+
+
+@topics_app.command()
+def lookup(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None) -> None:
+    """The URL of the instance that serves the topic (several instances)."""
+    with _client(ctx, url, auth_token) as c:
+        typer.echo(c.admin.topics.lookup(topic))
 
 
 @topics_app.command()
@@ -250,6 +268,31 @@ def compact(
     _report(topic, st)
 
 
+@topics_app.command()
+def scrub(ctx: typer.Context, topic: TopicArg, url: UrlOpt = None, auth_token: AuthTokenOpt = None) -> None:
+    """Verify every file of the topic against its recorded checksum now, as JSON; exit 1 when
+    damage is found (or the scrub fails), so that a cron job notices."""
+    with _client(ctx, url, auth_token) as c:
+        report = c.admin.topics.scrub(topic)
+    _json(report)
+    if report.get("status") != "CLEAN":
+        raise typer.Exit(1)
+
+
+@topics_app.command("skip-damaged")
+def skip_damaged(
+    ctx: typer.Context,
+    topic: TopicArg,
+    ledger_id: Annotated[int, typer.Argument(help="The damaged original ledger's id.", min=0)],
+    url: UrlOpt = None,
+    auth_token: AuthTokenOpt = None,
+) -> None:
+    """Accept losing a damaged ledger's unreadable entries (reads and compaction go on without
+    them), as JSON: the entries lost and kept."""
+    with _client(ctx, url, auth_token) as c:
+        _json(c.admin.topics.skip_damaged(topic, ledger_id))
+
+
 @topics_app.command("compaction-status")
 def compaction_status(
     ctx: typer.Context,
@@ -338,6 +381,16 @@ def consume(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Stop when no message came for this many seconds.")
     ] = None,
+    subscription_type: Annotated[
+        SubscriptionType,
+        typer.Option("--subscription-type", "-t", help="Pulsar's subscription type of this consumer."),
+    ] = SubscriptionType.Exclusive,
+    consumer_name: Annotated[
+        str | None, typer.Option("--consumer-name", help="The consumer's name (Failover orders by it).")
+    ] = None,
+    priority_level: Annotated[
+        int, typer.Option("--priority-level", min=0, help="Failover: lower is chosen active first.")
+    ] = 0,
     url: UrlOpt = None,
     auth_token: AuthTokenOpt = None,
 ) -> None:
@@ -351,6 +404,9 @@ def consume(
             read_compacted=read_compacted,
             initial_position=initial_position.value,
             receiver_queue_size=min(num_messages or 100, 100),
+            subscription_type=subscription_type.value,
+            consumer_name=consumer_name,
+            priority_level=priority_level,
         )
         try:
             while num_messages == 0 or received < num_messages:

@@ -1,8 +1,11 @@
 """Domain errors to HTTP, in one place. Every error body is ``{"reason": "..."}``.
 
-``Unavailable`` (a full seal backlog, descriptors exhausted) is 503 with ``Retry-After``. An
-``OSError`` that is the process running out of descriptors, wherever it is raised, becomes the
-same 503 (and is noted for ``/health``); any other ``OSError`` stays a 500, as a bug should.
+``DamagedData`` (a stored file failed a checksum) is a 500 whose reason names the topic, the
+ledger and the check. ``NotOwner`` (several instances: another one owns the topic) is a 307 to
+it (``api.redirects``). ``Unavailable`` (a full seal backlog, descriptors exhausted, a damaged
+compacted ledger being rebuilt, a lease lost) is 503 with ``Retry-After``. An ``OSError`` that
+is the process running out of descriptors, wherever it is raised, becomes the same 503 (and is
+noted for ``/health``); any other ``OSError`` stays a 500, as a bug should.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.redirects import redirect_to_owner
 from service.errors import (
     Conflict,
+    DamagedData,
     Forbidden,
     InvalidInput,
     NotFound,
+    NotOwner,
     ServiceError,
     TooLarge,
     Unauthenticated,
@@ -32,6 +38,8 @@ STATUS: dict[type[ServiceError], int] = {
     NotFound: 404,
     Conflict: 409,
     TooLarge: 413,
+    # Damage is not the client's doing: a 500, but always with a reason (never a bare one).
+    DamagedData: 500,
     Unavailable: 503,
 }
 
@@ -55,6 +63,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
         return _error_response(exc)
+
+    @app.exception_handler(NotOwner)
+    async def _not_owner(request: Request, exc: NotOwner) -> JSONResponse:
+        return redirect_to_owner(request, exc)
 
     @app.exception_handler(OSError)
     async def _os_error(request: Request, exc: OSError) -> JSONResponse:

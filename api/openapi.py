@@ -103,7 +103,22 @@ _DESCRIPTIONS = {
     409: "Exists already, not empty, or busy (a compaction runs, a consumer is attached)",
     413: "A message or the request over the size limit",
     422: "The query or body does not have the expected shape",
+    503: "Out of a resource for now, or (several instances) the topic is changing owners: retry",
 }
+# With several instances, a request for a topic another instance owns is redirected there.
+_REDIRECT = {
+    "description": "Another instance owns the topic: the same request at its URL (Location)",
+    "headers": {"Location": {"schema": {"type": "string"}, "description": "The request at the owner"}},
+    "content": {"application/json": {"schema": _ERROR_REF}},
+}
+# What a route that reads stored data may answer besides (``responses=`` on the route): a
+# damaged file is a 500 with a reason naming topic, ledger and check; a damaged compacted
+# ledger being rebuilt is a 503 with Retry-After (README, "Integrity and repair").
+DAMAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    500: {"description": "A stored file failed an integrity check: the reason names topic, ledger and check"},
+    503: {"description": "Unavailable for now (a damaged compacted ledger is rebuilt, a full seal backlog)"},
+}
+
 # Routes anyone may call, with or without authentication: liveness, and the dashboard's page,
 # script and styles (they hold no data; the page sends a token with every call it makes).
 # /metrics too, unless authenticateMetricsEndpoint (see install_openapi).
@@ -193,6 +208,10 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: 
     if secured:
         statuses |= {401, 403}
         op["security"] = [{"bearerAuth": []}]
+    if "{topic}" in path and not path.startswith("/dashboard/topics/"):
+        statuses.add(503)
+        if not path.startswith("/lookup/"):  # a lookup answers the owner instead
+            responses.setdefault("307", _REDIRECT)
     for status in sorted(statuses):
         ref = _VALIDATION_REF if status == 422 else _ERROR_REF
         responses[str(status)] = {
@@ -203,6 +222,10 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: 
             responses["401"]["headers"] = {
                 "WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}
             }
+    for code in ("500", "503"):
+        declared = responses.get(code)
+        if declared is not None and "content" not in declared:
+            declared["content"] = {"application/json": {"schema": _ERROR_REF}}
     body = op.get("requestBody", {}).get("content", {}).get("application/json")
     if body is not None:
         if path.endswith("/compactionPolicy"):
@@ -241,9 +264,10 @@ def _hoist_defs(node: Any, schemas: dict[str, Any]) -> None:
 
 def _patch_properties(schemas: dict[str, Any]) -> None:
     """Patterns the models leave to the code that reads them: message ids and base64 values."""
-    ack = schemas.get("AckRequest")
-    if ack:
-        ack["properties"]["messageIds"]["items"] = {"type": "string", "pattern": MESSAGE_ID_PATTERN}
+    for shape in ("AckRequest", "NegativeAckRequest"):
+        ack = schemas.get(shape)
+        if ack:
+            ack["properties"]["messageIds"]["items"] = {"type": "string", "pattern": MESSAGE_ID_PATTERN}
     reset = schemas.get("ResetCursor")
     if reset:
         reset["properties"]["messageId"] = _POSITION

@@ -67,6 +67,13 @@ class ReadResponse(BaseModel):
     nextMessageId: str | None
 
 
+class LookupOut(BaseModel):
+    """Pulsar's ``LookupData``: where the topic's owner serves it (both HTTP: no binary protocol)."""
+
+    brokerUrl: str
+    httpUrl: str
+
+
 class Health(BaseModel):
     status: str  # "ok" or "degraded"
     reason: str | None = None  # why it is degraded

@@ -62,6 +62,7 @@ from pyspark.sql.types import StructType
 
 from compactor.phases import PACK_SHIFT
 from ledger import deletion_vectors, key_index
+from ledger.checksums import READ_OPTIONS, WRITE_OPTIONS, damage_of
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,
@@ -108,6 +109,8 @@ PART_WRITER_OPTIONS: dict[str, object] = {
     "compression": PART_CODEC,
     "use_dictionary": [LEDGER_ID, f"{PROPERTIES}.key_value.key", f"{PROPERTIES}.key_value.value"],
     "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
+    # Every page carries a CRC, verified by every reader (ledger.checksums).
+    **WRITE_OPTIONS,
 }
 _KEY_INDEX = ARROW_SCHEMA.get_field_index(KEY)
 _ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
@@ -160,8 +163,20 @@ def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np
         else None
     )
     row = segment.first_row
-    with pq.ParquetFile(segment.path) as f:
-        for batch in f.iter_batches(batch_size=_CHUNK_ROWS, columns=read, row_groups=segment.row_groups):
+    try:
+        f = pq.ParquetFile(segment.path, **READ_OPTIONS)  # type: ignore[arg-type]
+    except Exception as e:
+        raise damage_of(segment.path, e, opening=True) or e from e
+    with f:
+        batches = f.iter_batches(batch_size=_CHUNK_ROWS, columns=read, row_groups=segment.row_groups)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except Exception as e:
+                # One line naming the file and the check: the service reports it as the round's error.
+                raise damage_of(segment.path, e) or e from e
             table = pa.Table.from_batches([batch])
             if dead is not None:
                 live = ~dead[row : row + table.num_rows]
@@ -188,6 +203,8 @@ class IndexedPart:
     keys: str
     layer: int
     first_row: int
+    # The part's rows, as the manifest says: its index must hold as many.
+    rows: int = -1
 
 
 def _bool_numpy(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -717,7 +734,7 @@ def probe(plan: RoundPlan, group: int, new_keys: pa.Array | pa.ChunkedArray) -> 
     wanted = pc.drop_null(new_keys)
     found: dict[str, list[np.ndarray]] = {}
     for part in plan.indexed:
-        index = key_index.read(part.keys)
+        index = key_index.read(part.keys, rows=part.rows)
         keys = index.column(key_index.KEY)
         dead = np.zeros(index.num_rows, dtype=bool)
         if len(wanted):

@@ -101,6 +101,10 @@ def spark_conf(
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.compression.codec": "lz4_raw",
+        # Page checksums (ledger.checksums): written on every page Spark writes, verified on
+        # every page it reads, as the service's own reads do.
+        "spark.hadoop.parquet.page.write-checksum.enabled": "true",
+        "spark.hadoop.parquet.page.verify-checksum.enabled": "true",
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
         # The raw local file system writes no .crc side files.
         "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",

@@ -51,6 +51,7 @@ from compactor.phases import (
 from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
 from ledger import deletion_vectors
+from ledger.checksums import file_checksum
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
 from ledger.layers import Deletes, Layer, final_name
@@ -402,7 +403,12 @@ class TwoPhaseCompactor:
     def _indexed(job: CompactionJob, manifest: Manifest) -> tuple[arrow_phases.IndexedPart, ...]:
         root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
         return tuple(
-            arrow_phases.IndexedPart(keys=str(root / layer.dir / part.keys), layer=i, first_row=start)  # type: ignore[operator]
+            arrow_phases.IndexedPart(
+                keys=str(root / layer.dir / part.keys),  # type: ignore[operator]
+                layer=i,
+                first_row=start,
+                rows=part.rows,
+            )
             for i, layer in enumerate(manifest.layers)
             for part, start in zip(layer.parts, layer.part_starts(), strict=True)
         )
@@ -422,7 +428,9 @@ class TwoPhaseCompactor:
                 layers.append(layer)
                 continue
             if layer.deletes is not None:
-                vector = deletion_vectors.read(root / layer.deletes.dir / layer.deletes.name, layer.rows)
+                vector = deletion_vectors.read(
+                    root / layer.deletes.dir / layer.deletes.name, layer.rows, checksum=layer.deletes.checksum
+                )
             else:
                 vector = deletion_vectors.empty(layer.rows)
             vector[rows] = True
@@ -432,7 +440,10 @@ class TwoPhaseCompactor:
             elif count < layer.rows:
                 name = f"deletes-{layer.dir}.npy"
                 deletion_vectors.write(tmp / name, vector)
-                layers.append(replace(layer, deletes=Deletes(dir=final_name(tmp), name=name, count=count)))
+                # Its CRC32C goes into the manifest, read back from the file as it is on disk.
+                checksum = file_checksum(tmp / name)
+                deletes = Deletes(dir=final_name(tmp), name=name, count=count, checksum=checksum)
+                layers.append(replace(layer, deletes=deletes))
         return Manifest(layers=tuple(layers))
 
     def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:

@@ -17,6 +17,13 @@ The live rows of the layers in layer order are in message-id order. Records keep
 over the parts' id ranges (from the manifest), then inside one part over its two id columns
 (read once and cached), and then reads only the row groups that hold the requested page,
 skipping the rows the layer's deletion vector marks dead.
+
+Integrity (see ``ledger.checksums``): parts are written with page checksums and read with
+them verified; the manifest carries the whole-file CRC32C of every file it names (parts, key
+indexes, deletion vectors; manifests written before that carry none), and the manifest's own
+CRC32C is recorded in the metadata database, so the chain database -> manifest -> files covers
+every byte. Deletion vectors are verified against their CRC32C whenever the reader loads one.
+A read that meets damage raises ``IntegrityError`` naming the file and the check.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ledger import deletion_vectors, key_index
+from ledger.checksums import READ_OPTIONS, ROW_IDS, IntegrityError, damage_of, file_checksum
 from ledger.entry import Entry, Position
 from ledger.layers import (
     BASE,
@@ -76,10 +84,12 @@ def _id_at(pf: pq.ParquetFile, row_group: int, row: int) -> Position:
 
 
 def _describe_part(path: Path) -> PartInfo | None:
-    """The manifest line of one part, reading only the id columns of its first and last row
-    group; with its key index if one was written beside it."""
+    """The manifest line of one part: its checksum (the whole file read once), its id range
+    from the id columns of its first and last row group, and its key index with that file's
+    checksum, if one was written beside it."""
     size = path.stat().st_size
-    with pq.ParquetFile(path) as pf:
+    checksum = file_checksum(path)
+    with pq.ParquetFile(path, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
         meta = pf.metadata
         non_empty = [i for i in range(meta.num_row_groups) if meta.row_group(i).num_rows > 0]
         if not non_empty:
@@ -88,13 +98,16 @@ def _describe_part(path: Path) -> PartInfo | None:
         first = _id_at(pf, first_rg, 0)
         last = _id_at(pf, last_rg, meta.row_group(last_rg).num_rows - 1)
     keys = key_index.index_name(path.name)
+    indexed = (path.parent / keys).is_file()
     return PartInfo(
         name=path.name,
         rows=meta.num_rows,
         first=first,
         last=last,
         size=size,
-        keys=keys if (path.parent / keys).is_file() else None,
+        keys=keys if indexed else None,
+        checksum=checksum,
+        keys_checksum=file_checksum(path.parent / keys) if indexed else None,
     )
 
 
@@ -156,9 +169,9 @@ class CompactedLedger:
     per layer, when a read first reaches the layer).
     """
 
-    def __init__(self, directory: Path, *, cache_parts: int = 8) -> None:
+    def __init__(self, directory: Path, *, cache_parts: int = 8, checksum: str | None = None) -> None:
         self.directory = Path(directory)
-        self.manifest = Manifest.load(self.directory)
+        self.manifest = Manifest.load(self.directory, checksum=checksum)
         root = self.directory.parent
         self._parts = [
             _Part(root / layer.dir / info.name, info, i, start)
@@ -276,7 +289,9 @@ class CompactedLedger:
             found = self._dead.get(layer)
         if found is None:
             path = self.directory.parent / deletes.dir / deletes.name
-            found = deletion_vectors.read(path, self.manifest.layers[layer].rows)
+            # Verified on every load: a vector has no page checksums, and a damaged one would
+            # hide live rows or show dead ones.
+            found = deletion_vectors.read(path, self.manifest.layers[layer].rows, checksum=deletes.checksum)
             with self._lock:
                 self._dead[layer] = found
         return found
@@ -333,7 +348,10 @@ class CompactedLedger:
             found = self._index.get(part)
         if found is not None:
             return found
-        meta = pq.read_metadata(self._path(part))
+        try:
+            meta = pq.read_metadata(self._path(part))
+        except Exception as e:
+            raise damage_of(self._path(part), e, opening=True) or e from e
         starts = [0]
         for i in range(meta.num_row_groups):
             starts.append(starts[-1] + meta.row_group(i).num_rows)
@@ -353,8 +371,11 @@ class CompactedLedger:
                 self._ids.move_to_end(part)
                 return found
         index = self._part_index(part)
-        with pq.ParquetFile(self._path(part), metadata=index.metadata) as pf:
-            table = pf.read(columns=_ID_COLUMNS)
+        try:
+            with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+                table = pf.read(columns=_ID_COLUMNS)
+        except Exception as e:
+            raise damage_of(self._path(part), e) or e from e
         ids = (
             table.column(LEDGER_ID).to_numpy().astype(np.int64, copy=False),
             table.column(ENTRY_ID).to_numpy().astype(np.int64, copy=False),
@@ -375,6 +396,24 @@ class CompactedLedger:
         hi = int(np.searchsorted(ledger_ids, start.ledger_id, side="right"))
         return lo + int(np.searchsorted(entry_ids[lo:hi], start.entry_id, side="left"))
 
+    def _check_ids(self, part: int, rows: pa.Table, *, lo: int) -> None:
+        """Decoded rows must lie in the part's range from the manifest, in id order: a damaged
+        footer that places other rows here is caught before they are served."""
+        if not rows.num_rows:
+            return
+        n = rows.num_rows
+        lids, eids = rows.column(LEDGER_ID), rows.column(ENTRY_ID)
+        head = (lids[0].as_py(), eids[0].as_py())
+        tail = (lids[n - 1].as_py(), eids[n - 1].as_py())
+        info = self._parts[part].info
+        first, last = (info.first.ledger_id, info.first.entry_id), (info.last.ledger_id, info.last.entry_id)
+        if head < first or tail > last or tail < head or (lo == 0 and head != first):
+            raise IntegrityError(
+                self._path(part),
+                ROW_IDS,
+                f"rows {head}..{tail} lie outside the part's range {info.first}..{info.last}",
+            )
+
     def _position_of(self, part: int, row: int) -> Position:
         if row == 0:
             return self._parts[part].info.first
@@ -392,8 +431,12 @@ class CompactedLedger:
         # Readers go page by page and a row group holds many pages: keep the last one decoded.
         decoded = self._decoded
         if decoded is None or decoded[0] != part or not decoded[1] <= first_rg <= last_rg <= decoded[2]:
-            with pq.ParquetFile(self._path(part), metadata=index.metadata) as pf:
-                table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+            try:
+                with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+                    table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+            except Exception as e:
+                raise damage_of(self._path(part), e) or e from e
+            self._check_ids(part, table, lo=index.rg_starts[first_rg])
             decoded = self._decoded = (part, first_rg, last_rg, table)
         _, first, _, table = decoded
         offset = index.rg_starts[first]

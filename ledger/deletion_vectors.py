@@ -5,6 +5,11 @@ reading order (part 0's rows first). It is a bitmap, bit ``r`` set when row ``r`
 stored as a NumPy ``.npy`` file of ``uint8`` holding ``numpy.packbits(dead, bitorder="little")``
 (``ceil(rows / 8)`` bytes): 62.5 KB for a layer of 500,000 rows, whatever share is dead.
 
+Integrity: the manifest that names a vector carries its CRC32C (``Deletes.checksum``). The
+service's reader verifies it on every load (the file is small); a compaction's tasks, which may
+run where no CRC32C library is installed, read vectors the driver verified before the round. A
+file that does not decode or does not cover its layer's rows raises ``IntegrityError``.
+
 Files are immutable. A round that deletes more rows of a layer writes a *new* vector, the old
 one's bits plus the new ones, into its own directory, and its manifest names the new file; the
 old manifest still names the old file, so a reader of either sees a consistent set. Written to
@@ -14,11 +19,13 @@ a temporary name, fsynced and renamed (the round's directory is fsynced by the c
 from __future__ import annotations
 
 import functools
+import io
 import os
 from pathlib import Path
 
 import numpy as np
 
+from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, crc32c_bytes
 from ledger.paths import TMP_SUFFIX
 
 
@@ -27,11 +34,23 @@ def empty(rows: int) -> np.ndarray:
     return np.zeros(rows, dtype=bool)
 
 
-def read(path: Path | str, rows: int) -> np.ndarray:
-    """The vector at ``path`` over ``rows`` rows, unpacked (``True`` = dead)."""
-    packed = np.load(path, allow_pickle=False)
+def read(path: Path | str, rows: int, *, checksum: str | None = None) -> np.ndarray:
+    """The vector at ``path`` over ``rows`` rows, unpacked (``True`` = dead); with ``checksum``,
+    the file's CRC32C is verified first. Raises ``IntegrityError`` for a file that is missing,
+    fails its checksum or is not a vector of ``rows`` rows."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise IntegrityError(path, MISSING, "the file is gone") from None
+    if checksum is not None and (actual := crc32c_bytes(data)) != checksum:
+        raise IntegrityError(path, FILE_CHECKSUM, f"recorded {checksum}, the file has {actual}")
+    try:
+        packed = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise IntegrityError(path, DECODE, f"not a deletion vector: {e}") from e
     if packed.dtype != np.uint8 or packed.ndim != 1 or len(packed) != (rows + 7) // 8:
-        raise ValueError(f"{path}: not a deletion vector of {rows} rows")
+        raise IntegrityError(path, DECODE, f"not a deletion vector of {rows} rows")
     return np.unpackbits(packed, count=rows, bitorder="little").astype(bool)
 
 

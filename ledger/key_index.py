@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from ledger.checksums import DECODE, MISSING, IntegrityError
+
 KEY = "key"
 TOMBSTONE_TIME = "tombstone_time"
 SUFFIX = ".keys.arrow"
@@ -52,10 +54,24 @@ def write(path: str | Path, table: pa.Table) -> None:
         writer.write_table(table)
 
 
-def read(path: str | Path) -> pa.Table:
-    """The index at ``path``, memory-mapped (pages are read as the probe touches them)."""
-    with pa.memory_map(str(path)) as source:
-        return pa.ipc.open_file(source).read_all()
+def read(path: str | Path, *, rows: int = -1) -> pa.Table:
+    """The index at ``path``, memory-mapped (pages are read as the probe touches them).
+
+    An Arrow IPC file has no checksums of its own: the manifest's CRC32C of it is verified
+    before a round reads it (``service.compaction``) and by the scrubber. A file that does not
+    decode, or (``rows`` >= 0) does not hold ``rows`` rows, raises ``IntegrityError``."""
+    try:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+    except FileNotFoundError:
+        raise IntegrityError(path, MISSING, "the file is gone") from None
+    except (pa.ArrowInvalid, OSError) as e:
+        if isinstance(e, OSError) and e.errno is not None:
+            raise  # a system call failed (descriptors, memory): nothing says the bytes are bad
+        raise IntegrityError(path, DECODE, f"not a key index: {e}") from e
+    if KEY not in table.column_names or (rows >= 0 and table.num_rows != rows):
+        raise IntegrityError(path, DECODE, f"holds {table.num_rows} rows, its part {rows}")
+    return table
 
 
 def dead_tombstones(index: pa.Table, keep_since: int | None) -> np.ndarray:

@@ -25,9 +25,17 @@ Invariants (checked on load where they can be):
      "layers": [
        {"dir": "compacted-00000000000000000007", "kind": "base",
         "parts": [{"name": "part-00000.parquet", "rows": 123, "first": "L:E", "last": "L:E",
-                   "size": 4567, "keys": "part-00000.keys.arrow"}, ...],
-        "deletes": {"dir": "compacted-00000000000000000009", "name": "deletes-...07.npy", "count": 12}},
+                   "size": 4567, "checksum": "crc32c:1a2b3c4d",
+                   "keys": "part-00000.keys.arrow", "keys_checksum": "crc32c:..."}, ...],
+        "deletes": {"dir": "compacted-00000000000000000009", "name": "deletes-...07.npy", "count": 12,
+                    "checksum": "crc32c:..."}},
        {"dir": "compacted-00000000000000000009", "kind": "delta", "parts": [...], "deletes": null}]}
+
+Integrity (``ledger.checksums``): every file a manifest names carries its whole-file CRC32C
+(``checksum`` of a part, ``keys_checksum`` of its key index, ``checksum`` of a deletion vector),
+and the manifest's own CRC32C is recorded in the metadata database, so the chain database ->
+manifest -> files covers every byte of a layered ledger. Manifests written before checksums
+carry none (``None`` here): their files are decoded with every check instead.
 
 Entries are dicts so that fields can be added (a reader ignores fields it does not know).
 Version 1 (written before layers: ``{"version": 1, "parts": [...]}``) is read as one base
@@ -44,6 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ledger.checksums import MANIFEST, MISSING, IntegrityError, crc32c_bytes
 from ledger.entry import Position
 from ledger.paths import TMP_SUFFIX, fsync_dir
 
@@ -53,17 +62,21 @@ BASE, DELTA = "base", "delta"
 _NAME = re.compile(r"^[A-Za-z0-9_=-][A-Za-z0-9_.=-]*$")
 
 
-class CompactedLedgerError(ValueError):
-    """A compacted ledger directory is incomplete or its contents break the contract."""
+class CompactedLedgerError(IntegrityError, ValueError):
+    """A compacted ledger directory is incomplete or its contents break the contract (its
+    manifest or a part does not agree with what the manifest says): damage, too."""
 
-    def __init__(self, path: Path, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
+    def __init__(self, path: Path, message: str, check: str = MANIFEST) -> None:
+        super().__init__(path, check, message)
 
 
 def _dir(value: object) -> str:
     # A sibling directory: a plain name, never a path (``..`` cannot match).
     return _name(value)
+
+
+def _checksum(value: object) -> str | None:
+    return str(value) if value is not None else None
 
 
 def _name(value: object) -> str:
@@ -76,7 +89,8 @@ def _name(value: object) -> str:
 @dataclass(frozen=True, slots=True)
 class PartInfo:
     """One non-empty part file: its rows hold ids ``first`` .. ``last`` (inclusive), in order;
-    ``keys`` names its key index (``ledger.key_index``), if it has one."""
+    ``keys`` names its key index (``ledger.key_index``), if it has one; the checksums are the
+    CRC32C of the part and of its key index (None in manifests written before checksums)."""
 
     name: str
     rows: int
@@ -84,6 +98,8 @@ class PartInfo:
     last: Position
     size: int
     keys: str | None = None
+    checksum: str | None = None
+    keys_checksum: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -93,8 +109,12 @@ class PartInfo:
             "last": str(self.last),
             "size": self.size,
         }
+        if self.checksum is not None:
+            out["checksum"] = self.checksum
         if self.keys is not None:
             out["keys"] = self.keys
+        if self.keys_checksum is not None:
+            out["keys_checksum"] = self.keys_checksum
         return out
 
     @classmethod
@@ -107,23 +127,49 @@ class PartInfo:
             last=Position.parse(obj["last"]),
             size=int(obj["size"]),
             keys=_name(keys) if keys is not None else None,
+            checksum=_checksum(obj.get("checksum")),
+            keys_checksum=_checksum(obj.get("keys_checksum")),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Deletes:
-    """A layer's deletion vector: file ``name`` in directory ``dir``, ``count`` dead rows."""
+    """A layer's deletion vector: file ``name`` in directory ``dir``, ``count`` dead rows, and
+    the file's CRC32C (None in manifests written before checksums)."""
 
     dir: str
     name: str
     count: int
+    checksum: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"dir": self.dir, "name": self.name, "count": self.count}
+        out: dict[str, Any] = {"dir": self.dir, "name": self.name, "count": self.count}
+        if self.checksum is not None:
+            out["checksum"] = self.checksum
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Deletes:
-        return cls(dir=_dir(obj["dir"]), name=_name(obj["name"]), count=int(obj["count"]))
+        return cls(
+            dir=_dir(obj["dir"]),
+            name=_name(obj["name"]),
+            count=int(obj["count"]),
+            checksum=_checksum(obj.get("checksum")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LayerFile:
+    """One file a manifest names: in directory ``dir`` (a sibling ``compacted-*``), with its
+    recorded CRC32C (None: written before checksums) and, for a part, its size."""
+
+    dir: str
+    name: str
+    checksum: str | None
+    size: int | None = None
+
+    def path(self, topic_root: Path) -> Path:
+        return Path(topic_root) / self.dir / self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +292,19 @@ class Manifest:
                 out.add(f"{layer.deletes.dir}/{layer.deletes.name}")
         return out
 
+    def checked_files(self) -> list[LayerFile]:
+        """Every file the manifest names with its recorded checksum, in reading order: each
+        layer's parts and their key indexes, then its deletion vector (what a scrub verifies)."""
+        out: list[LayerFile] = []
+        for layer in self.layers:
+            for p in layer.parts:
+                out.append(LayerFile(layer.dir, p.name, p.checksum, p.size))
+                if p.keys is not None:
+                    out.append(LayerFile(layer.dir, p.keys, p.keys_checksum))
+            if layer.deletes is not None:
+                out.append(LayerFile(layer.deletes.dir, layer.deletes.name, layer.deletes.checksum))
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {"version": MANIFEST_VERSION, "layers": [layer.to_json() for layer in self.layers]}
 
@@ -260,15 +319,20 @@ class Manifest:
         return cls(layers=tuple(Layer.from_json(layer) for layer in obj["layers"]))
 
     @classmethod
-    def load(cls, directory: Path) -> Manifest:
-        """Read ``directory/_manifest.json``; raises :class:`CompactedLedgerError` if missing or bad."""
+    def load(cls, directory: Path, *, checksum: str | None = None) -> Manifest:
+        """Read ``directory/_manifest.json``; raises :class:`CompactedLedgerError` if missing or bad,
+        or if ``checksum`` is given and the file's CRC32C is not it."""
         path = Path(directory) / MANIFEST_NAME
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except FileNotFoundError:
-            raise CompactedLedgerError(path, "no manifest: the compacted ledger is incomplete") from None
+            raise CompactedLedgerError(
+                path, "no manifest: the compacted ledger is incomplete", MISSING
+            ) from None
+        if checksum is not None and (actual := crc32c_bytes(data)) != checksum:
+            raise CompactedLedgerError(path, f"recorded {checksum}, the manifest has {actual}")
         try:
-            manifest = cls.from_json(json.loads(text), own_dir=final_name(Path(directory)))
+            manifest = cls.from_json(json.loads(data.decode("utf-8")), own_dir=final_name(Path(directory)))
         except (ValueError, KeyError, TypeError) as e:
             raise CompactedLedgerError(path, f"bad manifest: {e}") from e
         check_order(path, manifest.parts)

@@ -3,6 +3,12 @@
 A sealed file is written under a temporary name, fsynced, renamed into place and the
 directory fsynced, so a reader never sees a partial file under the final name. Rows are the
 ledger's entries 0..n-1 in order, so entry ``e`` is row ``e``.
+
+Integrity (see ``ledger.checksums``): every page carries a CRC, verified by every read; sealing
+reads the written file back and compares it with the rows it was given before it returns the
+file's CRC32C, so a caller that removes the write-ahead file afterwards removes only what is
+durable and correct. A read whose row group fails a check raises ``IntegrityError``; the other
+row groups stay readable.
 """
 
 from __future__ import annotations
@@ -17,9 +23,19 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ledger.checksums import (
+    FOOTER,
+    READ_BACK,
+    READ_OPTIONS,
+    ROW_IDS,
+    WRITE_OPTIONS,
+    IntegrityError,
+    crc32c_bytes,
+    damage_of,
+)
 from ledger.entry import Entry
 from ledger.paths import TMP_SUFFIX, fsync_dir
-from ledger.schema import ARROW_SCHEMA, PUBLISH_TIME, entries_to_table, table_to_entries
+from ledger.schema import ARROW_SCHEMA, ENTRY_ID, LEDGER_ID, PUBLISH_TIME, entries_to_table, table_to_entries
 
 # Small enough that reading one page touches little data, large enough for good compression.
 ROW_GROUP_SIZE = 8192
@@ -29,6 +45,8 @@ ROW_GROUP_SIZE = 8192
 class SealInfo:
     entries: int
     file_bytes: int
+    # The whole file's CRC32C ("crc32c:xxxxxxxx"), of the bytes read back and verified.
+    checksum: str
 
 
 def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
@@ -44,17 +62,43 @@ def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROU
 
 def seal_table(table: pa.Table, path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
     """Write an Arrow table in ``ARROW_SCHEMA`` (entries 0..n-1 in order) as a sealed ledger:
-    temporary name, fsync, rename, directory fsync."""
+    temporary name, fsync, read back and compare, rename, directory fsync.
+
+    Raises ``IntegrityError`` (check ``read-back comparison``) and leaves nothing under
+    ``path`` when the file read back is not the table: the caller keeps its write-ahead file
+    and tries again."""
     if table.schema != ARROW_SCHEMA:
         table = table.cast(ARROW_SCHEMA)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        pq.write_table(table, f, row_group_size=row_group_size, compression="zstd")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, row_group_size=row_group_size, compression="zstd", **WRITE_OPTIONS)  # type: ignore[arg-type]
+            f.flush()
+            os.fsync(f.fileno())
+        checksum = verify_written(tmp, table)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     fsync_dir(path.parent)
-    return SealInfo(entries=table.num_rows, file_bytes=path.stat().st_size)
+    return SealInfo(entries=table.num_rows, file_bytes=path.stat().st_size, checksum=checksum)
+
+
+def verify_written(path: Path, table: pa.Table) -> str:
+    """Read the file at ``path`` back, once, and return its CRC32C if its rows (every page's
+    checksum verified) are exactly ``table``'s; ``IntegrityError`` if not."""
+    data = path.read_bytes()
+    checksum = crc32c_bytes(data)
+    try:
+        back = pq.read_table(pa.BufferReader(data), **READ_OPTIONS)  # type: ignore[arg-type]
+    except Exception as e:
+        damage = damage_of(path, e)
+        if damage is None:
+            raise
+        raise IntegrityError(path, READ_BACK, f"the written file does not read back: {damage.detail}") from e
+    if not back.cast(ARROW_SCHEMA).equals(table):
+        raise IntegrityError(path, READ_BACK, "the rows read back differ from the write-ahead records")
+    return checksum
 
 
 class SealedLedger:
@@ -65,12 +109,17 @@ class SealedLedger:
     :class:`ledger.file_cache.FileCache`, which asks :meth:`cached_bytes` what one weighs.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, ledger_id: int | None = None) -> None:
         self.path = path
-        self._file = pq.ParquetFile(path)
+        self.ledger_id = ledger_id
+        try:
+            self._file = pq.ParquetFile(path, **READ_OPTIONS)  # type: ignore[arg-type]
+        except Exception as e:
+            raise damage_of(path, e, opening=True) or e from e
         meta = self._file.metadata
         if meta.schema.to_arrow_schema().names != ARROW_SCHEMA.names:
-            raise ValueError(f"{path}: not a sealed ledger (columns {meta.schema.names})")
+            self._file.close()
+            raise IntegrityError(path, FOOTER, f"not a sealed ledger (columns {meta.schema.names})")
         # _starts[i] is the entry id of the first row of row group i.
         self._starts: list[int] = []
         n = 0
@@ -98,18 +147,51 @@ class SealedLedger:
         with self._lock:  # ParquetFile keeps one file handle; serialise its use.
             decoded = self._decoded
             if decoded is None or not decoded[0] <= first_rg <= last_rg <= decoded[1]:
-                rows = self._file.read_row_groups(list(range(first_rg, last_rg + 1)))
+                rows = pa.concat_tables(self._read_row_group(rg) for rg in range(first_rg, last_rg + 1))
                 decoded = self._decoded = (first_rg, last_rg, rows)
                 self._decoded_bytes = rows.nbytes
         first, _, table = decoded
         return table_to_entries(table.slice(start - self._starts[first], end - start))
+
+    def _read_row_group(self, rg: int) -> pa.Table:
+        """Row group ``rg``, every page's checksum verified and its ids checked against where
+        the footer places it (entries ``_starts[rg]`` .. in order, of this ledger): a damaged
+        footer or page header that decodes into other rows is caught here."""
+        try:
+            rows = self._file.read_row_group(rg)
+        except Exception as e:
+            raise damage_of(self.path, e) or e from e
+        first = self._starts[rg]
+        ids = rows.column(ENTRY_ID)
+        n = rows.num_rows
+        if n and (ids[0].as_py() != first or ids[n - 1].as_py() != first + n - 1):
+            raise IntegrityError(
+                self.path, ROW_IDS, f"row group {rg} holds entries {ids[0]}..{ids[n - 1]}, not {first}.."
+            )
+        if self.ledger_id is not None and n and rows.column(LEDGER_ID)[0].as_py() != self.ledger_id:
+            raise IntegrityError(self.path, ROW_IDS, f"row group {rg} holds another ledger's rows")
+        return rows
+
+    def row_groups(self) -> list[tuple[int, int]]:
+        """Each row group's entry range ``(first, last)``, from the footer."""
+        ends = [*self._starts[1:], self.entries]
+        return [(a, b - 1) for a, b in zip(self._starts, ends, strict=True)]
+
+    def row_group(self, rg: int) -> pa.Table:
+        """Row group ``rg`` decoded with every check (``IntegrityError`` if one fails)."""
+        with self._lock:
+            return self._read_row_group(rg)
 
     def first_entry_at_or_after(self, publish_time: int) -> int:
         """Id of the first entry published at or after ``publish_time`` (``entries`` if none).
         Reads only the publish_time column, once."""
         with self._lock:
             if self._publish_times is None:
-                self._publish_times = self._file.read(columns=[PUBLISH_TIME]).column(0).to_pylist()
+                try:
+                    column = self._file.read(columns=[PUBLISH_TIME]).column(0)
+                except Exception as e:
+                    raise damage_of(self.path, e) or e from e
+                self._publish_times = column.to_pylist()
             times = self._publish_times
         return bisect.bisect_left(times, publish_time)
 

@@ -3,6 +3,7 @@
 Layout (``root`` is the configured data dir)::
 
     root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.wal        open ledger
+    root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.e{epoch}.wal  open ledger of an owner's epoch
     root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.parquet    sealed ledger
     root/ledgers/{tenant}/{namespace}/{topic}/compacted-{ledger_id:020d}/ compacted ledger (part files)
 
@@ -23,7 +24,11 @@ def topic_dir(root: Path, tenant: str, namespace: str, topic: str) -> Path:
     return Path(root) / "ledgers" / tenant / namespace / topic
 
 
-def wal_path(topic_root: Path, ledger_id: int) -> Path:
+def wal_path(topic_root: Path, ledger_id: int, epoch: int = 0) -> Path:
+    """The write-ahead file of a ledger; one opened under an owner's epoch (several service
+    instances) carries the epoch in its name, so each file has exactly one writer."""
+    if epoch:
+        return topic_root / f"{ledger_id:020d}.e{epoch}.wal"
     return topic_root / f"{ledger_id:020d}.wal"
 
 
@@ -45,3 +50,9 @@ def fsync_path(path: Path) -> None:
 
 
 fsync_dir = fsync_path
+
+
+def salvage_path(topic_root: Path, ledger_id: int) -> Path:
+    """The verified copy of a damaged sealed ledger's intact rows (``ledger.salvage``); not
+    ``*.parquet``, so that recovery's sweep of stale sealed files leaves it alone."""
+    return topic_root / f"{ledger_id:020d}.salvage"

@@ -74,12 +74,20 @@ class CompactedView:
     """Compacted ledger ``ledger_id`` holding the latest record of every key up to ``horizon``."""
 
     def __init__(
-        self, *, horizon: Position, ledger_id: int, directory: Path, files: LayerFiles | None = None
+        self,
+        *,
+        horizon: Position,
+        ledger_id: int,
+        directory: Path,
+        checksum: str | None = None,
+        files: LayerFiles | None = None,
     ) -> None:
         self.horizon = horizon
         self.ledger_id = ledger_id
         self.directory = directory
-        self.ledger = CompactedLedger(directory)
+        # The manifest's CRC32C as the metadata records it (None: written before checksums).
+        self.checksum = checksum
+        self.ledger = CompactedLedger(directory, checksum=checksum)
         root = directory.parent
         self.files = {root / name for name in self.ledger.manifest.files()} | {directory / MANIFEST_NAME}
         self._shared = files if files is not None else LayerFiles()

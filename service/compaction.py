@@ -7,6 +7,15 @@ ledger registered, the ``__compaction`` cursor's mark-delete set to H and its pr
 ``CompactedTopicLedger`` to the new ledger id, the run recorded. Only after the commit is the
 previous compacted ledger deleted (once no read of it is in flight). Before the commit any
 failure deletes the new ledger's files and leaves the topic as it was.
+
+Integrity (README, "Integrity and repair"): before the Spark work, a round verifies the
+whole-file CRC32C of every original ledger it reads, the previous compacted ledger's manifest,
+and the key indexes and deletion vectors of its layers (no page checksums guard those); its
+tasks verify every page they decode. A damaged original ledger stops the round
+(ERROR, a one-line ``lastError`` naming it) until an operator accepts the loss; the round then
+reads the verified copy of its intact rows. A damaged compacted ledger -- any file of any
+layer its manifest names, wherever that file is -- is dropped and a ``repair`` round rebuilds it
+from the original ledgers, at once (a full round: it writes a new base).
 """
 
 from __future__ import annotations
@@ -26,22 +35,39 @@ from sqlalchemy import select
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.progress import COMMIT, ProgressSnapshot, RoundProgress
 from ledger import paths
+from ledger.checksums import IntegrityError, crc32c_bytes, verify_file
+from ledger.compacted_store import MANIFEST_NAME, Manifest
 from ledger.entry import Position
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
 from service.cursors import COMPACTION_CURSOR
 from service.errors import CompactionUnavailable, Conflict
+from service.integrity import (
+    COMPACTED,
+    Finding,
+    compacted_damage_line,
+    find_damage,
+    finding_of,
+    names_file,
+    skip_damaged_path,
+)
 from service.metrics import ServiceMetrics
 from service.names import TopicName
 from service.policies import PolicyStore
-from service.topics import Broker, ManagedTopic
+from service.topics import Broker, DroppedView, ManagedTopic
 
 log = logging.getLogger(__name__)
 
 COMPACTED_LEDGER_PROPERTY = "CompactedTopicLedger"
 
 NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
+# The trigger of a round that rebuilds a dropped (damaged) compacted ledger.
+REPAIR = "repair"
+
+
+class RoundDamaged(Exception):
+    """A round met a damaged file; ``str()`` is the one line its ``lastError`` shows."""
 
 
 @dataclass(frozen=True)
@@ -96,16 +122,32 @@ class CompactionService:
     # ---------------------------------------------------------------- start-up
 
     def start(self) -> None:
-        """Load each topic's compacted view from its cursor, mark interrupted runs as failed,
-        and remove compacted ledgers that no cursor references."""
+        """For each topic as it is loaded: mark its interrupted runs as failed, load its
+        compacted view from its cursor, and remove compacted ledgers that no cursor references;
+        a damaged compacted ledger is dropped and rebuilt from the originals."""
+        self.broker.on_compacted_damage = self.compacted_damaged
+        self.broker.on_load(self._load_topic)
+
+    def _load_topic(self, topic: ManagedTopic) -> None:
         with self.db.session() as s:
-            for run in s.scalars(select(models.CompactionRun).where(models.CompactionRun.status == RUNNING)):
+            for run in s.scalars(
+                select(models.CompactionRun).where(
+                    models.CompactionRun.topic_id == topic.topic_id, models.CompactionRun.status == RUNNING
+                )
+            ):
                 run.status = ERROR
-                run.error = "interrupted: the service stopped during the run"
+                # With several instances, the run of an owner that lost the topic: it cannot commit.
+                run.error = "interrupted: the service stopped (or the topic changed owners) during the run"
                 run.finished_at = now_ms()
-        for topic in self.broker.topics():
+        try:
             referenced = self._load_view(topic)
-            self._remove_unreferenced(topic, referenced)
+        except IntegrityError as e:
+            self._drop_damaged_view(topic, e, ledger_id=self._referenced_id(topic))
+            self._remove_unreferenced(topic, None)
+            # The broker serves the topic only once every load listener has run: rebuild then.
+            self._pool.submit(self._repair_once_served, topic)
+            return
+        self._remove_unreferenced(topic, referenced)
 
     def _load_view(self, topic: ManagedTopic) -> int | None:
         with self.db.session() as s:
@@ -120,14 +162,97 @@ class CompactionService:
             if prop is None or cursor.mark_delete_ledger < 0:
                 return None
             horizon = Position(cursor.mark_delete_ledger, cursor.mark_delete_entry)
-        ledger_id = prop.value
+            ledger_id = prop.value
+            row = s.get(models.Ledger, ledger_id)
+            checksum = row.checksum if row is not None else None
         topic.view = CompactedView(
             horizon=horizon,
             ledger_id=ledger_id,
             directory=paths.compacted_dir(topic.ledger.root, ledger_id),
+            checksum=checksum,
             files=topic.layer_files,
         )
         return ledger_id
+
+    def _referenced_id(self, topic: ManagedTopic) -> int | None:
+        with self.db.session() as s:
+            cursor = s.scalar(
+                select(models.Cursor).where(
+                    models.Cursor.topic_id == topic.topic_id, models.Cursor.name == COMPACTION_CURSOR
+                )
+            )
+            prop = s.get(models.CursorProperty, (cursor.id, COMPACTED_LEDGER_PROPERTY)) if cursor else None
+            return prop.value if prop is not None else None
+
+    # ---------------------------------------------------------------- repair
+
+    def compacted_damaged(self, topic: ManagedTopic, view: CompactedView, error: IntegrityError) -> None:
+        """A read met damage in ``view``'s compacted ledger: drop it and rebuild (the broker
+        calls this; reads answer 503 until the rebuild commits)."""
+        if topic.view is not view:
+            return  # replaced meanwhile
+        self._drop_damaged_view(topic, error, ledger_id=view.ledger_id, view=view)
+        self._start_repair(topic)
+
+    def _drop_damaged_view(
+        self,
+        topic: ManagedTopic,
+        error: IntegrityError,
+        *,
+        ledger_id: int | None,
+        view: CompactedView | None = None,
+    ) -> str:
+        """Forget a damaged compacted ledger: the cursor no longer names it (so a restart does
+        not load it again), its row says what was found, reads of the compacted view answer
+        503 until a repair round commits. Returns the finding's line."""
+        detail = f"{error.check} failed: {error.detail}"
+        line = compacted_damage_line(topic.name, error, ledger_id)
+        log.error("%s; dropping it and rebuilding from the original ledgers", line)
+        horizon = view.horizon if view is not None else Position(2**62, 0)
+        with self.db.session() as s:
+            cursor = s.scalar(
+                select(models.Cursor).where(
+                    models.Cursor.topic_id == topic.topic_id, models.Cursor.name == COMPACTION_CURSOR
+                )
+            )
+            if cursor is not None:
+                if view is None and cursor.mark_delete_ledger >= 0:
+                    horizon = Position(cursor.mark_delete_ledger, cursor.mark_delete_entry)
+                prop = s.get(models.CursorProperty, (cursor.id, COMPACTED_LEDGER_PROPERTY))
+                if prop is not None:
+                    s.delete(prop)
+                cursor.mark_delete_ledger = cursor.mark_delete_entry = -1
+            if ledger_id is not None:
+                row = s.get(models.Ledger, ledger_id)
+                if row is not None:
+                    row.state = models.DELETED
+                    row.damage, row.damaged_at = detail, now_ms()
+        topic.repair = DroppedView(ledger_id=ledger_id or -1, horizon=horizon, finding=detail)
+        if topic.view is view and view is not None:
+            topic.view = None
+            view.retire()
+        if self.metrics is not None:
+            self.metrics.integrity.damage_found(COMPACTED, error.check)
+        return line
+
+    def _start_repair(self, topic: ManagedTopic) -> None:
+        """Start a repair round now, or after the round that runs (it checks ``topic.repair``)."""
+        try:
+            self.trigger(topic.name, trigger=REPAIR)
+        except Conflict:
+            pass  # _run_and_release starts it when the running round ends
+        except RuntimeError:  # the pool is shut down: the service stops
+            log.info("not rebuilding the compacted ledger of %s: the service is stopping", topic.name)
+
+    def _repair_once_served(self, topic: ManagedTopic, wait_s: float = 60.0) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            # Not ``broker.topic()``: with several instances, that would claim a topic not served.
+            if any(t is topic for t in self.broker.topics()):
+                self._start_repair(topic)
+                return
+            time.sleep(0.05)
+        log.warning("not rebuilding the compacted ledger of %s: the topic was not served", topic.name)
 
     def _remove_unreferenced(self, topic: ManagedTopic, referenced: int | None) -> None:
         """Mark compacted ledgers other than ``referenced`` deleted, and remove every file under
@@ -170,7 +295,7 @@ class CompactionService:
             raise Conflict(f"a compaction of {name} is already running")
         try:
             run_id = self._new_run(topic, trigger)
-            future = self._pool.submit(self._run_and_release, topic, run_id)
+            future = self._pool.submit(self._run_and_release, topic, run_id, trigger)
         except BaseException:
             topic.admin_lock.release()
             raise
@@ -184,7 +309,7 @@ class CompactionService:
         if not topic.admin_lock.acquire(blocking=False):
             raise Conflict(f"a compaction of {name} is already running")
         run_id = self._new_run(topic, trigger)
-        self._run_and_release(topic, run_id)
+        self._run_and_release(topic, run_id, trigger)
         return self.status(name)
 
     def running(self) -> int:
@@ -229,11 +354,17 @@ class CompactionService:
             self._progress.pop(gone, None)
         return run_id
 
-    def _run_and_release(self, topic: ManagedTopic, run_id: int) -> None:
+    def _run_and_release(self, topic: ManagedTopic, run_id: int, trigger: str = "") -> None:
         try:
             self._run(topic, run_id)
         finally:
+            if trigger == REPAIR:
+                # Rebuilt or not, the dropped ledger is gone: compacted reads go to the log
+                # (every message, none damaged) until a round succeeds.
+                topic.repair = None
             topic.admin_lock.release()
+        if topic.repair is not None and topic.view is None and trigger != REPAIR:
+            self._start_repair(topic)  # damage found while this round ran
 
     # ---------------------------------------------------------------- a round
 
@@ -251,9 +382,9 @@ class CompactionService:
                 self._finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
                 self._observe(topic, started)
                 return
-            new_ledger_id = self._allocate_ledger(topic)
             previous_horizon = previous.horizon if previous else None
-            sealed = topic.ledger.sealed_files(previous_horizon, horizon)
+            sealed = self._verified_inputs(topic, previous, previous_horizon, horizon)
+            new_ledger_id = self._allocate_ledger(topic)
             job = CompactionJob(
                 topic_root=topic.ledger.root,
                 inputs=[p for _, p in sealed],
@@ -277,15 +408,23 @@ class CompactionService:
             progress.enter(COMMIT)
             if self.fault_hook is not None:
                 self.fault_hook("before_commit")
+            # The manifest's CRC32C (the manifest carries its files'): recorded by the commit.
+            checksum = crc32c_bytes((result.directory / MANIFEST_NAME).read_bytes())
             # Made before the commit (it reads the manifest), so it holds the files it shares
             # with the previous view before that view lets them go.
             view = CompactedView(
-                horizon=horizon, ledger_id=new_ledger_id, directory=result.directory, files=topic.layer_files
+                horizon=horizon,
+                ledger_id=new_ledger_id,
+                directory=result.directory,
+                checksum=checksum,
+                files=topic.layer_files,
             )
-            self._commit(topic, run_id, result, previous)
+            self._commit(topic, run_id, result, previous, checksum)
         except Exception as e:
-            if isinstance(e, CompactionUnavailable):
-                error = str(e)  # one line, logged once by the engine
+            if isinstance(e, CompactionUnavailable | RoundDamaged):
+                error = str(e)  # one line, logged once where it was found
+            elif (finding := self._damage_in(e)) is not None:
+                error = self._damaged_round(topic, finding, previous)
             else:
                 log.exception("compaction of %s failed", topic.name)
                 error = f"{type(e).__name__}: {e}".strip() or traceback.format_exc()
@@ -297,11 +436,119 @@ class CompactionService:
             self._observe(topic, started, failed=True)
             return
         topic.view = view
+        topic.repair = None
         if self.fault_hook is not None:
             self.fault_hook("after_commit")  # tests see the files between commit and clean-up
         self._observe(topic, started, result)
         if previous is not None:
             previous.retire()
+
+    def _verified_inputs(
+        self,
+        topic: ManagedTopic,
+        previous: CompactedView | None,
+        previous_horizon: Position | None,
+        horizon: Position,
+    ) -> list[tuple[int, Path]]:
+        """The round's original ledgers as (ledger id, file to read), each file's whole-file
+        CRC32C verified against the metadata's unless it was verified since the service started
+        (sealing reads every file back; a scrub or an earlier round's check), and the previous
+        compacted ledger's manifest against its checksum. Page checksums guard every page the
+        round decodes either way; the whole-file check also covers footers and page headers.
+        A damaged ledger whose loss no one accepted stops the round (``RoundDamaged``); one
+        whose loss was accepted is read from the verified copy of its intact rows."""
+        if previous is not None:
+            try:
+                manifest = Manifest.load(previous.directory, checksum=previous.checksum)
+                self._verify_layer_files(previous, manifest)
+            except IntegrityError as e:
+                self._drop_damaged_view(topic, e, ledger_id=previous.ledger_id, view=previous)
+                raise RoundDamaged(self._repair_line(topic, e, previous.ledger_id)) from e
+        out: list[tuple[int, Path]] = []
+        for info in topic.ledger.sealed_inputs(previous_horizon, horizon):
+            path = paths.sealed_path(topic.ledger.root, info.ledger_id)
+            expected = info.checksum
+            if info.damage is not None and not info.damage_accepted:
+                raise RoundDamaged(
+                    f"ledger {info.ledger_id} of {topic.name} is damaged: {info.damage}; compaction stops "
+                    f"until the loss is accepted ({skip_damaged_path(topic.name, info.ledger_id)})"
+                )
+            if info.damage_accepted:
+                path = paths.salvage_path(topic.ledger.root, info.ledger_id)
+                expected = self._salvage_checksum(info.ledger_id)
+            if expected is not None and not info.verified:
+                try:
+                    verify_file(path, expected)
+                except IntegrityError as e:
+                    damaged = topic.ledger.damaged(info.ledger_id, e)
+                    if self.metrics is not None:
+                        self.metrics.integrity.damage_found("original", e.check)
+                    raise RoundDamaged(
+                        f"{damaged.reason}; compaction stops until the loss is accepted "
+                        f"({skip_damaged_path(topic.name, info.ledger_id)})"
+                    ) from e
+                topic.ledger.mark_verified(info.ledger_id)
+            out.append((info.ledger_id, path))
+        return out
+
+    @staticmethod
+    def _verify_layer_files(previous: CompactedView, manifest: Manifest) -> None:
+        """The previous compacted ledger's key indexes and deletion vectors against the CRC32C
+        its manifest records, every round: they have no page checksums, and a damaged key index
+        or vector would mark the wrong rows dead, silently. (The pass costs a fraction of the
+        probe that reads every key index anyway: CRC32C runs at memory speed.) Its parts need
+        no pass here: page checksums guard every page the round decodes (a delta round decodes
+        none)."""
+        root = previous.directory.parent
+        for f in manifest.checked_files():
+            if f.size is None and f.checksum is not None:  # not a part; written with a checksum
+                verify_file(f.path(root), f.checksum)
+
+    def _salvage_checksum(self, ledger_id: int) -> str | None:
+        with self.db.session() as s:
+            row = s.get(models.Ledger, ledger_id)
+            return row.salvage_checksum if row is not None else None
+
+    @staticmethod
+    def _damage_in(e: BaseException) -> Finding | None:
+        """The damaged file a failed round's error names (its Spark tasks raise
+        ``IntegrityError``, which reaches here as text inside Spark's exception)."""
+        seen: set[int] = set()
+        exc: BaseException | None = e
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if isinstance(exc, IntegrityError):
+                return finding_of(exc)
+            found = find_damage(str(exc))
+            if found is not None:
+                return found
+            exc = exc.__cause__ or exc.__context__
+        return None
+
+    def _damaged_round(self, topic: ManagedTopic, finding: Finding, previous: CompactedView | None) -> str:
+        """What a round whose Spark work met damage records: the ledger marked damaged, or the
+        compacted ledger dropped for a rebuild; returns the round's one-line ``lastError``."""
+        if finding.kind == COMPACTED:
+            # A file of the previous compacted ledger: in its own directory, or an older
+            # layer's that its manifest names where an earlier round wrote it.
+            if previous is not None and (
+                finding.ledger_id == previous.ledger_id or names_file(previous.files, finding.path)
+            ):
+                self._drop_damaged_view(topic, finding.error(), ledger_id=previous.ledger_id, view=previous)
+                return self._repair_line(topic, finding.error(), previous.ledger_id)
+            return finding.line(topic.name)  # the ledger this round was writing: discarded anyway
+        damaged = topic.ledger.damaged(finding.ledger_id, finding.error())
+        if self.metrics is not None:
+            self.metrics.integrity.damage_found("original", finding.check)
+        return (
+            f"{damaged.reason}; compaction stops until the loss is accepted "
+            f"({skip_damaged_path(topic.name, finding.ledger_id)})"
+        )
+
+    @staticmethod
+    def _repair_line(topic: ManagedTopic, e: IntegrityError, ledger_id: int | None = None) -> str:
+        line = compacted_damage_line(topic.name, e, ledger_id)
+        return f"{line}; it was dropped and a repair round rebuilds it from the original ledgers"
 
     def _observe(
         self,
@@ -395,13 +642,21 @@ class CompactionService:
             return row.id
 
     def _commit(
-        self, topic: ManagedTopic, run_id: int, result: CompactionResult, previous: CompactedView | None
+        self,
+        topic: ManagedTopic,
+        run_id: int,
+        result: CompactionResult,
+        previous: CompactedView | None,
+        checksum: str,
     ) -> None:
-        """The one transaction that makes a round visible."""
+        """The one transaction that makes a round visible (only while this instance owns the topic)."""
         with self.db.session() as s:
+            if topic.ledger.fence is not None:
+                topic.ledger.fence(s)
             ledger = s.get(models.Ledger, result.ledger_id)
             assert ledger is not None
             ledger.state = models.CLOSED
+            ledger.checksum = checksum
             ledger.entries = result.records_kept
             ledger.file_bytes = result.bytes_out
             ledger.size_bytes = result.bytes_out

@@ -1,19 +1,13 @@
-"""The metadata store: engine, sessions, and applying migrations."""
+"""The metadata store: engine and sessions. The schema comes from ``migrations.upgrade``, which the
+top layer calls before it opens a ``Database``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
-
-import migrations
-
-MIGRATIONS_DIR = Path(migrations.__file__).parent
 
 
 def make_engine(url: str, *, synced: bool = True) -> Engine:
@@ -35,23 +29,6 @@ def make_engine(url: str, *, synced: bool = True) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
-
-
-def alembic_config(url: str) -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    cfg.set_main_option(
-        "file_template", "%%(year)d_%%(month).2d_%%(day).2d_%%(hour).2d%%(minute).2d-%%(rev)s_%%(slug)s"
-    )
-    return cfg
-
-
-def upgrade(url: str, revision: str = "head") -> None:
-    """Apply pending migrations; the schema is created only this way."""
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    command.upgrade(alembic_config(url), revision)
 
 
 class Database:

@@ -7,9 +7,13 @@ ServiceError
 ├── NotFound              (404) topic, subscription, ledger
 ├── Conflict              (409) exists already, compaction running, consumer active
 ├── TooLarge              (413) message or request over its size limit
+├── DamagedData           (500) a stored file failed a check; the reason names topic, ledger, check
+├── NotOwner              (307) another instance owns the topic: ``url`` is where
 └── Unavailable           (503) out of a resource for now; try again after ``retry_after`` s
     ├── SealBacklogFull         too many closed ledgers wait to be sealed (back-pressure)
-    └── DescriptorsExhausted    the process hit its open-file limit
+    ├── DescriptorsExhausted    the process hit its open-file limit
+    ├── BeingRepaired           a damaged compacted ledger was dropped and is being rebuilt
+    └── OwnershipLost           this instance's lease on the topic lapsed or moved: look it up again
 """
 
 from __future__ import annotations
@@ -49,6 +53,28 @@ class TooLarge(ServiceError):
     pass
 
 
+class DamagedData(ServiceError):
+    """A read met a stored file that failed an integrity check (``ledger.checksums``). Not the
+    client's doing: a 500 whose reason names the topic, the ledger and the failed check, so
+    that no damaged byte is served and the operator knows where to look. The ledger is marked
+    damaged in the metadata by then."""
+
+    def __init__(self, reason: str, *, topic: str, ledger_id: int, check: str) -> None:
+        super().__init__(reason)
+        self.topic = topic
+        self.ledger_id = ledger_id
+        self.check = check
+
+
+class NotOwner(ServiceError):
+    """Another instance owns the topic; ``url`` is its advertised URL (a redirect, not an error
+    of the client's)."""
+
+    def __init__(self, reason: str, url: str) -> None:
+        super().__init__(reason)
+        self.url = url
+
+
 class CompactionUnavailable(Exception):
     """Compaction cannot run on this machine or cluster (no usable Java, Spark did not start,
     executors that cannot run the tasks or read the storage root). Not a client's error: it
@@ -74,6 +100,15 @@ class SealBacklogFull(Unavailable):
 
 class DescriptorsExhausted(Unavailable):
     pass
+
+
+class BeingRepaired(Unavailable):
+    """A damaged compacted ledger was dropped; a round rebuilds it from the original ledgers."""
+
+
+class OwnershipLost(Unavailable):
+    """This instance may not write the topic (any more): its lease lapsed, or another instance
+    took the topic over. Nothing was acknowledged; the client looks the topic up again."""
 
 
 _EXHAUSTED = (errno.EMFILE, errno.ENFILE)

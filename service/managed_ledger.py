@@ -19,6 +19,15 @@ one LRU of open files; a produce that will roll ledgers over reserves room in th
 before it writes anything, and is refused (503, nothing written) when none comes in time; the
 records kept in memory for sealing have one byte budget. A sealing that fails is retried with
 back-off, and the ledger stays readable from its write-ahead file meanwhile.
+
+Integrity (README, "Integrity and repair"): sealing reads the Parquet file back and compares
+it with the write-ahead records before the write-ahead file goes, and records the file's
+CRC32C in the metadata; a mismatch keeps the write-ahead file and retries. A read that meets a
+damaged row group marks the ledger damaged in the metadata and raises ``DamagedData`` naming
+the topic, the ledger and the check; its other row groups stay readable. Once an operator
+accepts the loss (:meth:`ManagedLedger.accept_damage`), reads skip the lost entries, as
+Pulsar's ``autoSkipNonRecoverableData`` does, and compactions read a verified copy of the
+intact rows.
 """
 
 from __future__ import annotations
@@ -32,17 +41,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ledger import paths
+from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record
 from ledger.file_cache import FileCache
 from ledger.parquet_store import SealedLedger, seal_table
+from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import records_to_table
 from ledger.wal import WriteAheadLog
 from service import models
 from service.clock import now_ms
 from service.db import Database
-from service.errors import NotFound, is_descriptor_exhaustion
+from service.errors import Conflict, DamagedData, NotFound, is_descriptor_exhaustion
 from service.resources import ExhaustionLog
 from service.seal_backlog import SealBacklog
 from service.settings import Settings
@@ -54,6 +66,8 @@ SEALING = "SEALING"
 # A failed sealing is tried again after this many seconds, doubling up to the maximum.
 SEAL_RETRY_S = 0.5
 SEAL_RETRY_MAX_S = 30.0
+# Sealing attempts at start-up (recovery seals inline) before the start fails.
+RECOVERY_SEAL_ATTEMPTS = 3
 
 
 @dataclass
@@ -95,6 +109,17 @@ class LedgerInfo:
     created_at: int
     first_publish_time: int | None = None
     last_publish_time: int | None = None
+    # Integrity: the sealed file's recorded CRC32C, the damage found in it (None: intact),
+    # whether an operator accepted losing its damaged entries, and which entries those are.
+    checksum: str | None = None
+    damage: str | None = None
+    damage_accepted: bool = False
+    lost: LostRanges = LostRanges()
+    # In memory only: the whole file matched its checksum since this process started (sealing
+    # read it back, a scrub or a compaction's input check verified it). A compaction verifies
+    # the others before it reads them; page checksums guard every decode either way.
+    verified: bool = False
+    epoch: int = 0  # of the owner that opened it (0: a single instance)
 
 
 class ManagedLedger:
@@ -110,9 +135,17 @@ class ManagedLedger:
         ledgers: list[LedgerInfo],
         wal: WriteAheadLog,
         shared: LedgerResources,
+        epoch: int = 0,
+        fence: Callable[[Session], None] | None = None,
     ) -> None:
         self.topic_id = topic_id
+        # The owner's epoch (several instances): new ledgers carry it. ``fence`` runs in every
+        # transaction that changes the log's metadata and refuses it once the lease moved.
+        self.epoch = epoch
+        self.fence = fence
         self.root = root
+        # The topic's full name, for errors (set by the broker).
+        self.name = ""
         self._db = db
         self._settings = settings
         self._ledgers = ledgers
@@ -152,16 +185,29 @@ class ManagedLedger:
         root.mkdir(parents=True, exist_ok=True)
         with db.session() as s:
             info = _new_ledger_row(s, topic_id)
-        wal = _open_wal(root, info.ledger_id, settings)
+        wal = _open_wal(root, info, settings)
         return cls(
             topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal, shared=shared
         )
 
     @classmethod
     def recover(
-        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, shared: LedgerResources
+        cls,
+        *,
+        topic_id: int,
+        root: Path,
+        db: Database,
+        settings: Settings,
+        shared: LedgerResources,
+        epoch: int = 0,
+        fence: Callable[[Session], None] | None = None,
     ) -> ManagedLedger:
-        """Open an existing topic's log after a clean stop or a crash at any point."""
+        """Open an existing topic's log after a clean stop or a crash at any point.
+
+        A ledger left open by an owner of an older ``epoch`` (a takeover) is never appended to:
+        it is sealed with the whole records its write-ahead file holds now, and a new ledger of
+        this epoch is opened after it. So bytes a fenced-off owner writes late land beyond the
+        sealed end of its own ledger, and are never read as this owner's."""
         root.mkdir(parents=True, exist_ok=True)
         for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
             if tmp.is_file():  # a half-written sealed file; the write-ahead file still has its entries
@@ -174,18 +220,27 @@ class ManagedLedger:
                 .order_by(models.Ledger.id)
             ).all()
             infos = [_info(r) for r in rows]
-            if not infos or infos[-1].state != models.OPEN:
-                infos.append(_new_ledger_row(s, topic_id))
+            if fence is not None:
+                fence(s)
+            if not infos or infos[-1].state != models.OPEN or infos[-1].epoch != epoch:
+                infos.append(_new_ledger_row(s, topic_id, epoch))
         for info in infos[:-1]:
             if info.state == models.OPEN:  # the stop came before its background sealing finished
                 log.info("sealing ledger %s of topic %s, closed before the stop", info.ledger_id, topic_id)
-                wal = _open_wal(root, info.ledger_id, settings)
-                closed = _seal(db, root, info, wal, wal.read_all())
+                wal = _open_wal(root, info, settings)
+                for attempt in range(1, RECOVERY_SEAL_ATTEMPTS + 1):
+                    try:
+                        closed = _seal(db, root, info, wal, wal.read_all(), fence=fence)
+                        break
+                    except IntegrityError:  # the file read back wrong: the write-ahead file stays
+                        log.exception("sealing ledger %s: attempt %d failed", info.ledger_id, attempt)
+                        if attempt == RECOVERY_SEAL_ATTEMPTS:
+                            raise
                 wal.close()
                 if closed is not None:
                     for k in LedgerInfo.__slots__:
                         setattr(info, k, getattr(closed, k))
-            wal_file = paths.wal_path(root, info.ledger_id)
+            wal_file = paths.wal_path(root, info.ledger_id, info.epoch)
             if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
                 wal_file.unlink()
                 paths.fsync_dir(root)
@@ -198,7 +253,7 @@ class ManagedLedger:
         if stale:
             paths.fsync_dir(root)
         current = infos[-1]
-        wal = _open_wal(root, current.ledger_id, settings)
+        wal = _open_wal(root, current, settings)
         if wal.recovery.truncated_bytes:
             log.warning(
                 "ledger %s: truncated a torn tail of %d bytes, kept in %s",
@@ -208,7 +263,15 @@ class ManagedLedger:
             )
         _refresh_open(current, wal)
         return cls(
-            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=infos, wal=wal, shared=shared
+            topic_id=topic_id,
+            root=root,
+            db=db,
+            settings=settings,
+            ledgers=infos,
+            wal=wal,
+            shared=shared,
+            epoch=epoch,
+            fence=fence,
         )
 
     # ---------------------------------------------------------------- writing
@@ -350,11 +413,13 @@ class ManagedLedger:
     def _roll_over_locked(self) -> None:
         old, wal = self._current, self._wal
         with self._db.session() as s:
-            successor = _new_ledger_row(s, self.topic_id)
+            if self.fence is not None:
+                self.fence(s)
+            successor = _new_ledger_row(s, self.topic_id, self.epoch)
         # The successor's file before any state changes: if it cannot be created (out of
         # descriptors), the full ledger stays the open one and nothing was rolled over.
         try:
-            new_wal = _open_wal(self.root, successor.ledger_id, self._settings)
+            new_wal = _open_wal(self.root, successor, self._settings)
         except BaseException:
             self._drop_ledger_row(successor.ledger_id)
             raise
@@ -390,7 +455,9 @@ class ManagedLedger:
                 return
             records = cache if cache is not None and len(cache) == wal.written_entries else None
             entries = wal.read_all() if records is None else records
-            closed = _seal(self._db, self.root, info, wal, entries, fault_hook=self.fault_hook)
+            closed = _seal(
+                self._db, self.root, info, wal, entries, fault_hook=self.fault_hook, fence=self.fence
+            )
             with self._lock:
                 if closed is not None:
                     for k in LedgerInfo.__slots__:
@@ -398,7 +465,7 @@ class ManagedLedger:
                 self._sealing.pop(info.ledger_id, None)
                 self._seal_attempts.pop(info.ledger_id, None)
                 wal.close()
-                paths.wal_path(self.root, info.ledger_id).unlink(missing_ok=True)
+                paths.wal_path(self.root, info.ledger_id, info.epoch).unlink(missing_ok=True)
                 paths.fsync_dir(self.root)
                 self._sealed_cv.notify_all()
             self._backlog.release(self.topic_id)
@@ -495,13 +562,24 @@ class ManagedLedger:
                     chunk = wal.read(pos.entry_id, max_entries - len(out))
                     ledger_entries = wal.entries
             if wal is None:
+                skip_to = info.lost.skip(pos.entry_id) if info.lost else None
+                if skip_to is not None:  # entries an operator accepted losing: gone, as with a deleted ledger
+                    pos = Position(info.ledger_id, skip_to)
+                    if pos.entry_id >= info.entries:
+                        pos = Position(info.ledger_id + 1, 0)
+                    continue
+                want = max_entries - len(out)
+                if info.lost:
+                    want = min(want, info.lost.room(pos.entry_id))
                 try:
                     # acquire/release rather than a ``with``: this runs for every page read.
                     slot = self._files.acquire((self.root, info.ledger_id), self._opener(info.ledger_id))
                     try:
-                        chunk = slot.reader.read(pos.entry_id, max_entries - len(out))
+                        chunk = slot.reader.read(pos.entry_id, want)
                     finally:
                         self._files.release(slot)
+                except IntegrityError as e:
+                    raise self.damaged(info.ledger_id, e) from e
                 except Exception:
                     with self._lock:
                         if info in self._ledgers:
@@ -536,8 +614,11 @@ class ManagedLedger:
                 break
             else:
                 return self.end_position()
-        with self._sealed_ledger(info.ledger_id) as reader:
-            return Position(info.ledger_id, reader.first_entry_at_or_after(publish_time))
+        try:
+            with self._sealed_ledger(info.ledger_id) as reader:
+                return Position(info.ledger_id, reader.first_entry_at_or_after(publish_time))
+        except IntegrityError as e:
+            raise self.damaged(info.ledger_id, e) from e
 
     def backlog(self, start: Position) -> tuple[int, int]:
         """Entries with id >= ``start`` and their payload bytes (prorated inside a ledger)."""
@@ -568,6 +649,7 @@ class ManagedLedger:
         self._files.discard(gone.__contains__)
         for info in doomed:
             paths.sealed_path(self.root, info.ledger_id).unlink(missing_ok=True)
+            paths.salvage_path(self.root, info.ledger_id).unlink(missing_ok=True)
         paths.fsync_dir(self.root)
 
     def _sealed_ledger(self, ledger_id: int) -> AbstractContextManager[SealedLedger]:
@@ -576,7 +658,107 @@ class ManagedLedger:
 
     def _opener(self, ledger_id: int) -> Callable[[], SealedLedger]:
         # Keyed by (topic dir, ledger id): the file's path is built only when it is opened.
-        return lambda: SealedLedger(paths.sealed_path(self.root, ledger_id))
+        return lambda: SealedLedger(paths.sealed_path(self.root, ledger_id), ledger_id=ledger_id)
+
+    # ---------------------------------------------------------------- integrity
+
+    def damaged(self, ledger_id: int, error: IntegrityError) -> DamagedData:
+        """Record that ledger ``ledger_id``'s file failed ``error``'s check (the first damage
+        found is kept, in memory and in the metadata) and return the error a read answers."""
+        finding = f"{error.check} failed: {error.detail}"
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+            first = info is not None and info.damage is None
+            if info is not None and info.damage is None:
+                info.damage = finding
+            if info is not None:
+                info.verified = False
+        if first:
+            log.error("ledger %s of %s is damaged: %s (%s)", ledger_id, self.name, finding, error.path)
+            self._files.discard(lambda key: key == (self.root, ledger_id))  # its decoded rows too
+            try:
+                with self._db.session() as s:
+                    row = s.get(models.Ledger, ledger_id)
+                    if row is not None and row.damage is None:
+                        row.damage, row.damaged_at = finding, now_ms()
+            except Exception:  # noqa: BLE001 - the read's answer matters more than the record
+                log.exception("could not record the damage of ledger %s", ledger_id)
+        return DamagedData(
+            f"ledger {ledger_id} of {self.name} is damaged: {finding}",
+            topic=self.name,
+            ledger_id=ledger_id,
+            check=error.check,
+        )
+
+    def mark_verified(self, ledger_id: int) -> None:
+        """Ledger ``ledger_id``'s whole file just matched its recorded checksum."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+            if info is not None:
+                info.verified = True
+
+    def record_checksum(self, ledger_id: int, checksum: str) -> None:
+        """A checksum the scrubber computed for a file written before checksums existed."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+            if info is not None and info.checksum is None:
+                info.checksum = checksum
+        with self._db.session() as s:
+            row = s.get(models.Ledger, ledger_id)
+            if row is not None and row.checksum is None:
+                row.checksum = checksum
+
+    def accept_damage(self, ledger_id: int) -> tuple[LostRanges, int]:
+        """An operator accepts losing ledger ``ledger_id``'s damaged entries: find every row
+        group that fails a check, write the intact rows to a verified copy (what compactions
+        read from now on) and record the lost ranges; reads skip them from then on. Returns the
+        lost ranges and how many entries were kept. 409 unless the ledger is known damaged."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+        if info is None:
+            raise NotFound(f"ledger {ledger_id} is not a ledger of {self.name}")
+        if info.damage is None:
+            raise Conflict(
+                f"ledger {ledger_id} of {self.name} is not known to be damaged; "
+                "scrub the topic first (POST .../scrub)"
+            )
+        if info.state != models.CLOSED:
+            raise Conflict(f"ledger {ledger_id} of {self.name} is not sealed")
+        self._files.discard(lambda key: key == (self.root, ledger_id))
+        lost, kept, checksum = write_salvage(
+            paths.sealed_path(self.root, ledger_id),
+            paths.salvage_path(self.root, ledger_id),
+            ledger_id,
+            info.entries,
+        )
+        with self._db.session() as s:
+            row = s.get(models.Ledger, ledger_id)
+            if row is not None:
+                row.damage_accepted_at = now_ms()
+                row.lost_entries = lost.to_text()
+                row.salvage_checksum = checksum
+        with self._lock:
+            info.damage_accepted, info.lost, info.verified = True, lost, False
+        log.warning(
+            "ledger %s of %s: the loss of entries %s was accepted; %d entries kept",
+            ledger_id,
+            self.name,
+            lost.to_text() or "(none)",
+            kept,
+        )
+        return lost, kept
+
+    def sealed_inputs(self, after: Position | None, upto: Position) -> list[LedgerInfo]:
+        """Copies of the sealed ledgers holding entries in ``(after, upto]``, oldest first."""
+        with self._lock:
+            return [
+                LedgerInfo(**{k: getattr(i, k) for k in LedgerInfo.__slots__})
+                for i in self._ledgers
+                if i.state == models.CLOSED
+                and i.entries
+                and i.ledger_id <= upto.ledger_id
+                and (after is None or Position(i.ledger_id, i.entries - 1) > after)
+            ]
 
     def sealed_files(self, after: Position | None, upto: Position) -> list[tuple[int, Path]]:
         """The sealed ledgers holding entries in ``(after, upto]``, as (ledger id, file)."""
@@ -626,6 +808,7 @@ def _seal(
     entries: Sequence[Record] | Sequence[Entry],
     *,
     fault_hook: Callable[[str], None] | None = None,
+    fence: Callable[[Session], None] | None = None,
 ) -> LedgerInfo | None:
     """Write ``entries`` (the ledger's, in order) as its sealed Parquet file and mark it CLOSED
     in the metadata; returns its closed description (None if its row is gone: a deleted topic).
@@ -643,12 +826,25 @@ def _seal(
         created_at=info.created_at,
         first_publish_time=wal.first_publish_time,
         last_publish_time=wal.last_publish_time,
+        checksum=sealed.checksum,
+        verified=True,
+        epoch=info.epoch,
     )
     with db.session() as s:
+        if fence is not None:
+            fence(s)
         row = s.get(models.Ledger, info.ledger_id)
         if row is None:
             return None
-        for k in ("state", "entries", "size_bytes", "file_bytes", "first_publish_time", "last_publish_time"):
+        for k in (
+            "state",
+            "entries",
+            "size_bytes",
+            "file_bytes",
+            "first_publish_time",
+            "last_publish_time",
+            "checksum",
+        ):
             setattr(row, k, getattr(closed, k))
         row.closed_at = now_ms()
     if fault_hook:
@@ -656,10 +852,10 @@ def _seal(
     return closed
 
 
-def _open_wal(root: Path, ledger_id: int, settings: Settings) -> WriteAheadLog:
+def _open_wal(root: Path, info: LedgerInfo, settings: Settings) -> WriteAheadLog:
     return WriteAheadLog.open(
-        paths.wal_path(root, ledger_id),
-        ledger_id,
+        paths.wal_path(root, info.ledger_id, info.epoch),
+        info.ledger_id,
         fsync=settings.fsync,
         fsync_interval_ms=settings.fsync_interval_ms,
     )
@@ -681,12 +877,18 @@ def _info(row: models.Ledger) -> LedgerInfo:
         created_at=row.created_at,
         first_publish_time=row.first_publish_time,
         last_publish_time=row.last_publish_time,
+        checksum=row.checksum,
+        damage=row.damage,
+        damage_accepted=row.damage_accepted_at is not None,
+        lost=LostRanges.parse(row.lost_entries),
+        epoch=row.epoch,
     )
 
 
-def _new_ledger_row(session, topic_id: int) -> LedgerInfo:  # type: ignore[no-untyped-def]
+def _new_ledger_row(session: Session, topic_id: int, epoch: int = 0) -> LedgerInfo:
     row = models.Ledger(
         topic_id=topic_id,
+        epoch=epoch,
         kind=models.ORIGINAL,
         state=models.OPEN,
         entries=0,

@@ -69,6 +69,50 @@ class Ledger(Base):
     closed_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     first_publish_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_publish_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Integrity (ledger.checksums; README "Integrity and repair"). ``checksum``: the sealed
+    # file's CRC32C, or a compacted ledger's manifest's ("crc32c:xxxxxxxx"); NULL for files
+    # written before checksums, until the scrubber records one.
+    checksum: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The first damage found ("<check> failed: <detail>"), and when; NULL while intact.
+    damage: Mapped[str | None] = mapped_column(Text, nullable=True)
+    damaged_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # When an operator accepted losing the damaged entries (skip-damaged); the entry ranges
+    # lost ("a-b,c-d"); the CRC32C of the copy of the intact rows compactions read from then.
+    damage_accepted_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    lost_entries: Mapped[str | None] = mapped_column(Text, nullable=True)
+    salvage_checksum: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # When the scrubber last found the file intact.
+    verified_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The epoch of the topic's owner that opened it (0 for a single instance): an owner appends
+    # only to a ledger of its own epoch, and seals an older epoch's open ledger when it takes over.
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
+class Instance(Base):
+    """A running (or once running) service instance: where clients reach it, and when it last
+    said it was alive. Each process start registers a new row."""
+
+    __tablename__ = "instances"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    url: Mapped[str] = mapped_column(String(512))
+    started_at: Mapped[int] = mapped_column(BigInteger)
+    heartbeat_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class TopicLease(Base):
+    """Who owns a topic (Pulsar's bundle ownership): ``instance_id`` holds it until
+    ``expires_at`` (ms, the database's clock) unless it renews; every takeover raises ``epoch``.
+    ``instance_id`` is NULL for a topic nobody has owned yet."""
+
+    __tablename__ = "topic_leases"
+    __table_args__ = (Index("ix_topic_leases_instance", "instance_id"),)
+
+    topic_id: Mapped[int] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"), primary_key=True)
+    instance_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    expires_at: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Cursor(Base):
@@ -129,6 +173,29 @@ class CompactionRun(Base):
     phase_one_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     phase_two_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ScrubRun(Base):
+    """One scrub of a topic: every file verified against its recorded checksum.
+
+    ``status`` is ``CLEAN`` (nothing damaged), ``DAMAGED`` (``findings`` holds one line per
+    damaged file) or ``ERROR`` (the scrub itself failed); ``checksums_recorded`` counts files
+    written before checksums whose checksum this scrub recorded."""
+
+    __tablename__ = "scrub_runs"
+    __table_args__ = (Index("ix_scrub_runs_topic", "topic_id", "id"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    topic_id: Mapped[int] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"))
+    trigger: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[int] = mapped_column(BigInteger)
+    finished_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    files_checked: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_checked: Mapped[int] = mapped_column(BigInteger, default=0)
+    damaged_files: Mapped[int] = mapped_column(BigInteger, default=0)
+    checksums_recorded: Mapped[int] = mapped_column(BigInteger, default=0)
+    findings: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Policy(Base):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -25,6 +27,18 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    advertised_url: str = Field(
+        default="",
+        description="The URL other instances redirect clients to for this instance's topics; "
+        "http(s)://host:port from host and port when empty.",
+    )
+    ownership_lease_ms: int = Field(
+        default=10_000,
+        ge=500,
+        le=600_000,
+        description="How long a topic's owner holds it without renewing (several instances on "
+        "PostgreSQL); another instance takes the topic over when it lapses.",
+    )
 
     fsync: FsyncPolicy = "always"
     fsync_interval_ms: int = Field(default=100, ge=1)
@@ -127,6 +141,15 @@ class Settings(BaseSettings):
     )
     retain_null_key: bool = False
 
+    # Integrity (README, "Integrity and repair"): the background scrubber verifies every file
+    # against its recorded checksum once per interval, reading at most this many bytes/s.
+    scrub_interval_seconds: float = Field(
+        default=24 * 60 * 60.0, ge=0, description="Seconds between background scrubs; 0 = off."
+    )
+    scrub_bytes_per_second: int = Field(
+        default=16 * 1024 * 1024, ge=0, description="The background scrub's read rate; 0 = unbounded."
+    )
+
     # Security, as Pulsar's broker.conf names it (authenticationEnabled, tokenSecretKey, ...).
     authentication_enabled: bool = Field(
         default=False, description="Require a token (Authorization: Bearer) on every route but /health."
@@ -224,6 +247,20 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _advertised(self) -> Settings:
+        url = self.advertised_url.strip().rstrip("/")
+        if not url:
+            host = self.host if self.host not in ("0.0.0.0", "::", "") else socket.gethostname()
+            if ":" in host and not host.startswith("["):
+                host = f"[{host}]"
+            url = f"{'https' if self.tls_cert_file else 'http'}://{host}:{self.port}"
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+            raise ValueError(f"advertised_url must be http(s)://host:port, not {self.advertised_url!r}")
+        self.advertised_url = url
+        return self
+
+    @model_validator(mode="after")
     def _security(self) -> Settings:
         if self.authentication_enabled:
             if not (self.token_secret_key or self.token_public_key):
@@ -278,6 +315,12 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def several_instances(self) -> bool:
+        """Whether topics are owned through leases (any database but SQLite): several
+        instances may share the database and the storage root."""
+        return not self.is_sqlite
 
 
 def _is_loopback(host: str) -> bool:

@@ -30,6 +30,7 @@ class CompactedLedgerStats:
     ledger_id: int = -1
     entries: int = -1
     size: int = -1
+    checksum: str | None = None
 
 
 @dataclass
@@ -41,6 +42,8 @@ class InternalStats:
     cursors: list[CursorStats]
     compacted_ledger: CompactedLedgerStats = field(default_factory=CompactedLedgerStats)
     horizon: Position | None = None
+    # "compacted ledger N dropped: <finding>" while a damaged compacted ledger is rebuilt.
+    repair: str | None = None
 
     @property
     def entries(self) -> int:
@@ -81,8 +84,12 @@ def internal_stats(broker: Broker, name: TopicName) -> InternalStats:
         stats.horizon = view.horizon
         if view.ledger is not None:
             stats.compacted_ledger = CompactedLedgerStats(
-                view.ledger_id, view.ledger.entries, view.ledger.size_bytes
+                view.ledger_id, view.ledger.entries, view.ledger.size_bytes, view.checksum
             )
+    if topic.repair is not None:
+        stats.repair = (
+            f"compacted ledger {topic.repair.ledger_id} dropped: {topic.repair.finding}; rebuilding"
+        )
     return stats
 
 

@@ -1,7 +1,12 @@
 """Topics: creating, deleting, listing them, and the live state of each loaded topic.
 
-The ``Broker`` owns one ``ManagedTopic`` per topic in the metadata store, loaded (and
-recovered) at start-up. Everything a route asks of a topic goes through it.
+The ``Broker`` owns one ``ManagedTopic`` per topic it serves. A single instance (SQLite, the
+default) serves every topic of the metadata store, loaded (and recovered) at start-up. With
+several instances (``ownership`` given: PostgreSQL), it serves the topics it holds a lease on
+(:mod:`service.ownership`): it loads a topic when it claims it (a request for a topic nobody
+holds, its share of lapsed topics, a new topic assigned to it) and drops it when the lease
+moves; a request for a topic another instance holds raises ``NotOwner`` (a redirect).
+Everything a route asks of a topic goes through it.
 """
 
 from __future__ import annotations
@@ -9,24 +14,38 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError as DuplicateRow
 
 from ledger import paths
+from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record, record_size
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView, LayerFiles, RetiredView
 from service.counters import Tally
 from service.db import Database
-from service.errors import Conflict, InvalidInput, NotFound, TooLarge
+from service.errors import (
+    BeingRepaired,
+    Conflict,
+    DamagedData,
+    InvalidInput,
+    NotFound,
+    NotOwner,
+    OwnershipLost,
+    TooLarge,
+    Unavailable,
+)
+from service.instances import db_now_ms
 from service.managed_ledger import LedgerResources, ManagedLedger
 from service.names import TopicName
+from service.ownership import Lease, LeaseOwnership, forever
 from service.resources import descriptor_limit, ledger_file_budget
 from service.settings import Settings
 
@@ -34,6 +53,20 @@ log = logging.getLogger(__name__)
 
 EARLIEST = "earliest"
 LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class DroppedView:
+    """A compacted ledger dropped for damage: which, up to where, and what was found."""
+
+    ledger_id: int
+    horizon: Position
+    finding: str
+
+
+# Called with the topic, the view and the damage when a read meets a damaged compacted ledger:
+# the compaction service drops the view and starts a rebuild (service.compaction).
+CompactedDamageHandler = Callable[["ManagedTopic", CompactedView, IntegrityError], None]
 
 
 @dataclass
@@ -52,6 +85,11 @@ class ManagedTopic:
     subscriptions: dict[str, Any] = field(default_factory=dict)
     # Messages delivered to consumers and readers since the service started (pulsar_out_messages_total).
     messages_out: Tally = field(default_factory=Tally)
+    # Set while a damaged compacted ledger, dropped, is rebuilt from the originals: reads of
+    # the compacted view up to its horizon answer 503 until the rebuild commits.
+    repair: DroppedView | None = None
+    # This instance's hold on the topic: writes are acknowledged only while it is valid.
+    lease: Lease = field(default_factory=forever)
 
     def compacted_view(self) -> CompactedView | None:
         return self.view
@@ -60,11 +98,16 @@ class ManagedTopic:
 class Broker:
     """The topics of one service instance. Thread-safe."""
 
-    def __init__(self, *, settings: Settings, db: Database) -> None:
+    def __init__(self, *, settings: Settings, db: Database, ownership: LeaseOwnership | None = None) -> None:
         self.settings = settings
         self.db = db
+        self.ownership = ownership
         self._topics: dict[TopicName, ManagedTopic] = {}
         self._lock = threading.Lock()
+        # Called with each topic as it is loaded (subscriptions, the compacted view).
+        self._load_listeners: list[Callable[[ManagedTopic], None]] = []
+        self._claim_locks: dict[TopicName, threading.Lock] = {}
+        self._owner_thread: threading.Thread | None = None
         # Seals rolled-over ledgers to Parquet off the produce path, one at a time.
         self._sealer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-sealer")
         # Sized from the descriptor limit as it is now: the service raises it before this.
@@ -79,28 +122,164 @@ class Broker:
         self.resources = LedgerResources.from_settings(settings, self._sealer, max_files)
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
+        # Set by the compaction service: what to do when a read meets a damaged compacted ledger.
+        self.on_compacted_damage: CompactedDamageHandler | None = None
 
     # ---------------------------------------------------------------- life cycle
 
     def start(self) -> None:
-        """Load every topic, recovering its ledgers, and remove files no topic owns."""
+        """Load every topic (a single instance) and remove files no topic owns; with several
+        instances, register and start holding leases instead (topics load as they are claimed)."""
         with self.db.session() as s:
             rows = s.scalars(select(models.Topic).order_by(models.Topic.id)).all()
             topics = [(r.id, TopicName(r.tenant, r.namespace, r.name)) for r in rows]
-        for topic_id, name in topics:
-            ml = ManagedLedger.recover(
-                topic_id=topic_id,
-                root=self._root(name),
-                db=self.db,
-                settings=self.settings,
-                shared=self.resources,
-            )
-            self._topics[name] = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
-        self._remove_orphan_dirs()
+        if self.ownership is None:
+            for topic_id, name in topics:
+                self._load(topic_id, name, forever())
+        else:
+            self.ownership.registry.register()
+            # Restarted after a crash: the topics this instance held before are still leased to
+            # its earlier process; take them back (after their leases lapse) before serving.
+            for topic_id in self.ownership.earlier_selves():
+                self._acquire_by_id(topic_id)
+        if self.ownership is None:
+            # Not with several instances: another one may be creating a topic's files right now.
+            self._remove_orphan_dirs({name for _, name in topics})
         self._sweeper = threading.Thread(
             target=self._close_idle_files, name="ledger-file-sweeper", daemon=True
         )
         self._sweeper.start()
+        if self.ownership is not None:
+            self._owner_thread = threading.Thread(target=self._hold_leases, name="leases", daemon=True)
+            self._owner_thread.start()
+
+    def on_load(self, listener: Callable[[ManagedTopic], None]) -> None:
+        """Call ``listener`` with every topic loaded so far and each one loaded later."""
+        with self._lock:
+            self._load_listeners.append(listener)
+            loaded = list(self._topics.values())
+        for topic in loaded:
+            listener(topic)
+
+    def _load(self, topic_id: int, name: TopicName, lease: Lease) -> ManagedTopic:
+        fence = self.ownership.fence(topic_id, lease.epoch) if self.ownership is not None else None
+        ml = ManagedLedger.recover(
+            topic_id=topic_id,
+            root=self._root(name),
+            db=self.db,
+            settings=self.settings,
+            shared=self.resources,
+            epoch=lease.epoch,
+            fence=fence,
+        )
+        ml.name = str(name)
+        topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml, lease=lease)
+        try:
+            for listener in list(self._load_listeners):
+                listener(topic)
+        except BaseException:
+            ml.close()
+            raise
+        with self._lock:
+            self._topics[name] = topic
+        return topic
+
+    # ---------------------------------------------------------------- ownership (several instances)
+
+    def _hold_leases(self) -> None:
+        """Renew this instance's leases, drop the topics it lost, load the ones assigned to it,
+        and take its share of lapsed ones."""
+        assert self.ownership is not None
+        ownership = self.ownership
+        while not self._stopping.wait(ownership.renew_every_s):
+            try:
+                lost, assigned = ownership.renew()
+                for topic_id in lost:
+                    self._unload(topic_id)
+                for topic_id in assigned + ownership.to_balance():
+                    if self._stopping.is_set():
+                        return
+                    self._acquire_by_id(topic_id)
+            except Exception:  # noqa: BLE001 - the database may be away for a while; leases then lapse
+                log.exception("renewing the topic leases failed")
+
+    def _acquire_by_id(self, topic_id: int) -> None:
+        with self.db.session() as s:
+            row = s.get(models.Topic, topic_id)
+            if row is None:
+                return
+            name = TopicName(row.tenant, row.namespace, row.name)
+        try:
+            self._acquire(name, topic_id)
+        except (NotOwner, NotFound):
+            pass
+        except Exception:  # noqa: BLE001 - tried again at the next round
+            log.exception("taking over topic %s failed", name)
+
+    def _acquire(self, name: TopicName, topic_id: int) -> ManagedTopic:
+        """The topic loaded here: claimed if this instance may, else ``NotOwner``."""
+        assert self.ownership is not None
+        with self._lock:
+            claim_lock = self._claim_locks.setdefault(name, threading.Lock())
+        with claim_lock:
+            with self._lock:
+                topic = self._topics.get(name)
+            if topic is not None:
+                return topic
+            lease = self.ownership.claim(topic_id)
+            if lease is None:
+                owner = self.ownership.owner(topic_id)
+                if owner.url is not None and owner.url != self.ownership.url:
+                    raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url)
+                raise Unavailable(f"topic {name} is changing owners; look it up again", retry_after=1)
+            log.info("taking topic %s (epoch %d)", name, lease.epoch)
+            try:
+                return self._load(topic_id, name, lease)
+            except BaseException:
+                self.ownership.forget(topic_id)
+                raise
+
+    def _unload(self, topic_id: int) -> None:
+        """Drop a topic whose lease moved to another instance (nothing is written any more)."""
+        with self._lock:
+            topic = next((t for t in self._topics.values() if t.topic_id == topic_id), None)
+            if topic is None:
+                return
+            self._topics.pop(topic.name, None)
+        topic.lease.lose()
+        log.warning("lost the lease of topic %s: another instance owns it now", topic.name)
+        topic.ledger.close()
+
+    def _locate(self, name: TopicName) -> ManagedTopic:
+        """A topic not loaded here: ``NotFound``, ``NotOwner`` (owned elsewhere), or claimed."""
+        assert self.ownership is not None
+        with self.db.session() as s:
+            row = s.scalar(
+                select(models.Topic).where(
+                    models.Topic.tenant == name.tenant,
+                    models.Topic.namespace == name.namespace,
+                    models.Topic.name == name.topic,
+                )
+            )
+            if row is None:
+                raise NotFound(f"topic {name} not found")
+            topic_id = row.id
+        owner = self.ownership.owner(topic_id)
+        if owner.valid and owner.url is not None and owner.url != self.ownership.url:
+            raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url)
+        return self._acquire(name, topic_id)
+
+    def owner_url(self, name: TopicName) -> str:
+        """The advertised URL of the topic's owner (Pulsar's lookup): this instance when it owns
+        the topic or takes it now."""
+        if self.ownership is None:
+            self.topic(name)
+            return self.settings.advertised_url
+        try:
+            self.topic(name)
+        except NotOwner as e:
+            return e.url
+        return self.ownership.url
 
     def _close_idle_files(self) -> None:
         """Close sealed-ledger files no read used lately: a consumer that keeps up reads each
@@ -113,17 +292,25 @@ class Broker:
         self._stopping.set()
         if self._sweeper is not None:
             self._sweeper.join()
+        if self._owner_thread is not None:
+            self._owner_thread.join()
         self._sealer.shutdown(wait=True)  # finish sealing what was rolled over
         with self._lock:
             for topic in self._topics.values():
                 topic.ledger.close()
             self._topics.clear()
         self.resources.files.clear()
+        if self.ownership is not None:
+            try:  # nothing is written any more: other instances may take the topics at once
+                self.ownership.release_all()
+                self.ownership.registry.deregister()
+            except Exception:  # noqa: BLE001 - the leases then lapse on their own
+                log.exception("releasing the topic leases failed")
 
     def _root(self, name: TopicName) -> Path:
         return paths.topic_dir(self.settings.data_dir, name.tenant, name.namespace, name.topic)
 
-    def _remove_orphan_dirs(self) -> None:
+    def _remove_orphan_dirs(self, existing: set[TopicName]) -> None:
         """A topic deleted in the metadata store whose files a crash left behind."""
         base = self.settings.data_dir / "ledgers"
         if not base.is_dir():
@@ -131,13 +318,17 @@ class Broker:
         for tenant in base.iterdir():
             for namespace in tenant.iterdir() if tenant.is_dir() else ():
                 for topic in namespace.iterdir() if namespace.is_dir() else ():
-                    if TopicName(tenant.name, namespace.name, topic.name) not in self._topics:
+                    if TopicName(tenant.name, namespace.name, topic.name) not in existing:
                         log.warning("removing files of deleted topic %s", topic)
                         shutil.rmtree(topic, ignore_errors=True)
 
     # ---------------------------------------------------------------- admin
 
-    def create_topic(self, name: TopicName) -> ManagedTopic:
+    def create_topic(self, name: TopicName) -> ManagedTopic | None:
+        """Create a topic; returns it when this instance serves it (with several instances it
+        is given to the live instance with the fewest topics, None when that is another)."""
+        if self.ownership is not None:
+            return self._create_shared(name)
         with self._lock:
             if name in self._topics:
                 raise Conflict(f"topic {name} already exists")
@@ -154,9 +345,30 @@ class Broker:
             ml = ManagedLedger.create(
                 topic_id=topic_id, root=root, db=self.db, settings=self.settings, shared=self.resources
             )
+            ml.name = str(name)
             topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
             self._topics[name] = topic
             return topic
+
+    def _create_shared(self, name: TopicName) -> ManagedTopic | None:
+        assert self.ownership is not None
+        try:
+            with self.db.session() as s:
+                row = models.Topic(
+                    tenant=name.tenant, namespace=name.namespace, name=name.topic, created_at=now_ms()
+                )
+                s.add(row)
+                s.flush()
+                topic_id = row.id
+                owner = self.ownership.assign(s, topic_id, db_now_ms(s))
+        except DuplicateRow:
+            raise Conflict(f"topic {name} already exists") from None
+        root = self._root(name)
+        if owner != self.ownership.instance_id:
+            return None
+        if root.exists():  # left by a deletion that crashed before removing its files
+            shutil.rmtree(root)
+        return self._acquire(name, topic_id)
 
     def delete_topic(self, name: TopicName) -> None:
         """Delete a topic, its subscriptions and all its files. 409 while it compacts."""
@@ -168,7 +380,11 @@ class Broker:
                 self._topics.pop(name, None)
             topic.ledger.close()
             with self.db.session() as s:
+                if topic.ledger.fence is not None:
+                    topic.ledger.fence(s)
                 s.execute(delete(models.Topic).where(models.Topic.id == topic.topic_id))
+            if self.ownership is not None:
+                self.ownership.forget(topic.topic_id)
             # Files go after the commit: a crash in between leaves an orphan directory,
             # which start-up removes, never metadata pointing at missing files.
             shutil.rmtree(self._root(name), ignore_errors=True)
@@ -176,6 +392,14 @@ class Broker:
             topic.admin_lock.release()
 
     def list_topics(self, tenant: str, namespace: str) -> list[str]:
+        if self.ownership is not None:  # every instance's topics
+            with self.db.session() as s:
+                names = s.scalars(
+                    select(models.Topic.name).where(
+                        models.Topic.tenant == tenant, models.Topic.namespace == namespace
+                    )
+                ).all()
+            return sorted(str(TopicName(tenant, namespace, n)) for n in names)
         with self._lock:
             return sorted(str(n) for n in self._topics if n.tenant == tenant and n.namespace == namespace)
 
@@ -183,6 +407,8 @@ class Broker:
         with self._lock:
             topic = self._topics.get(name)
         if topic is None:
+            if self.ownership is not None:
+                return self._locate(name)
             raise NotFound(f"topic {name} not found")
         return topic
 
@@ -202,6 +428,9 @@ class Broker:
             if size > limit:
                 raise TooLarge(f"message {i} is {size} bytes; the limit is {limit}")
         topic = self.topic(name)
+        lease = topic.lease
+        if not lease.valid():
+            raise _lost(name)
         publish_time = now_ms()
         stamped = [
             Record(
@@ -213,7 +442,17 @@ class Broker:
             )
             for r in records
         ]
-        return topic.ledger.append(stamped)
+        try:
+            positions = topic.ledger.append(stamped)
+        except Exception as e:
+            if not lease.valid():  # dropped while writing: the lease moved
+                raise _lost(name) from e
+            raise
+        # Acknowledged only while the lease holds (a monotonic comparison, no database round
+        # trip): after it, another instance may have taken the topic over and not seen these.
+        if not lease.valid():
+            raise _lost(name)
+        return positions
 
     def resolve_start(self, topic: ManagedTopic, start: str) -> Position:
         """``earliest``, ``latest`` or ``"L:E"`` as a position of the topic's log."""
@@ -247,13 +486,23 @@ class Broker:
         topic.messages_out.add(len(out))
         return out, nxt
 
-    @staticmethod
     def read_at(
-        topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
+        self, topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
     ) -> tuple[list[Entry], Position]:
-        """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts."""
+        """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts.
+
+        A damaged original ledger raises ``DamagedData`` (500); a damaged compacted ledger is
+        dropped and rebuilt, and reads of the compacted view answer ``BeingRepaired`` (503)
+        until the rebuild commits."""
         while True:
             view = topic.view if read_compacted else None
+            repair = topic.repair
+            if read_compacted and view is None and repair is not None and pos <= repair.horizon:
+                raise BeingRepaired(
+                    f"compacted ledger {repair.ledger_id} of {topic.name} is damaged ({repair.finding}); "
+                    "it was dropped and is being rebuilt from the original ledgers",
+                    retry_after=5,
+                )
             if view is None or pos > view.horizon:
                 return topic.ledger.read(pos, limit)
             try:
@@ -261,7 +510,25 @@ class Broker:
                     out, nxt = view.ledger.read(pos, limit)
             except RetiredView:
                 continue  # a compaction committed meanwhile: read its ledger instead
+            except IntegrityError as e:
+                if self.on_compacted_damage is None:
+                    raise DamagedData(
+                        f"compacted ledger {view.ledger_id} of {topic.name} is damaged: "
+                        f"{e.path.name}: {e.check} failed: {e.detail}",
+                        topic=str(topic.name),
+                        ledger_id=view.ledger_id,
+                        check=e.check,
+                    ) from e
+                self.on_compacted_damage(topic, view, e)
+                continue  # now 503 while it is rebuilt
             if nxt is not None:
                 return out, nxt
             rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))
             return out + rest, nxt_pos
+
+
+def _lost(name: TopicName) -> OwnershipLost:
+    return OwnershipLost(
+        f"this instance's lease on topic {name} lapsed or moved; the write was not acknowledged: "
+        "look the topic up again"
+    )

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from service.db import Database, upgrade
+from migrations import upgrade
+from service.db import Database
 from service.settings import Settings
 from service.topics import Broker
 from tests.server import ServerProcess, fresh_database_url
@@ -180,6 +181,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     if found.returncode != 0:
         pytest.skip(f"no Chromium for the browser tests: {found.stderr.strip().splitlines()[-1:]}")
     profile = tmp_path_factory.mktemp("chromium-profile")
+    # ``expect`` waits 5 s by default: too short for a page on a loaded 2-core CI machine.
+    playwright_api.expect.set_options(timeout=30_000)
     with playwright_api.sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(profile),

@@ -20,9 +20,10 @@ import httpx
 POSTGRES_ENV = "COMPACTOR_TEST_POSTGRES_URL"
 
 
-def fresh_database_url(name: str) -> str | None:
-    """A new, empty PostgreSQL database for one test when ``POSTGRES_ENV`` is set, else None."""
-    admin = os.environ.get(POSTGRES_ENV)
+def fresh_database_url(name: str, admin: str | None = None) -> str | None:
+    """A new, empty PostgreSQL database for one test when ``POSTGRES_ENV`` is set (or an admin
+    URL is given), else None."""
+    admin = admin or os.environ.get(POSTGRES_ENV)
     if not admin:
         return None
     from sqlalchemy import create_engine, text
@@ -62,7 +63,7 @@ class ServerProcess:
         self.data_dir = Path(data_dir)
         self.max_open_files = max_open_files
         self.port = free_port()
-        self.extra_env = env or {}
+        self.extra_env = dict(env or {})  # a copy: start() records the fresh database in it
         self.unset = unset  # variables of this process's environment the server does not get
         # With TLS on, https, and trust in the server's own (self-signed) certificate.
         cert = self.extra_env.get("COMPACTOR_TLS_CERT_FILE")
@@ -127,6 +128,15 @@ class ServerProcess:
         """How many descriptors the server process has open now (Linux)."""
         assert self.proc is not None
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stands still (a long GC pause, a stalled VM) until ``resume``."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash or a power cut of the process."""

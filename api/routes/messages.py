@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from api.deps import BrokerDep, CanConsume, CanProduce, TopicDep
+from api.openapi import DAMAGE_RESPONSES
 from api.schemas import ProduceRequest, ProduceResponse, ReadResponse
 from ledger.entry import Entry
 
@@ -42,7 +43,12 @@ async def produce(name: TopicDep, request: Request, broker: BrokerDep) -> Produc
     return ProduceResponse(messageIds=[str(p) for p in ids])
 
 
-@router.get("/{tenant}/{namespace}/{topic}/messages", response_model=ReadResponse, dependencies=[CanConsume])
+@router.get(
+    "/{tenant}/{namespace}/{topic}/messages",
+    response_model=ReadResponse,
+    responses=DAMAGE_RESPONSES,
+    dependencies=[CanConsume],
+)
 def read_messages(
     name: TopicDep,
     broker: BrokerDep,

@@ -4,7 +4,7 @@ exposition, never written by hand). See ``service.metrics`` for what is in it.""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.auth import authenticate
 
@@ -29,5 +29,5 @@ async def metrics_access(request: Request) -> None:
 def metrics(request: Request) -> Response:
     """Every metric, per topic labelled by ``namespace`` and ``topic`` (Pulsar's names)."""
     # A plain ``def``: the scrape walks every topic, and runs in a worker thread, not the loop.
-    body = generate_latest(request.app.state.metrics.registry)
+    body = request.app.state.metrics.render()
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from api.deps import BrokerDep, CanConsume, CanLookup, TopicDep
 from api.routes.admin import CompactionDep
 from service.compaction import CompactionRecord
-from service.cursors import COMPACTION_CURSOR, SubscriptionService, backlog_of
+from service.cursors import COMPACTION_CURSOR, ConsumerStats, SubscriptionService, backlog_of
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])
 
@@ -92,15 +92,15 @@ def topic_stats(
     out: dict[str, Any] = {}
     for st in subs.stats(name):
         out[st.name] = {
+            "type": st.type,
             "msgBacklog": st.backlog,
             "backlogSize": st.backlog_bytes,
             "unackedMessages": st.unacked,
             "markDeletePosition": str(st.mark_delete) if st.mark_delete else None,
-            "consumers": [
-                {"consumerId": cid, "consumerName": cname, "readCompacted": compacted}
-                for cid, cname, compacted in st.consumers
-            ],
+            "consumers": [consumer_json(c) for c in st.consumers],
         }
+        if st.active_consumer is not None:
+            out[st.name]["activeConsumerName"] = st.active_consumer
     if topic.view is not None:
         entries, size = backlog_of(topic, topic.view.horizon, read_compacted=False)
         out[COMPACTION_CURSOR] = {
@@ -119,7 +119,27 @@ def topic_stats(
         "sealBacklog": broker.resources.backlog.pending(topic.topic_id),
         "subscriptions": out,
         "compaction": compaction_record_json(compaction.record(name)),
+        # Ledgers found damaged (README, "Integrity and repair"); empty when all are intact.
+        "damagedLedgers": [
+            {"ledgerId": i.ledger_id, "damage": i.damage, "damageAccepted": i.damage_accepted}
+            for i in ledgers
+            if i.damage is not None
+        ],
     }
+
+
+def consumer_json(c: ConsumerStats) -> dict[str, Any]:
+    """One consumer as Pulsar's ``ConsumerStats`` names it (``keyHashRanges`` on Key_Shared)."""
+    out: dict[str, Any] = {
+        "consumerId": c.consumer_id,
+        "consumerName": c.name,
+        "readCompacted": c.read_compacted,
+        "priorityLevel": c.priority_level,
+        "unackedMessages": c.unacked,
+    }
+    if c.key_hash_ranges is not None:
+        out["keyHashRanges"] = [f"[{start}, {end}]" for start, end in c.key_hash_ranges]
+    return out
 
 
 def compaction_record_json(record: CompactionRecord) -> dict[str, int]:

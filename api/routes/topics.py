@@ -58,6 +58,12 @@ def internal_stats_json(st: InternalStats) -> dict[str, Any]:
                 "size": i.size_bytes,
                 "fileSize": i.file_bytes,
                 "state": i.state,
+                # Integrity (README, "Integrity and repair"): the sealed file's CRC32C, and what
+                # damage was found in it (null: none), whether its loss was accepted, and what.
+                "checksum": i.checksum,
+                "damaged": i.damage,
+                "damageAccepted": i.damage_accepted,
+                "lostEntries": i.lost.to_text() or None,
             }
             for i in st.ledgers
         ],
@@ -76,6 +82,9 @@ def internal_stats_json(st: InternalStats) -> dict[str, Any]:
             # to tiered storage, and have no replicas to fall short of.
             "offloaded": False,
             "underReplicated": False,
+            "checksum": st.compacted_ledger.checksum,
         },
+        # A damaged compacted ledger dropped and being rebuilt (null: none).
+        "compactedLedgerRepair": st.repair,
         "horizon": str(st.horizon) if st.horizon else None,
     }

@@ -50,6 +50,7 @@ def test_trigger_then_status_then_read_compacted(client: TestClient) -> None:
         "size": -1,
         "offloaded": False,
         "underReplicated": False,
+        "checksum": None,
     }
 
     assert client.put(f"{ADMIN}/prices/compaction").status_code == 204

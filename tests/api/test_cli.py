@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from api.client import Client
-from service.cli import app
+from api.main import app
 from tests.conftest import Server
 from tests.server import free_port
 
@@ -121,3 +121,21 @@ def test_errors_exit_1_with_the_reason(srv: Server, monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 1 and result.stderr.startswith("error: ConnectError")
     monkeypatch.setenv("COMPACTOR_URL", srv.url)
     assert "persistent://public/cli/dup" in ok(CliRunner().invoke(app, ["topics", "list", "public/cli"]))
+
+
+def test_consume_as_two_shared_consumers_takes_each_message_once(srv: Server) -> None:
+    topic = "public/cli/shared"
+    ok(run(srv, "create", topic))
+    ok(run(srv, "produce", topic, "-k", "k", "-m", "m", "-n", "6"))
+    args = ("consume", topic, "-s", "workers", "--initial-position", "earliest")
+    args = (*args, "--subscription-type", "Shared")
+    # The first takes three and leaves; with it gone, the second Shared consumer gets the rest.
+    first = ok(run(srv, *args, "-n", "3", "--consumer-name", "a"))
+    second = ok(run(srv, *args, "-n", "0", "--timeout", "1", "--consumer-name", "b"))
+    ids = [line.split("  ")[0] for line in (first + second).splitlines()]
+    assert len(ids) == 6 and len(set(ids)) == 6
+    refused = run(srv, "consume", topic, "-s", "workers", "--subscription-type", "Nope")
+    assert refused.exit_code == 2  # typer refuses a type Pulsar does not have
+    stats = json.loads(ok(run(srv, "stats", topic)))
+    assert stats["subscriptions"]["workers"]["msgBacklog"] == 0
+    ok(run(srv, "delete", topic))

@@ -51,9 +51,13 @@ def page(browser, srv: Server):  # type: ignore[no-untyped-def]
 
 
 def test_topic_page_compact_now_shows_progress_then_success(page, srv: Server) -> None:
+    from playwright.sync_api import expect
+
+    # The page fills its sections and then the status, each when its call answers: wait for
+    # what is asserted, never read it at once.
     page.goto(srv.url + PAGE)
     page.wait_for_selector("#ledgers table")
-    assert page.locator("#compaction-status").inner_text() == "NOT_RUN"
+    expect(page.locator("#compaction-status")).to_have_text("NOT_RUN")
     page.click("#compact-now")
     # The progress bar, while the round runs: phase and percent, from the REST status.
     page.wait_for_selector("#progress:not([hidden])")
@@ -65,13 +69,17 @@ def test_topic_page_compact_now_shows_progress_then_success(page, srv: Server) -
     assert page.locator("#progress").is_hidden()
     # The page refreshed itself: the compacted ledger, its horizon, the run in the history chart.
     page.wait_for_selector("#history svg.chart rect")
-    ledgers = page.locator("#ledgers").inner_text()
-    assert "40\ncompacted entries" in ledgers and "399\nhorizon" in ledgers.replace("0:", "")
-    assert "billing" in page.locator("#cursors").inner_text()
-    policies = page.locator("#policies table").inner_text()
-    assert re.search(r"compactionThreshold\s+1000000\s+topic", policies)
-    assert re.search(r"deleteRetentionMs\s+60000\s+namespace", policies)
-    assert re.search(r"compactionStrategy\s+\"offset\"\s+default", policies)
+    ledgers = page.locator("#ledgers")
+    expect(ledgers).to_contain_text(re.compile(r"40\s+compacted entries"), use_inner_text=True)
+    expect(ledgers).to_contain_text(re.compile(r"(0:)?399\s+horizon"), use_inner_text=True)
+    expect(page.locator("#cursors")).to_contain_text("billing")
+    policies = page.locator("#policies table")
+    for applied in (
+        r"compactionThreshold\s+1000000\s+topic",
+        r"deleteRetentionMs\s+60000\s+namespace",
+        r"compactionStrategy\s+\"offset\"\s+default",
+    ):
+        expect(policies).to_contain_text(re.compile(applied), use_inner_text=True)
 
     # Two more rounds (Spark is warm now) for a history worth a screenshot.
     with Client(srv.url) as c:
@@ -79,7 +87,6 @@ def test_topic_page_compact_now_shows_progress_then_success(page, srv: Server) -
             c.create_producer(TOPIC).send_many([(f"order-{i % 60}", b"y" * 40) for i in range(n)])
             c.admin.topics.compact(TOPIC)
             assert c.admin.topics.wait_for_compaction(TOPIC, timeout=180).status == "SUCCESS"
-    from playwright.sync_api import expect
 
     page.reload()
     # The page renders its sections again once it has checked for a running round: wait for

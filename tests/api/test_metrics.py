@@ -69,6 +69,7 @@ def test_topic_metrics_under_pulsar_names(shared_server) -> None:
     assert samples[("pulsar_subscription_unacked_messages", frozenset(sub))] == 20
 
     names = {n for n, _ in samples}
+    assert not [n for n in names if n.endswith("_created")]  # none, as Pulsar's
     # The service's own: requests by route template, Spark time per phase, fsyncs, the process.
     assert {
         "compactor_http_requests_total",
@@ -99,7 +100,10 @@ def test_series_of_a_deleted_topic_disappear(shared_server) -> None:
         c.admin.topics.create(name)
         c.admin.topics.create_subscription(name, "s")
         c.create_producer(name).send("v")
-        assert of_topic(scrape(shared_server.url), name)["pulsar_in_messages_total"] == 1
+        m = of_topic(scrape(shared_server.url), name)
+        assert m["pulsar_in_messages_total"] == 1
+        # Never compacted: no compaction series for it at all, as Pulsar (a scrape costs per line).
+        assert [n for n in m if n.startswith("pulsar_compaction_")] == []
         c.admin.topics.delete(name)
     assert not [k for k in scrape(shared_server.url) if ("topic", name) in k[1]]
 
@@ -152,3 +156,12 @@ def test_metrics_are_open_unless_authenticate_metrics_endpoint(
     )
     ok = httpx.get(f"{s.url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert ok.status_code == 200 and "process_cpu_seconds_total" in ok.text
+
+
+def test_scrapes_count_what_they_cost(shared_server) -> None:
+    # An operator who scrapes often sees what it costs the service (each scrape counts itself
+    # in the next one).
+    first = scrape(shared_server.url)[("compactor_metrics_scrapes_total", frozenset())]
+    second = scrape(shared_server.url)
+    assert second[("compactor_metrics_scrapes_total", frozenset())] == first + 1
+    assert second[("compactor_metrics_scrape_cpu_seconds_total", frozenset())] > 0

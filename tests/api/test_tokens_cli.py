@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from service.cli import app
+from api.main import app
 from service.tokens import TokenVerifier, read_key
 
 

@@ -14,10 +14,14 @@ Sections (``--only`` takes a comma-separated subset; default all):
   plus a PNG plot next to the output file.
 - ``big``: 50M/5M, the project only, once (not in quick mode).
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
+- ``instances``: several ``compactor serve`` on one PostgreSQL (``.ci/postgres``): produce
+  throughput through two instances against one, and the takeover time after kill -9 of an owner.
+- ``shared``: consume throughput of 4 Shared consumers against 1 Exclusive, on a real server.
 - ``cluster``: the project's compactor on a two-Worker Spark standalone cluster started from
   the pyspark wheel against ``local[*]``, on the main workload (full and incremental rounds).
-- ``scrape``: the serving section in pairs, without and with a scraper of ``/metrics`` every
-  second (``--scrape-pairs``, alternating which goes first); not part of the default run.
+- ``scrape``: produce and consume on one server in blocks without and with a scraper of
+  ``/metrics`` every second (``--scrape-pairs`` pairs of blocks, alternating which goes first);
+  not part of the default run.
 - ``soak``: a real ``compactor serve`` for 3 minutes of produce, a full and a readCompacted
   consumer and a compaction every 5 s: its descriptors and RSS over time (with ``--quick``
   only when named in ``--only``, then 90 s).
@@ -53,6 +57,8 @@ SECTIONS = (
     "big",
     "serving",
     "rounds",
+    "instances",
+    "shared",
     "cluster",
     "scrape",
     "soak",
@@ -85,7 +91,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--warmups", type=int, default=1, help="unmeasured rounds before the runs of each size (default 1)"
     )
-    p.add_argument("--scrape-pairs", type=int, default=2, help="scrape: pairs of serving runs (default 2)")
+    p.add_argument("--scrape-pairs", type=int, default=8, help="scrape: pairs of blocks (default 8)")
     p.add_argument(
         "--rounds-messages",
         type=int,
@@ -193,22 +199,13 @@ def run_compaction(
 
 
 def run_scrape_pairs(args: argparse.Namespace, work_dir: Path) -> Table:
-    """The serving section without and with a scraper, ``--scrape-pairs`` times, back to back."""
-    from tests.benchmarks.serving import ServingBench, ServingParams
+    """Produce and consume on one server in blocks without and with a scraper, alternating."""
+    from tests.benchmarks.scrape import ScrapeBench
+    from tests.benchmarks.serving import ServingParams
 
-    base = ServingParams.quick(runs=args.runs) if args.quick else ServingParams(runs=args.runs)
-    scraped = dataclasses.replace(base, scrape_interval_s=1.0)
-    pairs: list[tuple[ServingResult, ServingResult]] = []
-    for i in range(args.scrape_pairs):
-        order = [(False, base), (True, scraped)]
-        results: dict[bool, ServingResult] = {}
-        for with_scraper, params in order if i % 2 == 0 else order[::-1]:
-            log(f"scrape pair {i + 1}: serving {'with' if with_scraper else 'without'} a scraper")
-            results[with_scraper] = ServingBench(
-                work_dir / f"scrape-{i}-{with_scraper}", params, log=log
-            ).run()
-        pairs.append((results[False], results[True]))
-    return report.scrape_table(pairs)
+    params = ServingParams.quick(runs=1) if args.quick else ServingParams(batches=100, runs=1)
+    bench = ScrapeBench(work_dir / "scrape", params, pairs=args.scrape_pairs, log=log)
+    return report.scrape_table(bench.run())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,6 +249,28 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"serving benchmark failed: {type(e).__name__}: {e}")
+        if "instances" in args.sections:
+            from tests.benchmarks.instances import InstancesBench, InstancesParams, instances_table
+
+            log("instances: several `compactor serve` on PostgreSQL")
+            try:
+                iparams = InstancesParams.quick() if args.quick else InstancesParams(runs=args.runs)
+                emit(instances_table(InstancesBench(work_dir, iparams, log=log).run()), tables)
+            except Exception as e:
+                traceback.print_exc()
+                failures.append(f"instances benchmark failed: {type(e).__name__}: {e}")
+        if "shared" in args.sections:
+            from tests.benchmarks.shared import SharedBench, SharedParams, shared_table
+
+            log("shared: starting `compactor serve`")
+            try:
+                shared_params = SharedParams(runs=args.runs)
+                if args.quick:
+                    shared_params = SharedParams.quick(runs=args.runs)
+                emit(shared_table(SharedBench(work_dir, shared_params, log=log).run()), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"shared benchmark failed: {type(e).__name__}: {e}")
         if "scrape" in args.sections:
             emit(run_scrape_pairs(args, work_dir), tables)
         if "soak" in args.sections:

@@ -11,12 +11,13 @@ import math
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.benchmarks.layers import LayersResult
 from tests.benchmarks.runner import CompactorRuns, IncrementalResult, SizeResult
+from tests.benchmarks.scrape import Block, ScrapeResult
 from tests.benchmarks.service_rounds import ServiceRoundsResult
 from tests.benchmarks.serving import ServingResult
 
@@ -26,6 +27,10 @@ PYTHON = "Python dict"
 
 
 # --------------------------------------------------------------------------- formatting
+
+
+def f2(n: float) -> str:
+    return f"{n:.2f}"
 
 
 def f_int(n: float) -> str:
@@ -428,60 +433,67 @@ def authentication_table(off: ServingResult, on: ServingResult) -> Table:
     return t
 
 
-def scrape_table(pairs: Sequence[tuple[ServingResult, ServingResult]]) -> Table:
-    """Produce and consume without and with a Prometheus-like scraper, run in pairs back to back
-    (without, with; then with, without: the machine's drift falls on both sides)."""
+def scrape_table(result: ScrapeResult) -> Table:
+    """Produce and consume without and with a Prometheus-like scraper, block by block on one
+    server (see ``tests.benchmarks.scrape``)."""
     from tests.benchmarks.measure import median
 
-    interval = pairs[0][1].params.scrape_interval_s
     t = Table(
-        f"Scraping `/metrics` every {interval:g} s while serving",
-        ["figure", "without scraper", "with scraper", "change", "per pair"],
+        f"Scraping `/metrics` every {result.interval_s:g} s while serving",
+        ["figure", "without scraper", "with scraper", "change of medians", "median change per pair"],
     )
-    figures = [
-        ("produce, 1 client (msg/s)", lambda r: median(r.produce_one)),
-        (
-            f"produce, {pairs[0][0].params.threads} client threads (msg/s)",
-            lambda r: median(r.produce_threads),
-        ),
-        ("consume, full log (msg/s)", lambda r: median(r.consume_full)),
-        ("consume, readCompacted (msg/s)", lambda r: median(r.consume_compacted)),
-        # The server's CPU per message: far less disturbed than throughput by the other process
-        # sharing the cores, and it includes the scrapes that fell in the measurement.
-        ("server CPU per message produced, 1 client (µs)", lambda r: median(r.produce_cpu_us)),
-        ("server CPU per message consumed, full log (µs)", lambda r: median(r.consume_full_cpu_us)),
-        ("server CPU per message consumed, readCompacted (µs)", lambda r: median(r.consume_compacted_cpu_us)),
-    ]
-    for label, figure in figures:
-        without = [figure(a) for a, _ in pairs]
-        with_ = [figure(b) for _, b in pairs]
-        changes = [(b / a - 1) * 100 for a, b in zip(without, with_, strict=True)]
-        fmt = f_int if "msg/s" in label else (lambda v: f"{v:.2f}")
+    names = {
+        "produce": "produce, 1 client",
+        "consume_full": "consume, full log",
+        "consume_compacted": "consume, readCompacted",
+    }
+    rows: list[tuple[str, Callable[[Block], float], Callable[[float], str], float]] = []
+    for key, name in names.items():
+        # Throughput: higher is better, so a slow-down is a negative change; CPU the other way.
+        rows.append((f"{name} (msg/s)", lambda b, k=key: b.rate[k], f_int, -1.0))
+    for key, name in names.items():
+        rows.append((f"server CPU per message, {name} (µs)", lambda b, k=key: b.cpu_us[k], f2, 1.0))
+    for label, figure, fmt, _ in rows:
+        without = [figure(a) for a, _ in result.pairs]
+        with_ = [figure(b) for _, b in result.pairs]
+        per_pair = [(b / a - 1) * 100 for a, b in zip(without, with_, strict=True)]
         t.add(
             label,
             fmt(median(without)),
             fmt(median(with_)),
             f"{(median(with_) / median(without) - 1) * 100:+.1f}%",
-            " / ".join(f"{c:+.1f}%" for c in changes),
+            f"{median(per_pair):+.1f}% (of {len(per_pair)}: {min(per_pair):+.1f}% .. {max(per_pair):+.1f}%)",
         )
-    scrapes = [x for _, b in pairs for x in b.scrapes]
-    if scrapes:
+    for key, name in names.items():
+        scraped = [b for _, b in result.pairs]
+        spent = sum(b.scrape_cpu_s[key] for b in scraped)
+        if not spent:
+            continue  # a service without compactor_metrics_scrape_cpu_seconds
+        cpu_share = spent / sum(b.server_cpu_s[key] for b in scraped)
+        wall_share = spent / sum(b.wall_s[key] for b in scraped)
         t.notes.append(
-            f"{len(scrapes)} scrapes, median {median(scrapes) * 1000:.1f} ms, "
-            f"max {max(scrapes) * 1000:.1f} ms each"
+            f"{name}: in the blocks with a scraper, the scrapes took {cpu_share * 100:.2f}% of the server's "
+            f"CPU and held it for {wall_share * 100:.2f}% of the wall time (the service's own "
+            "compactor_metrics_scrape_cpu_seconds, the scrape thread's CPU time: with one interpreter "
+            "lock, the most a scrape can hold the service back)"
         )
-    cpu = [b.scrape_cpu_s for _, b in pairs if b.scrape_cpu_s is not None]
-    if cpu:
-        per = median(cpu)
-        cores = os.cpu_count() or 1
+    if result.scrapes:
         t.notes.append(
-            "server CPU per scrape (50 in a row after the measurements, the run's topics"
-            f" still there): {per * 1000:.1f} ms, i.e. {per * 100:.2f}% of one core at one scrape a second "
-            f"({per * 100 / cores:.2f}% of the machine's {cores} cores)"
+            f"{len(result.scrapes)} scrapes during the blocks, "
+            f"median {median(result.scrapes) * 1000:.1f} ms, max {max(result.scrapes) * 1000:.1f} ms each"
         )
+    per, every = result.scrape_cpu_s, result.interval_s
+    cores = os.cpu_count() or 1
     t.notes.append(
-        "each side is a whole `serving` section (its own server; medians of its runs); the issue's "
-        "bound is a slow-down of at most 2%; on a shared, noisy CPU the pairs' spread is the noise"
+        f"server CPU per scrape (50 in a row after the blocks; {result.topics} topics, "
+        f"{result.metrics_lines} sample lines): {per * 1000:.1f} ms, i.e. {per / every * 100:.2f}% "
+        f"of one core at one scrape every {every:g} s ({per / every * 100 / cores:.2f}% "
+        f"of the machine's {cores} cores)"
+    )
+    t.notes.append(
+        f"{len(result.pairs)} pairs of blocks on one server, alternating which side goes first; a block "
+        "is a produce from one client, a full replay and readCompacted loads of a compacted topic; "
+        "the issue's bound is a slow-down of at most 2%"
     )
     return t
 

@@ -81,6 +81,10 @@ BODIES: dict[tuple[str, str], Any] = {
         "POST",
         "/topics/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/consumers/{consumer_id}/seek",
     ): {"messageId": "earliest"},
+    (
+        "POST",
+        "/topics/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/consumers/{consumer_id}/negativeAcks",
+    ): {"messageIds": ["1:0"]},
 }
 
 
@@ -142,6 +146,7 @@ def _path(template: str, rule: Rule) -> str:
         consumer_id="no-such-consumer",
         role="someone",
         timestamp=0,
+        ledger_id=1,
     )
 
 

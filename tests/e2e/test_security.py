@@ -20,7 +20,7 @@ from api.client import (
     Conflict,
     NotFound,
 )
-from service.cli import app
+from api.main import app
 from service.tokens import create_key_pair, create_token, load_private_key
 from tests.conftest import SUPERUSER, SecureServer
 

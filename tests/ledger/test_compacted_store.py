@@ -6,6 +6,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,6 +20,7 @@ from ledger.compacted_store import (
     Manifest,
     write_manifest,
 )
+from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, file_checksum
 from ledger.entry import Entry, Position
 from ledger.schema import ARROW_SCHEMA, entries_to_table
 
@@ -262,7 +264,8 @@ def make_layered(
             vector[sorted(dead[i])] = True
             name = f"deletes-{i:020d}.npy"
             deletion_vectors.write(directory / name, vector)
-            deletes = Deletes(dir=directory.name, name=name, count=len(dead[i]))
+            checksum = file_checksum(directory / name)
+            deletes = Deletes(dir=directory.name, name=name, count=len(dead[i]), checksum=checksum)
         out.append(Layer(dir=layer.dir, kind=BASE if not out else DELTA, parts=layer.parts, deletes=deletes))
     top = root / f"compacted-{len(layers):020d}"
     Manifest(layers=tuple(out)).write(top)
@@ -315,3 +318,60 @@ def test_a_layered_manifest_names_every_file_it_needs(tmp_path: Path) -> None:
     assert [e.position for e in ledger.read(Position(0, 0), 100)[0]] == [
         e.position for i, e in enumerate(model) if i not in (1, 3)
     ]
+
+
+# ------------------------------------------------------------------ integrity of layered ledgers
+
+
+def test_a_layered_manifest_carries_the_checksum_of_every_file_it_names(tmp_path: Path) -> None:
+    model = sparse_entries()
+    ledger = make_layered(tmp_path, [[model[:10]], [model[10:]]], [{1, 3}, set()])
+    named = ledger.manifest.checked_files()
+    assert {f"{f.dir}/{f.name}" for f in named} == ledger.manifest.files()
+    for f in named:
+        assert f.checksum == file_checksum(f.path(tmp_path)), f.name
+
+
+def test_a_damaged_deletion_vector_is_an_integrity_error_never_rows(tmp_path: Path) -> None:
+    model = sparse_entries()
+    ledger = make_layered(tmp_path, [[model[:10]], [model[10:]]], [{1, 3}, set()])
+    deletes = ledger.manifest.layers[0].deletes
+    assert deletes is not None
+    path = tmp_path / deletes.dir / deletes.name
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # bit 8 of the layer's rows: row 8 would come back as dead
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError) as caught:
+        CompactedLedger(ledger.directory).read(Position(0, 0), 100)
+    assert caught.value.check == FILE_CHECKSUM and caught.value.path == path
+    assert "deletes-" in str(caught.value)
+    path.unlink()
+    with pytest.raises(IntegrityError) as caught:
+        CompactedLedger(ledger.directory).count_from(Position(0, 0))
+    assert caught.value.check == MISSING
+
+
+def test_deletion_vectors_and_key_indexes_that_do_not_decode_are_integrity_errors(tmp_path: Path) -> None:
+    from ledger import deletion_vectors, key_index
+
+    vector = tmp_path / "deletes.npy"
+    deletion_vectors.write(vector, deletion_vectors.empty(20))
+    with pytest.raises(IntegrityError) as caught:
+        deletion_vectors.read(vector, 30)  # a vector of another layer's size
+    assert caught.value.check == DECODE
+    vector.write_bytes(vector.read_bytes()[:20])
+    with pytest.raises(IntegrityError) as caught:
+        deletion_vectors.read(vector, 20)
+    assert caught.value.check == DECODE
+
+    index = tmp_path / "part-00000.keys.arrow"
+    keys = pa.array(["a", "b", None])
+    key_index.write(index, key_index.build(keys, np.zeros(3, dtype=bool), np.zeros(3, dtype=np.int64)))
+    assert key_index.read(index, rows=3).column(key_index.KEY).to_pylist() == ["a", "b", None]
+    with pytest.raises(IntegrityError) as caught:
+        key_index.read(index, rows=4)  # the part has a row the index does not
+    assert caught.value.check == DECODE
+    index.write_bytes(index.read_bytes()[:-40])
+    with pytest.raises(IntegrityError) as caught:
+        key_index.read(index, rows=3)
+    assert caught.value.check == DECODE

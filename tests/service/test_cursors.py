@@ -297,7 +297,7 @@ def test_read_compacted_is_the_consumers_and_the_position_is_the_subscriptions(
     subs.seek(NAME, "s", message_id="earliest", consumer_id=full)
     assert ids(drain(subs, "s", full)) == ids_
     stats = {st.name: st for st in subs.stats(NAME)}
-    assert [c[2] for c in stats["s"].consumers] == [False]
+    assert [c.read_compacted for c in stats["s"].consumers] == [False]
 
 
 @pytest.mark.spark

@@ -34,8 +34,8 @@ def test_subscriptions_made_with_a_read_compacted_flag_survive_its_removal(setti
     from alembic import command
 
     from ledger.entry import Record
+    from migrations import alembic_config, upgrade
     from service.cursors import SubscriptionService
-    from service.db import alembic_config, upgrade
     from service.names import TopicName
     from service.topics import Broker
 

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from service.cli import app
+from api.main import app
 from service.settings import Settings
 
 

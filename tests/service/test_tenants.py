@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from service.db import Database, upgrade
+from migrations import upgrade
+from service.db import Database
 from service.settings import Settings
 from service.tenants import TenantService
 

@@ -1,4 +1,5 @@
-"""``compactor tokens ...``: keys and tokens, as ``pulsar tokens``.
+"""``compactor tokens ...``: keys and tokens, as ``pulsar tokens`` (part of the server extra, as
+``pulsar tokens`` ships with the broker, not with pulsar-client).
 
 ::
 

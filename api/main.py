@@ -1,9 +1,16 @@
-"""The ``compactor`` console script: ``compactor serve``, ``compactor db upgrade``, ``compactor topics``,
-``compactor tokens``."""
+"""The ``compactor`` console script, the top of the house: ``compactor topics`` (the client's
+command line), and with the server extra ``compactor serve``, ``compactor db upgrade`` and
+``compactor tokens``.
+
+The base install (``pip install topic-compactor``) is the client and ``compactor topics``;
+the other commands need ``pip install 'topic-compactor[server]'`` and, without it, say so in
+one line. So this module imports the service only inside those commands.
+"""
 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -12,13 +19,63 @@ from typing import Annotated
 import typer
 
 from api.cli import topics_app
-from service.tokens_cli import tokens_app
+
+SERVER_EXTRA = "topic-compactor[server]"
+#: What the service imports that the base install lacks (import names of the server extra).
+SERVER_MODULES = (
+    "fastapi",
+    "uvicorn",
+    "sqlalchemy",
+    "alembic",
+    "pyspark",
+    "pyarrow",
+    "pandas",
+    "pydantic_settings",
+    "crc32c",
+    "jwt",
+    "prometheus_client",
+)
+#: What ``compactor tokens`` imports.
+TOKEN_MODULES = ("jwt", "cryptography")
 
 app = typer.Typer(help="A Pulsar-style topic compaction service.", no_args_is_help=True)
-db_app = typer.Typer(help="The metadata database.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
+db_app = typer.Typer(help="The metadata database (server extra).", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
-app.add_typer(tokens_app, name="tokens")
+app.add_typer(db_app, name="db")
+
+
+def missing(modules: tuple[str, ...]) -> list[str]:
+    """The modules of ``modules`` that are not installed (looked up, not imported)."""
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def require_server(command: str, modules: tuple[str, ...] = SERVER_MODULES) -> None:
+    """Exit with one line naming the extra to install when ``modules`` are not all there."""
+    absent = missing(modules)
+    if absent:
+        typer.echo(
+            f"error: compactor {command} needs the server: pip install '{SERVER_EXTRA}' "
+            f"({', '.join(absent)} not installed)",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
+if missing(TOKEN_MODULES):
+
+    @app.command(
+        "tokens",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )
+    def tokens(ctx: typer.Context) -> None:
+        """Keys and tokens for authentication (server extra)."""
+        require_server("tokens", TOKEN_MODULES)
+
+else:
+    from api.tokens_cli import tokens_app
+
+    app.add_typer(tokens_app, name="tokens")
 
 
 def _env(name: str, value: object) -> None:
@@ -37,7 +94,8 @@ def serve(
     spark_master: Annotated[str | None, typer.Option(help="Spark master [COMPACTOR_SPARK_MASTER].")] = None,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "info",
 ) -> None:
-    """Apply pending migrations, recover every topic, and serve the REST API."""
+    """Serve the REST API, after applying migrations and recovering every topic (server extra)."""
+    require_server("serve")
     from service.settings import Settings
 
     for name, value in (
@@ -60,12 +118,18 @@ def serve(
     if refusal is not None:
         typer.echo(f"error: {refusal}", err=True)
         raise typer.Exit(2)
+    from service.instances import lock_sqlite_store
+
+    refusal = lock_sqlite_store(settings.database_url)
+    if refusal is not None:
+        typer.echo(f"error: {refusal}", err=True)
+        raise typer.Exit(2)
     # Imported only now: a refusal above comes at once, without loading Spark and the app.
     import uvicorn
 
     from api.app import create_app
 
-    app = create_app(settings)
+    server_app = create_app(settings)
     # A page read allocates thousands of objects; with the default thresholds the collector
     # runs every few hundred and regularly walks the whole heap. Objects alive now (modules,
     # the app) never become garbage: freeze them out of every collection.
@@ -73,7 +137,7 @@ def serve(
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
     uvicorn.run(
-        app,
+        server_app,
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),
@@ -88,7 +152,8 @@ def serve(
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Apply pending migrations to the configured database."""
-    from service.db import upgrade
+    require_server("db upgrade")
+    from migrations import upgrade
     from service.settings import Settings
 
     settings = Settings()

@@ -1,0 +1,139 @@
+"""Checksums of stored files, and the error a failed check raises.
+
+Two layers guard every Parquet file the service writes (sealed ledgers, compacted parts):
+
+* **page checksums** (Parquet's CRC32 of each page, ``write_page_checksum=True``), verified by
+  every read that decodes the page (``page_checksum_verification=True`` here, and
+  ``parquet.page.verify-checksum.enabled`` for Spark's reader): damage in a page is found by
+  the read that would have used it, and only the row groups holding that page are lost;
+* a **whole-file CRC32C**, recorded in the metadata database when a ledger is sealed and in
+  the manifest for every file of a compacted ledger (parts, their key indexes, deletion
+  vectors; the manifest's own CRC32C is in the database): it also covers the footer and page
+  headers, and is what the scrubber and a compaction's input check verify. Key indexes and
+  deletion vectors have no pages to check: the whole-file CRC32C is their only guard.
+
+A checksum is written ``"crc32c:xxxxxxxx"`` (lower-case hex), so that a stronger algorithm can
+be added later without ambiguity. Files written before page checksums existed are still read:
+pyarrow verifies only the pages that carry a CRC.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ALGORITHM = "crc32c"
+# Read size of a whole-file check: large enough for the CRC to run at memory speed.
+CHUNK_BYTES = 1 << 20
+
+# Every Parquet writer of the service passes these; every pyarrow reader passes READ_OPTIONS.
+WRITE_OPTIONS: dict[str, object] = {"write_page_checksum": True}
+READ_OPTIONS: dict[str, object] = {"page_checksum_verification": True}
+
+# The checks a damaged file can fail, as they are named in errors, stats and scrub reports.
+PAGE_CHECKSUM = "page checksum"
+FILE_CHECKSUM = "file checksum"
+FOOTER = "footer"
+ROW_IDS = "row ids"
+MANIFEST = "manifest checksum"
+MISSING = "file missing"
+READ_BACK = "read-back comparison"
+PAGE_DECODE = "page decode"
+# A compacted layer's deletion vector or key index (not Parquet: no page checksums) that does
+# not decode, or does not cover the rows its manifest says.
+DECODE = "decode"
+
+# What pyarrow and parquet-mr say when a page's CRC does not match.
+_PAGE_CRC_MESSAGES = ("CRC checksum verification failed", "could not verify page integrity")
+
+
+class IntegrityError(Exception):
+    """A stored file failed a check: ``path`` names it, ``check`` the check that failed (one
+    of the names above), ``detail`` what was found. ``str()`` is one line."""
+
+    def __init__(self, path: Path | str, check: str, detail: str) -> None:
+        self.path = Path(path)
+        self.check = check
+        self.detail = " ".join(str(detail).split())[:300]
+        super().__init__(f"{self.path}: {check} failed: {self.detail}")
+
+
+def format_checksum(value: int) -> str:
+    return f"{ALGORITHM}:{value & 0xFFFFFFFF:08x}"
+
+
+def _crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
+    # Imported here, not at the top: the compactor's Spark tasks import this module for the
+    # read and write options, and executors on a cluster have only pyarrow, numpy and pandas.
+    import crc32c
+
+    return int(crc32c.crc32c(data, value))
+
+
+def crc32c_bytes(data: bytes | bytearray | memoryview) -> str:
+    return format_checksum(_crc32c(data))
+
+
+def file_checksum(path: Path | str, *, throttle: Callable[[int], None] | None = None) -> str:
+    """The CRC32C of the whole file at ``path``; ``throttle(n)`` is called after each ``n``
+    bytes read (the scrubber sleeps there to keep to its rate)."""
+    value = 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(CHUNK_BYTES):
+            value = _crc32c(chunk, value)
+            if throttle is not None:
+                throttle(len(chunk))
+    return format_checksum(value)
+
+
+def verify_file(path: Path | str, expected: str, *, throttle: Callable[[int], None] | None = None) -> None:
+    """Raise :class:`IntegrityError` unless the file exists and its checksum is ``expected``."""
+    try:
+        actual = file_checksum(path, throttle=throttle)
+    except FileNotFoundError:
+        raise IntegrityError(path, MISSING, "the file is gone") from None
+    if actual != expected:
+        raise IntegrityError(path, FILE_CHECKSUM, f"recorded {expected}, the file has {actual}")
+
+
+class Throttle:
+    """Keeps a reader under ``bytes_per_second`` (0: no limit) by sleeping after reads."""
+
+    def __init__(self, bytes_per_second: int) -> None:
+        self.rate = bytes_per_second
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def __call__(self, n: int) -> None:
+        if self.rate <= 0:
+            return
+        self._bytes += n
+        ahead = self._bytes / self.rate - (time.monotonic() - self._start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def is_page_checksum_failure(exc: BaseException | str) -> bool:
+    text = str(exc)
+    return any(m in text for m in _PAGE_CRC_MESSAGES)
+
+
+def damage_of(path: Path | str, exc: BaseException, *, opening: bool = False) -> IntegrityError | None:
+    """What a failed read of a Parquet file at ``path`` means: an :class:`IntegrityError` when the
+    file's bytes are bad (a page checksum, a footer or page that does not decode; ``opening``:
+    the failure came from reading the footer), or ``None`` when the failure is not the file's
+    (out of descriptors or memory, the file deleted under the read)."""
+    if isinstance(exc, IntegrityError):
+        return exc
+    if isinstance(exc, FileNotFoundError | MemoryError | PermissionError):
+        return None
+    if isinstance(exc, OSError) and (exc.errno is not None or "Too many open files" in str(exc)):
+        return None  # a system call failed: nothing says the bytes are bad
+    if is_page_checksum_failure(exc):
+        return IntegrityError(path, PAGE_CHECKSUM, str(exc))
+    # pyarrow raises OSError (no errno) or ArrowInvalid (a ValueError) for bytes it cannot
+    # decode: a bad footer, a truncated file, a page header or page that does not decode.
+    if isinstance(exc, OSError | ValueError):
+        return IntegrityError(path, FOOTER if opening else PAGE_DECODE, str(exc))
+    return None

@@ -1,0 +1,375 @@
+"""Delivery to several consumers of one subscription: Pulsar's Shared and Key_Shared dispatchers.
+
+Exclusive and Failover subscriptions deliver to one consumer at a time and keep the simpler
+rewinding cursor of ``service.cursors.Subscription``; this module is the rest.
+
+The service is pulled, not pushed: a consumer's receive request is its permits (Pulsar's flow
+permits), and a message goes to the consumer whose receive reads it. With several consumers
+polling, each request takes the next messages nobody holds, which spreads them round robin
+over the consumers that ask (Pulsar's ``PersistentDispatcherMultipleConsumers``).
+
+State, on top of the subscription's ``pending`` (delivered, unacknowledged: position -> times
+delivered before) and ``redelivered`` (position -> times delivered so far):
+
+- ``owner``: each pending position -> the consumer holding it and its sticky-key hash;
+- ``replay``: positions to deliver before anything new -- redelivered ones (a consumer closed,
+  timed out, asked, or its ack timeout or negative-ack delay passed) and, for Key_Shared,
+  messages read ahead whose key's consumer was not the one asking (Pulsar's replay set);
+  a position is in at most one of ``pending`` and ``replay``;
+- Key_Shared only: ``held`` (hash -> the consumer that holds pending messages of that hash and
+  how many), and the hash ranges of ``HashRangeAutoSplitSelector``.
+
+Key_Shared delivers a message of hash ``h`` to consumer ``c`` only if ``h`` falls in ``c``'s
+range, no other consumer holds pending messages of ``h`` (after a consumer change the new
+owner waits until the old owner's messages of ``h`` are acknowledged or redelivered: Pulsar's
+draining hashes), and no earlier message of ``h`` waits in ``replay``; so a key's messages go
+out in order, one consumer at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections import Counter, deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ledger.entry import Entry, Position
+from service.errors import Conflict
+
+if TYPE_CHECKING:
+    from service.cursors import Subscription
+    from service.managed_ledger import ManagedLedger
+
+Key = tuple[int, int]
+
+EXCLUSIVE = "Exclusive"
+FAILOVER = "Failover"
+SHARED = "Shared"
+KEY_SHARED = "Key_Shared"
+SUBSCRIPTION_TYPES = (EXCLUSIVE, FAILOVER, SHARED, KEY_SHARED)
+
+#: Pulsar's ``StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE``.
+RANGE_SIZE = 2 << 15
+#: The sticky key of a message without one (Pulsar's ``NONE_KEY``).
+NONE_KEY = b"NONE_KEY"
+#: Messages a Key_Shared subscription reads ahead and holds for consumers that have not asked
+#: (Pulsar's ``keySharedLookAheadMsgInReplayThresholdPerSubscription``); past it, reading stops.
+LOOK_AHEAD_LIMIT = 20_000
+#: The smallest read a Key_Shared receive makes when it looks ahead.
+_KEY_SHARED_READ = 100
+
+_M32 = 0xFFFFFFFF
+
+
+def murmur3_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3 (x86, 32 bit), the hash Pulsar's Key_Shared selectors use."""
+    c1, c2 = 0xCC9E2D51, 0x1B873593
+    h = seed & _M32
+    n = len(data)
+    end = n - n % 4
+    for i in range(0, end, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * c1) & _M32
+        k = ((k << 15) | (k >> 17)) & _M32
+        h ^= (k * c2) & _M32
+        h = ((h << 13) | (h >> 19)) & _M32
+        h = (h * 5 + 0xE6546B64) & _M32
+    tail = data[end:]
+    if tail:
+        k = 0
+        for j in range(len(tail) - 1, -1, -1):
+            k = (k << 8) | tail[j]
+        k = (k * c1) & _M32
+        k = ((k << 15) | (k >> 17)) & _M32
+        h ^= (k * c2) & _M32
+    h ^= n
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _M32
+    h ^= h >> 16
+    return h
+
+
+def sticky_hash(key: str | None) -> int:
+    """The slot of a message's key in ``[0, RANGE_SIZE)``, as Pulsar computes it."""
+    data = key.encode() if key is not None else NONE_KEY
+    return (murmur3_32(data) & 0x7FFFFFFF) % RANGE_SIZE
+
+
+class HashRangeAutoSplitSelector:
+    """Pulsar's ``HashRangeAutoSplitStickyKeyConsumerSelector``: consumers own contiguous
+    ranges of ``[0, RANGE_SIZE]``; a new consumer takes half of the biggest range (the first
+    of the biggest, in range order); a consumer that leaves hands its range to the next one
+    up (the top range to the one below it)."""
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []  # the inclusive upper bound of each range, ascending
+        self.owners: list[str] = []  # the consumer of each range
+
+    def add(self, consumer_id: str) -> None:
+        if not self.ends:
+            self.ends, self.owners = [RANGE_SIZE], [consumer_id]
+            return
+        best, size, lower = 0, -1, 0
+        for i, end in enumerate(self.ends):
+            if end - lower > size:
+                best, size = i, end - lower
+            lower = end
+        end = self.ends[best]
+        lower = self.ends[best - 1] if best else 0
+        if end - lower <= 1:
+            raise Conflict(
+                f"No more range can be assigned to a new consumer, assigned consumers {len(self.ends)}"
+            )
+        self.ends.insert(best, end - ((end - lower) >> 1))
+        self.owners.insert(best, consumer_id)
+
+    def remove(self, consumer_id: str) -> None:
+        if consumer_id not in self.owners:
+            return
+        i = self.owners.index(consumer_id)
+        if i == len(self.ends) - 1 and i > 0:  # the top range goes to the consumer below it
+            self.owners[i] = self.owners[i - 1]
+            del self.ends[i - 1], self.owners[i - 1]
+        else:
+            del self.ends[i], self.owners[i]
+
+    def select(self, slot: int) -> str | None:
+        if not self.ends:
+            return None
+        return self.owners[bisect_left(self.ends, slot)]
+
+    def ranges(self, consumer_id: str) -> list[tuple[int, int]]:
+        """The consumer's ranges as Pulsar's stats show them, ``(start, end)`` inclusive."""
+        out = []
+        for i, (end, owner) in enumerate(zip(self.ends, self.owners, strict=True)):
+            if owner == consumer_id:
+                out.append((self.ends[i - 1] + 1 if i else 0, end))
+        return out
+
+
+def read_positions(ledger: ManagedLedger, wanted: list[Key]) -> dict[Key, Entry]:
+    """The entries at ``wanted`` (ascending), read in runs; positions no longer in the log
+    (deleted by retention) are left out."""
+    out: dict[Key, Entry] = {}
+    i = 0
+    while i < len(wanted):
+        lid, eid = wanted[i]
+        j = i
+        while j + 1 < len(wanted) and wanted[j + 1][0] == lid and wanted[j + 1][1] - eid < 1000:
+            j += 1
+        want = set(wanted[i : j + 1])
+        entries, _ = ledger.read(Position(lid, eid), wanted[j][1] - eid + 1)
+        for e in entries:
+            pos = (e[0], e[1])
+            if pos in want:
+                out[pos] = e
+        i = j + 1
+    return out
+
+
+class Dispatcher:
+    """The delivery state of a Shared or Key_Shared subscription. Called with the
+    subscription's lock held."""
+
+    def __init__(self, *, key_shared: bool) -> None:
+        self.key_shared = key_shared
+        self.selector = HashRangeAutoSplitSelector() if key_shared else None
+        self.owner: dict[Key, tuple[str, int]] = {}
+        self.outstanding: dict[str, dict[Key, None]] = {}  # consumer -> its pending positions
+        self.replay: dict[Key, int] = {}  # position -> sticky hash
+        self.replay_hashes: Counter[int] = Counter()
+        self.held: dict[int, tuple[str, int]] = {}
+        # Pages delivered under an ack timeout, per consumer, oldest first.
+        self.timeouts: dict[str, deque[tuple[float, list[Key]]]] = {}
+
+    # ------------------------------------------------------------ consumers
+
+    def add_consumer(self, consumer_id: str) -> None:
+        if self.selector is not None:
+            self.selector.add(consumer_id)
+        self.outstanding[consumer_id] = {}
+        self.timeouts[consumer_id] = deque()
+
+    def remove_consumer(self, state: Subscription, consumer_id: str) -> None:
+        """Its pending messages go back to be delivered to the others."""
+        self.redeliver(state, consumer_id)
+        if self.selector is not None:
+            self.selector.remove(consumer_id)
+        self.outstanding.pop(consumer_id, None)
+        self.timeouts.pop(consumer_id, None)
+
+    def unacked(self, consumer_id: str) -> int:
+        return len(self.outstanding.get(consumer_id, ()))
+
+    def ranges(self, consumer_id: str) -> list[tuple[int, int]]:
+        return self.selector.ranges(consumer_id) if self.selector is not None else []
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _take(self, state: Subscription, consumer_id: str, pos: Key, h: int, count: int) -> None:
+        state.pending[pos] = count
+        self.owner[pos] = (consumer_id, h)
+        self.outstanding[consumer_id][pos] = None
+        if self.key_shared:
+            _, n = self.held.get(h, (consumer_id, 0))
+            self.held[h] = (consumer_id, n + 1)
+
+    def _release(self, pos: Key) -> str | None:
+        """Forget who holds ``pos``; the consumer that did, if any."""
+        got = self.owner.pop(pos, None)
+        if got is None:
+            return None
+        consumer_id, h = got
+        mine = self.outstanding.get(consumer_id)
+        if mine is not None:
+            mine.pop(pos, None)
+        if self.key_shared:
+            holder, n = self.held[h]
+            if n <= 1:
+                del self.held[h]
+            else:
+                self.held[h] = (holder, n - 1)
+        return consumer_id
+
+    def _to_replay(self, pos: Key, h: int) -> None:
+        self.replay[pos] = h
+        if self.key_shared:
+            self.replay_hashes[h] += 1
+
+    def _from_replay(self, pos: Key) -> None:
+        h = self.replay.pop(pos)
+        if self.key_shared:
+            left = self.replay_hashes[h] - 1
+            if left:
+                self.replay_hashes[h] = left
+            else:
+                del self.replay_hashes[h]
+
+    def acknowledged(self, state: Subscription, pos: Key) -> None:
+        state.pending.pop(pos, None)
+        self._release(pos)
+        if pos in self.replay:
+            self._from_replay(pos)
+
+    def redeliver(self, state: Subscription, consumer_id: str, positions: Iterable[Key] | None = None) -> int:
+        """Put the consumer's pending messages (all, or those of ``positions`` it holds) back to
+        be delivered again; how many."""
+        mine = self.outstanding.get(consumer_id)
+        if not mine:
+            return 0
+        chosen = list(mine) if positions is None else [p for p in positions if p in mine]
+        for pos in chosen:
+            h = self.owner[pos][1]
+            self._release(pos)
+            state.redelivered[pos] = state.pending.pop(pos) + 1
+            self._to_replay(pos, h)
+        return len(chosen)
+
+    def floor(self, state: Subscription) -> Key:
+        """The smallest position not known consumed: the mark-delete position may reach just below."""
+        low: Key = state.read_pos
+        if state.pending:
+            low = min(low, min(state.pending))
+        if self.replay:
+            low = min(low, min(self.replay))
+        return low
+
+    def reset(self) -> None:
+        """Forget every delivery (a seek): what consumers hold is no longer pending."""
+        self.owner.clear()
+        for mine in self.outstanding.values():
+            mine.clear()
+        for pages in self.timeouts.values():
+            pages.clear()
+        self.replay.clear()
+        self.replay_hashes.clear()
+        self.held.clear()
+
+    def expire_ack_timeouts(self, state: Subscription, now: float) -> None:
+        for consumer_id, pages in self.timeouts.items():
+            while pages and pages[0][0] <= now:
+                _, positions = pages.popleft()
+                self.redeliver(state, consumer_id, positions)
+
+    def next_ack_deadline(self) -> float | None:
+        firsts = [pages[0][0] for pages in self.timeouts.values() if pages]
+        return min(firsts) if firsts else None
+
+    def over_redelivered(self, state: Subscription, max_redeliver_count: int, limit: int) -> list[Key]:
+        """Positions waiting in ``replay`` that were delivered more than ``max_redeliver_count``
+        times after the first (the dead letter policy's), smallest first."""
+        counts = state.redelivered
+        over = [p for p in self.replay if counts.get(p, 0) > max_redeliver_count]
+        return heapq.nsmallest(limit, over)
+
+    # ------------------------------------------------------------ delivery
+
+    def _may_take(self, h: int, consumer_id: str) -> bool:
+        assert self.selector is not None
+        if self.selector.select(h) != consumer_id:
+            return False
+        holder = self.held.get(h)
+        return holder is None or holder[0] == consumer_id
+
+    def deliver(self, state: Subscription, consumer_id: str, limit: int) -> tuple[list[Entry], list[int]]:
+        """Up to ``limit`` messages for ``consumer_id``: those waiting in ``replay`` first, in id
+        order, then new ones from the read position; with their redelivery counts."""
+        out: list[Entry] = []
+        counts: list[int] = []
+        ledger = state.topic.ledger
+        redelivered = state.redelivered
+        if self.replay:
+            chosen: list[Key] = []
+            if self.key_shared:
+                blocked: set[int] = set()
+                for pos in sorted(self.replay):
+                    if len(chosen) >= limit:
+                        break
+                    h = self.replay[pos]
+                    if h in blocked or not self._may_take(h, consumer_id):
+                        blocked.add(h)  # later messages of the key wait behind this one
+                        continue
+                    chosen.append(pos)
+            else:
+                chosen = heapq.nsmallest(limit, self.replay)
+            if chosen:
+                got = read_positions(ledger, chosen)
+                for pos in chosen:
+                    h = self.replay[pos]
+                    self._from_replay(pos)
+                    e = got.get(pos)
+                    if e is None or pos <= state.mark_delete or pos in state.acked:
+                        continue  # gone from the log, or consumed meanwhile
+                    n = redelivered.get(pos, 0)
+                    self._take(state, consumer_id, pos, h, n)
+                    out.append(e)
+                    counts.append(n)
+        while len(out) < limit:
+            if self.key_shared and len(self.replay) >= LOOK_AHEAD_LIMIT:
+                break
+            want = limit - len(out)
+            if self.key_shared:
+                want = max(want, _KEY_SHARED_READ)
+            entries, nxt = ledger.read(state.read_pos, want)
+            if not entries:
+                break
+            md, acked = state.mark_delete, state.acked
+            for e in entries:
+                pos = (e[0], e[1])
+                if pos <= md or pos in acked:
+                    continue
+                h = 0
+                if self.key_shared:
+                    h = sticky_hash(e[2])
+                    if len(out) >= limit or self.replay_hashes.get(h) or not self._may_take(h, consumer_id):
+                        self._to_replay(pos, h)
+                        continue
+                n = redelivered.get(pos, 0) if redelivered else 0
+                self._take(state, consumer_id, pos, h, n)
+                out.append(e)
+                counts.append(n)
+            state.read_pos = nxt
+        return out, counts
