@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, file_checksum
 from ledger.compacted_store import (
     MANIFEST_NAME,
     CompactedLedger,
@@ -20,7 +21,6 @@ from ledger.compacted_store import (
     Manifest,
     write_manifest,
 )
-from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, file_checksum
 from ledger.entry import Entry, Position
 from ledger.schema import ARROW_SCHEMA, entries_to_table
 
