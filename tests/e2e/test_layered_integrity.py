@@ -71,6 +71,9 @@ def assert_rebuilt_and_intact(topic: Topic, old: int) -> None:
     assert answer.status_code == 200, answer.text
     topic.assert_values_intact(got)
     assert {m["key"]: base64.b64decode(m["value"]) for m in got} == latest_values(topic)
+    # The rebuild is one new base: the dropped ledger's layers, damaged file included, are gone.
+    current = topic.internal()["compactedLedger"]["ledgerId"]
+    assert [d.name for d in topic.root.glob("compacted-*")] == [f"compacted-{current:020d}"]
 
 
 def test_a_delta_round_s_manifest_carries_the_checksum_of_every_file_it_names(srv: Server) -> None:
@@ -83,8 +86,10 @@ def test_a_delta_round_s_manifest_carries_the_checksum_of_every_file_it_names(sr
             assert part["checksum"].startswith("crc32c:") and part["keys_checksum"].startswith("crc32c:")
     report = topic.scrub()
     assert report["status"] == "CLEAN", report
-    # The manifest, then per layer its parts and key indexes, and the base's deletion vector.
-    assert report["filesChecked"] >= 1 + 2 * (len(base["parts"]) + len(delta["parts"])) + 1 + 3, report
+    # Every sealed ledger, and of the compacted ledger: the manifest, each part and its key
+    # index in both layers, and the base's deletion vector.
+    parts = len(base["parts"]) + len(delta["parts"])
+    assert report["filesChecked"] == len(topic.ledgers()) + 1 + 2 * parts + 1, report
     got, answer = topic.read_all(compacted=True)
     assert answer.status_code == 200
     assert {m["key"] for m in got} == {f"k{i}" for i in range(5)}
