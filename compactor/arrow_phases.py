@@ -58,8 +58,10 @@ import pyarrow.parquet as pq
 from pyspark import RDD, SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from compactor.phases import PACK_SHIFT
+from ledger import deletion_vectors, key_index
 from ledger.checksums import READ_OPTIONS, WRITE_OPTIONS, damage_of
 from ledger.schema import (
     ARROW_SCHEMA,
@@ -69,6 +71,7 @@ from ledger.schema import (
     LEDGER_ID,
     PROPERTIES,
     PUBLISH_TIME,
+    SPARK_DDL,
     VALUE,
     derived_delete_flags,
 )
@@ -129,6 +132,11 @@ class Segment:
     row_groups: tuple[int, ...] | None = None
     # Written before empty values deleted: its ``is_tombstone`` is derived again on read.
     derive_deletes: bool = False
+    # A compacted layer's part with dead rows: its layer's deletion vector (``deletes_rows``
+    # rows), and the layer row number of the segment's first row (of its first row group).
+    deletes: str | None = None
+    deletes_rows: int = 0
+    first_row: int = 0
 
 
 def bound(ledger_id: int, entry_id: int) -> int:
@@ -144,10 +152,17 @@ def packed(ledger_ids: pa.ChunkedArray | pa.Array, entry_ids: pa.ChunkedArray | 
 
 
 def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
-    """The segment's rows in its id range, in order, a bounded chunk at a time (a compacted
-    part can be large), with their packed ids. ``columns`` must include both id columns."""
+    """The segment's live rows in its id range, in order, a bounded chunk at a time (a
+    compacted part can be large), with their packed ids. ``columns`` must include both id
+    columns. Rows its layer's deletion vector marks dead are left out."""
     derive = segment.derive_deletes and IS_TOMBSTONE in columns
     read = list(dict.fromkeys([*columns, KEY, VALUE])) if derive else columns
+    dead = (
+        deletion_vectors.read_cached(segment.deletes, segment.deletes_rows)
+        if segment.deletes is not None
+        else None
+    )
+    row = segment.first_row
     try:
         f = pq.ParquetFile(segment.path, **READ_OPTIONS)  # type: ignore[arg-type]
     except Exception as e:
@@ -163,6 +178,11 @@ def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np
                 # One line naming the file and the check: the service reports it as the round's error.
                 raise damage_of(segment.path, e) or e from e
             table = pa.Table.from_batches([batch])
+            if dead is not None:
+                live = ~dead[row : row + table.num_rows]
+                row += table.num_rows
+                if not live.all():
+                    table = table.filter(pa.array(live))
             if derive:
                 flags = derived_delete_flags(table.column(KEY), table.column(VALUE))
                 table = table.set_column(table.schema.get_field_index(IS_TOMBSTONE), IS_TOMBSTONE, flags)
@@ -173,6 +193,18 @@ def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np
                 table, ids = table.filter(pa.array(mask)), ids[mask]
             if table.num_rows:
                 yield table, ids
+
+
+@dataclass(frozen=True)
+class IndexedPart:
+    """A part of an older layer in a delta round: its key index, its layer (by position in the
+    manifest) and the layer row number of its first row."""
+
+    keys: str
+    layer: int
+    first_row: int
+    # The part's rows, as the manifest says: its index must hold as many.
+    rows: int = -1
 
 
 def _bool_numpy(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -189,9 +221,14 @@ class RoundPlan:
     row_group_bytes: int
     retain_null_key: bool
     keep_tombstones_since: int | None  # delete retention: tombstones published since are kept
+    # A delta round: the parts of the older layers, whose rows the new keys supersede.
+    indexed: tuple[IndexedPart, ...] = ()
 
     def partial_path(self, group: int) -> str:
         return os.path.join(self.scratch_dir, f"partial-{group:05d}.arrow")
+
+    def dead_path(self, group: int) -> str:
+        return os.path.join(self.scratch_dir, f"dead-{group:05d}.npz")
 
     def part_path(self, group: int) -> str:
         return os.path.join(self.out_dir, f"part-{group:05d}.parquet")
@@ -432,7 +469,8 @@ class _PartWriter:
     tiny nor huge) and encoded by a thread of their own while the task reads on (pyarrow
     releases the GIL; the part holding the latest rows is the largest by far, so its task
     would otherwise finish long after the others). On close the file is fsynced and renamed
-    into place (see :func:`_attempt_path`)."""
+    into place (see :func:`_attempt_path`), and so is its key index (``ledger.key_index``),
+    built from the rows as they pass."""
 
     # Row groups handed to the encoding thread but not yet written, at most.
     _IN_FLIGHT = 2
@@ -448,11 +486,19 @@ class _PartWriter:
         self._pending_bytes = 0
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="part-writer")
         self._in_flight: collections.deque[Future[None]] = collections.deque()
+        # The key index's columns, chunk by chunk, in row order.
+        self._keys: list[pa.Array] = []
+        self._tombstones: list[np.ndarray] = []
+        self._publish_times: list[np.ndarray] = []
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        self._pending.append(table.cast(ARROW_SCHEMA))
+        table = table.cast(ARROW_SCHEMA)
+        self._keys.extend(table.column(KEY).chunks)
+        self._tombstones.append(_bool_numpy(table.column(IS_TOMBSTONE)))
+        self._publish_times.append(np.asarray(table.column(PUBLISH_TIME).to_numpy(), dtype=np.int64))
+        self._pending.append(table)
         self._pending_bytes += table.nbytes
         self.rows += table.num_rows
         if self._pending_bytes >= self.row_group_bytes:
@@ -488,8 +534,23 @@ class _PartWriter:
             self._writer.close()
             with open(self._tmp, "rb") as f:
                 os.fsync(f.fileno())
+            self._write_index()
             os.replace(self._tmp, self.path)
         return self.rows
+
+    def _write_index(self) -> None:
+        """The part's key index, in place before the part itself (a part is never without it)."""
+        index = key_index.build(
+            pa.chunked_array(self._keys, pa.string()),
+            np.concatenate(self._tombstones),
+            np.concatenate(self._publish_times),
+        )
+        path = os.path.join(os.path.dirname(self.path), key_index.index_name(os.path.basename(self.path)))
+        tmp = _attempt_path(path, self.scratch_dir)
+        key_index.write(tmp, index)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def abort(self) -> None:
         for pending in self._in_flight:
@@ -584,6 +645,8 @@ def group_write(plan: RoundPlan, group: int) -> int:
     """Runs in a task: phase two of group ``group`` from the partials phase one wrote.
     Returns the rows written."""
     own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
+    if plan.indexed:
+        probe(plan, group, own.column(P_KEY))
     return _write_group(plan, group, own, _partial_keys(plan))
 
 
@@ -634,6 +697,8 @@ def group_round(plan: RoundPlan, group: int) -> tuple[int, int, float]:
     own, rows_read = _partial(plan, group)
     phase_one_s = time.perf_counter() - t0
     own_keys = own.column(P_KEY).combine_chunks()
+    if plan.indexed:
+        probe(plan, group, own_keys)
 
     def key_sets(h: int) -> pa.Array | None:
         return own_keys if h == group else _new_keys(plan, h)
@@ -651,6 +716,72 @@ def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
         sum(w for _, w, _ in results),
         max((p for _, _, p in results), default=0.0),
     )
+
+
+# ---------------------------------------------------------------------------- delta rounds
+
+
+def probe(plan: RoundPlan, group: int, new_keys: pa.Array | pa.ChunkedArray) -> None:
+    """Runs in a task of a delta round: the rows of the older layers that die, saved (as layer
+    row numbers) in the scratch directory for the driver to fold into deletion vectors
+    (:func:`dead_rows`).
+
+    A row dies when one of ``new_keys`` (this group's new keys, tombstones included) is its
+    key: every new row of a key is newer than every older layer's row. Group 0 also retires
+    rows no longer kept whatever the new keys: tombstones past their retention, and keyless
+    rows once keyless rows are not retained. Only the key indexes are read, never the parts.
+    """
+    wanted = pc.drop_null(new_keys)
+    found: dict[str, list[np.ndarray]] = {}
+    for part in plan.indexed:
+        index = key_index.read(part.keys, rows=part.rows)
+        keys = index.column(key_index.KEY)
+        dead = np.zeros(index.num_rows, dtype=bool)
+        if len(wanted):
+            dead |= _bool_numpy(pc.is_in(keys, value_set=wanted, skip_nulls=True))
+        if group == 0:
+            dead |= key_index.dead_tombstones(index, plan.keep_tombstones_since)
+            if not plan.retain_null_key and keys.null_count:
+                dead |= _bool_numpy(keys.is_null())
+        rows = np.flatnonzero(dead)
+        if len(rows):
+            found.setdefault(f"layer{part.layer}", []).append(rows + part.first_row)
+    tmp = _attempt_path(plan.dead_path(group), plan.scratch_dir)
+    with open(tmp, "wb") as f:
+        np.savez(f, **{name: np.concatenate(rows) for name, rows in found.items()})  # type: ignore[arg-type]
+    os.replace(tmp, plan.dead_path(group))  # scratch: no fsync, a crash discards the round
+
+
+def dead_rows(plan: RoundPlan) -> dict[int, np.ndarray]:
+    """On the driver, after a delta round's tasks: the rows that died, by layer (sorted)."""
+    found: dict[int, list[np.ndarray]] = {}
+    for group in range(len(plan.groups)):
+        with np.load(plan.dead_path(group), allow_pickle=False) as saved:
+            for name in saved.files:
+                found.setdefault(int(name.removeprefix("layer")), []).append(saved[name])
+    return {layer: np.unique(np.concatenate(rows)) for layer, rows in found.items()}
+
+
+def rows_frame(spark: SparkSession, segments: Sequence[Segment], columns: Sequence[str]) -> DataFrame:
+    """The live rows of ``segments`` (deletion vectors applied), ``columns`` only, as a
+    DataFrame: how the Spark SQL path reads the layers of a previous compacted ledger that
+    has dead rows. One task per segment reads it with Arrow."""
+    ddl = StructType.fromDDL(SPARK_DDL)
+    assert isinstance(ddl, StructType)
+    schema = StructType([f for f in ddl.fields if f.name in columns])
+    names = [f.name for f in schema.fields]
+    read = list(dict.fromkeys([LEDGER_ID, ENTRY_ID, *names]))
+    chosen = tuple(segments)
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                for table, _ in _chunks(chosen[i], read):
+                    yield from table.select(names).to_batches()
+
+    n = max(1, len(chosen))
+    indexes = spark.range(0, len(chosen), 1, n).select(F.col("id").cast("int").alias("segment"))
+    return indexes.mapInArrow(task, schema)
 
 
 # ------------------------------------------------------- phase two after a Spark SQL phase one

@@ -32,6 +32,11 @@ class CompactionJob:
     # A winning tombstone published within this many ms before ``now_ms`` is kept (0: dropped).
     delete_retention_ms: int = 0
     now_ms: int = 0
+    # Layers (``ledger.layers``): an incremental round adds a delta while the previous ledger
+    # has fewer than ``max_deltas`` deltas and its dead rows are under ``consolidation_ratio``
+    # of its stored rows; otherwise it consolidates every layer into a new base (0: always).
+    max_deltas: int = 8
+    consolidation_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         if len(self.inputs) != len(self.input_ledger_ids):
@@ -40,6 +45,8 @@ class CompactionJob:
             raise ValueError(f"horizon {self.horizon} is before the previous horizon {self.previous_horizon}")
         if self.delete_retention_ms < 0:
             raise ValueError("delete_retention_ms must be >= 0")
+        if self.max_deltas < 0 or not 0 < self.consolidation_ratio <= 1:
+            raise ValueError("max_deltas must be >= 0 and consolidation_ratio in (0, 1]")
         if self.output_ledger_id <= 0:
             raise ValueError(f"output_ledger_id must be positive, got {self.output_ledger_id}")
 

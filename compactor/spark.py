@@ -14,8 +14,11 @@ What the configuration does, and why:
   (``arrow_phases.PART_CODEC``);
 - Python workers reach the JVM over a Unix domain socket, which halves the fixed cost of a
   job with Python tasks;
-- in local mode: the driver binds to 127.0.0.1, the shuffle has 2 partitions per core, and
-  the JVM logs only warnings (a log4j2 configuration is handed to the driver JVM at launch);
+- in local mode: the driver binds to 127.0.0.1, the shuffle has 2 partitions per core, the
+  JVM logs only warnings (a log4j2 configuration is handed to the driver JVM at launch), and
+  the Python workers are forked from a daemon that has imported what their tasks need
+  (``compactor.daemon``): Spark stops idle workers after a minute, and a service's round
+  otherwise starts on fresh ones that import pyarrow first;
 - on a cluster (any other master): the executors' interpreter is ``python``
   (``spark.pyspark.python``), ``archives`` are unpacked beside each executor (``spark.archives``,
   e.g. a venv-pack'ed environment), and the code the tasks import is shipped to them as a zip
@@ -122,6 +125,8 @@ def spark_conf(
         # cluster, ``python`` names the executors' one, which needs only pyarrow, numpy and
         # pandas: the project's code is shipped to it (see get_spark).
         conf["spark.pyspark.python"] = sys.executable
+        # Its workers are forked with pyarrow and the compactor imported (compactor.daemon).
+        conf["spark.python.daemon.module"] = "compactor.daemon"
     if python:
         conf["spark.pyspark.python"] = python
     if archives:

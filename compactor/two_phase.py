@@ -26,9 +26,10 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -49,8 +50,11 @@ from compactor.phases import (
 )
 from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
+from ledger import deletion_vectors
+from ledger.checksums import file_checksum
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
+from ledger.layers import Deletes, Layer, final_name
 from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir, fsync_path
 from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, SPARK_DDL, flags_follow_rule
 
@@ -158,6 +162,8 @@ class CompactionInputs:
     # Rows of every file, from the footers (the originals' may extend past the round's range):
     # the round's progress counts against it.
     rows: int = 0
+    # Of which in the original ledgers.
+    new_rows: int = 0
 
     @property
     def files(self) -> list[Path]:
@@ -196,11 +202,20 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
     if job.previous_compacted is not None:
         directory = Path(job.previous_compacted)
         manifest = Manifest.load(directory)
-        previous = [directory / p.name for p in manifest.parts]
+        previous = manifest.part_paths(directory.parent)
     bounds: list[IdBounds | None] = []
     derive: set[Path] = set()
     rows = 0
-    for path in previous:
+    parts = manifest.parts if manifest is not None else ()
+    for path, part in zip(previous, parts, strict=True):
+        if part.keys is not None:
+            # Written by this version's part writer (the only one that writes key indexes):
+            # its flags follow today's rule, and its rows and id range are in the manifest.
+            # Entry ids always pack (a ledger holds fewer than 2**32 entries), so the range
+            # of ledger ids decides -- and a delta round opens none of the older parts.
+            rows += part.rows
+            bounds.append(IdBounds(part.first.ledger_id, part.last.ledger_id, 0, MAX_PACKED_ENTRY_ID))
+            continue
         meta = pq.read_metadata(path)
         rows += meta.num_rows
         b, legacy = _footer_facts(meta)
@@ -208,6 +223,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         if legacy:
             derive.add(path)
     originals: list[Path] = []
+    new_rows = 0
     for p, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
         if not _ledger_in_range(job, ledger_id):
             continue  # not even its footer is needed
@@ -216,6 +232,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         b, legacy = _footer_facts(meta)
         if _may_hold_new_rows(job, b):
             rows += meta.num_rows
+            new_rows += meta.num_rows
             originals.append(path)
             bounds.append(b)
             if legacy:
@@ -227,6 +244,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         previous_manifest=manifest,
         derive_deletes=frozenset(derive),
         rows=rows,
+        new_rows=new_rows,
     )
 
 
@@ -235,8 +253,9 @@ def _ms_since(t0: float) -> int:
 
 
 class TwoPhaseCompactor:
-    """Runs compaction rounds on ``spark``. ``fault_hook(phase)`` is called before each phase
-    (``"phase_one"``, ``"phase_two"``); tests make it raise to inject failures."""
+    """Runs compaction rounds on ``spark``. ``fault_hook(step)`` is called before each step
+    (``"phase_one"``, ``"phase_two"``, ``"manifest"``: the new files are written, ``"rename"``:
+    the manifest too); tests make it raise to inject failures."""
 
     def __init__(
         self,
@@ -278,6 +297,7 @@ class TwoPhaseCompactor:
         inputs = inputs if inputs is not None else self.inputs(job)
         reader = self.spark.read.schema(SPARK_DDL)
         frames: list[DataFrame] = []
+        originals = {str(p) for p in inputs.originals}
 
         def read(paths: Sequence[Path]) -> Iterator[DataFrame]:
             # Files written before empty values deleted get the flag derived from key and value.
@@ -288,7 +308,12 @@ class TwoPhaseCompactor:
                     yield df.withColumn(IS_TOMBSTONE, derived_delete_column()) if derive else df
 
         # Taken whole: every record of the previous compacted ledger is <= the previous horizon.
-        frames.extend(read(inputs.previous_parts))
+        if inputs.previous_manifest is not None and inputs.previous_manifest.dead:
+            # Its layers have dead rows: read with their deletion vectors applied.
+            previous = [s for s in self.segments(job, inputs) if s.path not in originals]
+            frames.append(arrow_phases.rows_frame(self.spark, previous, COLUMNS))
+        else:
+            frames.extend(read(inputs.previous_parts))
         frames.extend(df.where(id_range(job.previous_horizon, job.horizon)) for df in read(inputs.originals))
         if not frames:
             frames.append(self.spark.createDataFrame([], schema=SPARK_DDL))
@@ -298,37 +323,50 @@ class TwoPhaseCompactor:
         return df.select(*columns)
 
     def segments(
-        self, job: CompactionJob, inputs: CompactionInputs, *, incremental: bool = False
+        self,
+        job: CompactionJob,
+        inputs: CompactionInputs,
+        *,
+        incremental: bool = False,
+        new_only: bool = False,
     ) -> list[arrow_phases.Segment]:
-        """The round's input as id-ordered segments: the previous compacted ledger's parts
-        (whole; in an ``incremental`` round one segment per row group, so that its copy
-        spreads over the tasks), then the original ledgers clipped to
-        ``(previous_horizon, horizon]``."""
+        """The round's input as id-ordered segments: the previous compacted ledger's parts, layer
+        by layer, each with its layer's deletion vector (whole; in an ``incremental`` round one
+        segment per row group, so that its copy spreads over the tasks; none with
+        ``new_only``), then the original ledgers clipped to ``(previous_horizon, horizon]``."""
         out: list[arrow_phases.Segment] = []
-        if inputs.previous_manifest is not None:
-            for part in inputs.previous_manifest.parts:
-                part_path = str(Path(job.previous_compacted) / part.name)  # type: ignore[arg-type]
-                first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
-                last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
-                derive = Path(part_path) in inputs.derive_deletes
-                if not incremental:
-                    out.append(arrow_phases.Segment(part_path, first, last, part.size, derive_deletes=derive))
-                    continue
-                meta = pq.read_metadata(part_path)
-                for rg in range(meta.num_row_groups):
-                    group = meta.row_group(rg)
-                    size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-                    out.append(
-                        arrow_phases.Segment(
-                            part_path,
-                            first,
-                            last,
-                            size,
-                            previous=True,
-                            row_groups=(rg,),
-                            derive_deletes=derive,
-                        )
+        manifest = inputs.previous_manifest
+        if manifest is not None and not new_only:
+            root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
+            for layer in manifest.layers:
+                dv = layer.deletes
+                deletes = str(root / dv.dir / dv.name) if dv is not None and dv.count else None
+                for part, layer_row in zip(layer.parts, layer.part_starts(), strict=True):
+                    part_path = str(root / layer.dir / part.name)
+                    first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
+                    last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
+                    whole = arrow_phases.Segment(
+                        part_path,
+                        first,
+                        last,
+                        part.size,
+                        derive_deletes=Path(part_path) in inputs.derive_deletes,
+                        deletes=deletes,
+                        deletes_rows=layer.rows,
+                        first_row=layer_row,
                     )
+                    if not incremental:
+                        out.append(whole)
+                        continue
+                    meta = pq.read_metadata(part_path)
+                    row = layer_row
+                    for rg in range(meta.num_row_groups):
+                        group = meta.row_group(rg)
+                        size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+                        out.append(
+                            replace(whole, size=size, previous=True, row_groups=(rg,), first_row=row)
+                        )
+                        row += group.num_rows
         after = job.previous_horizon
         lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
         hi = arrow_phases.bound(job.horizon.ledger_id, job.horizon.entry_id)
@@ -346,6 +384,67 @@ class TwoPhaseCompactor:
                 )
             )
         return out
+
+    @staticmethod
+    def adds_a_delta(job: CompactionJob, manifest: Manifest | None) -> bool:
+        """Whether an incremental round on top of ``manifest`` writes a delta layer, rather than
+        consolidating every layer into a new base: every layer has key indexes, and neither
+        the deltas nor the dead rows have reached the job's bounds (``max_deltas``,
+        ``consolidation_ratio`` of the stored rows)."""
+        if manifest is None or not manifest.layers or job.max_deltas <= 0:
+            return False
+        return (
+            all(layer.indexed for layer in manifest.layers)
+            and manifest.deltas < job.max_deltas
+            and manifest.dead < job.consolidation_ratio * manifest.rows
+        )
+
+    @staticmethod
+    def _indexed(job: CompactionJob, manifest: Manifest) -> tuple[arrow_phases.IndexedPart, ...]:
+        root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
+        return tuple(
+            arrow_phases.IndexedPart(
+                keys=str(root / layer.dir / part.keys),  # type: ignore[operator]
+                layer=i,
+                first_row=start,
+                rows=part.rows,
+            )
+            for i, layer in enumerate(manifest.layers)
+            for part, start in zip(layer.parts, layer.part_starts(), strict=True)
+        )
+
+    @staticmethod
+    def _fold_deletes(
+        job: CompactionJob, manifest: Manifest, dead: dict[int, np.ndarray], tmp: Path
+    ) -> Manifest:
+        """The older layers after a delta round: each layer that lost rows gets a new deletion
+        vector (its old one's bits and the new ones) written into the round's directory; a
+        layer with no live row left is dropped. Old files are never changed."""
+        root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
+        layers: list[Layer] = []
+        for i, layer in enumerate(manifest.layers):
+            rows = dead.get(i)
+            if rows is None or not len(rows):
+                layers.append(layer)
+                continue
+            if layer.deletes is not None:
+                vector = deletion_vectors.read(
+                    root / layer.deletes.dir / layer.deletes.name, layer.rows, checksum=layer.deletes.checksum
+                )
+            else:
+                vector = deletion_vectors.empty(layer.rows)
+            vector[rows] = True
+            count = int(np.count_nonzero(vector))
+            if count == layer.dead:
+                layers.append(layer)
+            elif count < layer.rows:
+                name = f"deletes-{layer.dir}.npy"
+                deletion_vectors.write(tmp / name, vector)
+                # Its CRC32C goes into the manifest, read back from the file as it is on disk.
+                checksum = file_checksum(tmp / name)
+                deletes = Deletes(dir=final_name(tmp), name=name, count=count, checksum=checksum)
+                layers.append(replace(layer, deletes=deletes))
+        return Manifest(layers=tuple(layers))
 
     def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:
         """Phase one of ``job`` as a DataFrame (the keyless rows as one group with key NULL)."""
@@ -371,10 +470,6 @@ class TwoPhaseCompactor:
             if tmp.exists():  # left by a crashed attempt at this same ledger id
                 shutil.rmtree(tmp)
             inputs = self.inputs(job)
-            bytes_in = inputs.bytes_in
-            if progress is not None:
-                progress.set_totals(entries=inputs.rows, bytes_=bytes_in)
-
             since = job.now_ms - job.delete_retention_ms if job.delete_retention_ms else None
             # Arrow inside Spark tasks when ids pack (always, in practice): see arrow_phases.
             # Spark SQL when they do not, and for phase one of the other strategies.
@@ -382,8 +477,23 @@ class TwoPhaseCompactor:
             # With the offset strategy a round need not aggregate the previous compacted ledger
             # again: its keys are unique and each is replaced only by a newer row of the key.
             incremental = fast and job.strategy == OFFSET and bool(inputs.previous_parts)
+            # And usually it need not copy it either: it adds a delta layer and marks the rows
+            # the new keys supersede in the older layers' deletion vectors (found through their
+            # key indexes). Past the bounds on deltas and dead rows it consolidates instead: the
+            # older layers' live rows and the new winners become one new base.
+            previous = inputs.previous_manifest
+            delta = incremental and self.adds_a_delta(job, previous)
+            indexed = self._indexed(job, previous) if delta else ()  # type: ignore[arg-type]
+            if delta:
+                bytes_in = sum(p.stat().st_size for p in inputs.originals)
+                bytes_in += sum(os.path.getsize(p.keys) for p in indexed)
+            else:
+                bytes_in = inputs.bytes_in
+            if progress is not None:
+                progress.set_totals(entries=inputs.new_rows if delta else inputs.rows, bytes_=bytes_in)
+
             if fast:
-                segments = self.segments(job, inputs, incremental=incremental)
+                segments = self.segments(job, inputs, incremental=incremental, new_only=delta)
                 groups = arrow_phases.group_segments(segments, self._group_count(segments))
                 plan = arrow_phases.RoundPlan(
                     groups=tuple(tuple(g) for g in groups),
@@ -392,6 +502,7 @@ class TwoPhaseCompactor:
                     row_group_bytes=ROW_GROUP_BYTES,
                     retain_null_key=job.retain_null_key,
                     keep_tombstones_since=since,
+                    indexed=indexed,
                 )
 
             one_job = fast and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)
@@ -430,7 +541,7 @@ class TwoPhaseCompactor:
                 self._fault("phase_two")
                 t1 = time.perf_counter()
             if incremental:  # the previous ledger's rows were not read: count them
-                entries_read += inputs.previous_manifest.entries  # type: ignore[union-attr]
+                entries_read += previous.entries  # type: ignore[union-attr]
 
             if not one_job:
                 if progress is not None:
@@ -444,12 +555,16 @@ class TwoPhaseCompactor:
             if progress is not None:
                 progress.set_totals(entries=entries_read)
                 progress.enter(COMMIT)
+            dead = arrow_phases.dead_rows(plan) if delta else {}
             shutil.rmtree(tmp / SCRATCH_DIR, ignore_errors=True)
             tmp.mkdir(parents=True, exist_ok=True)
+            below = self._fold_deletes(job, previous, dead, tmp) if delta else None  # type: ignore[arg-type]
             for path in sorted(tmp.iterdir()):
                 if path.is_file():
                     fsync_path(path)
-            manifest = write_manifest(tmp)  # fsyncs the manifest and the directory
+            self._fault("manifest")
+            manifest = write_manifest(tmp, below=below)  # fsyncs the manifest and the directory
+            self._fault("rename")
             os.rename(tmp, final)
             renamed = True
             fsync_dir(final.parent)

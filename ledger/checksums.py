@@ -7,9 +7,10 @@ Two layers guard every Parquet file the service writes (sealed ledgers, compacte
   ``parquet.page.verify-checksum.enabled`` for Spark's reader): damage in a page is found by
   the read that would have used it, and only the row groups holding that page are lost;
 * a **whole-file CRC32C**, recorded in the metadata database when a ledger is sealed and in
-  the manifest for every compacted part (the manifest's own CRC32C is in the database): it
-  also covers the footer and page headers, and is what the scrubber and a compaction's input
-  check verify.
+  the manifest for every file of a compacted ledger (parts, their key indexes, deletion
+  vectors; the manifest's own CRC32C is in the database): it also covers the footer and page
+  headers, and is what the scrubber and a compaction's input check verify. Key indexes and
+  deletion vectors have no pages to check: the whole-file CRC32C is their only guard.
 
 A checksum is written ``"crc32c:xxxxxxxx"`` (lower-case hex), so that a stronger algorithm can
 be added later without ambiguity. Files written before page checksums existed are still read:
@@ -39,6 +40,9 @@ MANIFEST = "manifest checksum"
 MISSING = "file missing"
 READ_BACK = "read-back comparison"
 PAGE_DECODE = "page decode"
+# A compacted layer's deletion vector or key index (not Parquet: no page checksums) that does
+# not decode, or does not cover the rows its manifest says.
+DECODE = "decode"
 
 # What pyarrow and parquet-mr say when a page's CRC does not match.
 _PAGE_CRC_MESSAGES = ("CRC checksum verification failed", "could not verify page integrity")

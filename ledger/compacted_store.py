@@ -1,165 +1,74 @@
-"""Compacted ledgers on disk: a directory of Parquet part files plus a manifest.
+"""Compacted ledgers on disk: a manifest over layers of Parquet part files.
 
 Layout of one compacted ledger (written by the compactor, read here without Spark)::
 
     compacted-{ledger_id:020d}/
-        part-00000-....parquet     rows in message-id order, ARROW_SCHEMA columns
-        part-00001-....parquet     every row of part i+1 comes after every row of part i
+        part-00000.parquet         rows in message-id order, ARROW_SCHEMA columns
+        part-00000.keys.arrow      its key index (ledger.key_index)
+        part-00001.parquet         every row of part i+1 comes after every row of part i
         ...
+        deletes-{layer:020d}.npy   deletion vectors this round wrote for older layers
         _manifest.json             written last; a ledger without it is incomplete
 
-``_manifest.json``::
-
-    {"version": 1,
-     "parts": [{"name": "part-00000-....parquet", "rows": 123,
-                "first": "L:E", "last": "L:E", "size": 4567,
-                "checksum": "crc32c:1a2b3c4d"}, ...]}
-
-Parts are listed in reading order (their file-name order); empty part files are left out.
-Records keep their *original* message ids, so ids are sparse: a reader locates a start id
-by binary search, first over the parts' id ranges (from the manifest), then inside one part
-over its two id columns (read once and cached), and then reads only the row groups that
-hold the requested page.
+The manifest (``ledger.layers``) lists layers: the base, then the deltas of later rounds, each
+naming the directory its parts are in (its own or an older ledger's) and its deletion vector.
+The live rows of the layers in layer order are in message-id order. Records keep their
+*original* message ids, so ids are sparse: a reader locates a start id by binary search, first
+over the parts' id ranges (from the manifest), then inside one part over its two id columns
+(read once and cached), and then reads only the row groups that hold the requested page,
+skipping the rows the layer's deletion vector marks dead.
 
 Integrity (see ``ledger.checksums``): parts are written with page checksums and read with
-them verified; the manifest carries each part's whole-file CRC32C (manifests written before
-that carry none), and the manifest's own CRC32C is recorded in the metadata database, so the
-chain database -> manifest -> parts covers every byte. A read that meets damage raises
-``IntegrityError`` naming the part and the check.
+them verified; the manifest carries the whole-file CRC32C of every file it names (parts, key
+indexes, deletion vectors; manifests written before that carry none), and the manifest's own
+CRC32C is recorded in the metadata database, so the chain database -> manifest -> files covers
+every byte. Deletion vectors are verified against their CRC32C whenever the reader loads one.
+A read that meets damage raises ``IntegrityError`` naming the file and the check.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
-import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger.checksums import (
-    MANIFEST,
-    MISSING,
-    READ_OPTIONS,
-    ROW_IDS,
-    IntegrityError,
-    crc32c_bytes,
-    damage_of,
-    file_checksum,
-)
+from ledger import deletion_vectors, key_index
+from ledger.checksums import READ_OPTIONS, ROW_IDS, IntegrityError, damage_of, file_checksum
 from ledger.entry import Entry, Position
-from ledger.paths import TMP_SUFFIX, fsync_dir
+from ledger.layers import (
+    BASE,
+    DELTA,
+    MANIFEST_NAME,
+    CompactedLedgerError,
+    Layer,
+    Manifest,
+    PartInfo,
+    check_order,
+    final_name,
+)
 from ledger.schema import COLUMNS, ENTRY_ID, LEDGER_ID, table_to_entries
 
-MANIFEST_NAME = "_manifest.json"
-MANIFEST_VERSION = 1
+__all__ = [
+    "MANIFEST_NAME",
+    "CompactedLedger",
+    "CompactedLedgerError",
+    "Layer",
+    "Manifest",
+    "PartInfo",
+    "describe_parts",
+    "write_manifest",
+]
+
 PART_GLOB = "part-*.parquet"
 _PART_NUMBER = re.compile(r"^part-(\d+)")
 _ID_COLUMNS = [LEDGER_ID, ENTRY_ID]
-
-
-class CompactedLedgerError(IntegrityError, ValueError):
-    """A compacted ledger directory is incomplete or its contents break the contract (its
-    manifest or a part does not agree with what the manifest says): damage, too."""
-
-    def __init__(self, path: Path, message: str, check: str = MANIFEST) -> None:
-        super().__init__(path, check, message)
-
-
-@dataclass(frozen=True, slots=True)
-class PartInfo:
-    """One non-empty part file: its rows hold ids ``first`` .. ``last`` (inclusive), in order."""
-
-    name: str
-    rows: int
-    first: Position
-    last: Position
-    size: int
-    # The part file's CRC32C; None in manifests written before checksums.
-    checksum: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name,
-            "rows": self.rows,
-            "first": str(self.first),
-            "last": str(self.last),
-            "size": self.size,
-        }
-        if self.checksum is not None:
-            out["checksum"] = self.checksum
-        return out
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> PartInfo:
-        return cls(
-            name=str(obj["name"]),
-            rows=int(obj["rows"]),
-            first=Position.parse(obj["first"]),
-            last=Position.parse(obj["last"]),
-            size=int(obj["size"]),
-            checksum=str(obj["checksum"]) if obj.get("checksum") is not None else None,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """The parts of a compacted ledger, in reading (= message-id) order."""
-
-    parts: tuple[PartInfo, ...]
-
-    @property
-    def entries(self) -> int:
-        return sum(p.rows for p in self.parts)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(p.size for p in self.parts)
-
-    @property
-    def first_position(self) -> Position | None:
-        return self.parts[0].first if self.parts else None
-
-    @property
-    def last_position(self) -> Position | None:
-        return self.parts[-1].last if self.parts else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"version": MANIFEST_VERSION, "parts": [p.to_json() for p in self.parts]}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Manifest:
-        if obj.get("version") != MANIFEST_VERSION:
-            raise ValueError(f"unsupported manifest version {obj.get('version')!r}")
-        return cls(parts=tuple(PartInfo.from_json(p) for p in obj["parts"]))
-
-    @classmethod
-    def load(cls, directory: Path, *, checksum: str | None = None) -> Manifest:
-        """Read ``directory/_manifest.json``; raises :class:`CompactedLedgerError` if missing or bad,
-        or if ``checksum`` is given and the file's CRC32C is not it."""
-        path = Path(directory) / MANIFEST_NAME
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise CompactedLedgerError(
-                path, "no manifest: the compacted ledger is incomplete", MISSING
-            ) from None
-        if checksum is not None and (actual := crc32c_bytes(data)) != checksum:
-            raise CompactedLedgerError(path, f"recorded {checksum}, the manifest has {actual}")
-        try:
-            manifest = cls.from_json(json.loads(data.decode("utf-8")))
-        except (ValueError, KeyError, TypeError) as e:
-            raise CompactedLedgerError(path, f"bad manifest: {e}") from e
-        _check_order(path, manifest.parts)
-        return manifest
 
 
 def _part_sort_key(name: str) -> tuple[int, str]:
@@ -169,26 +78,15 @@ def _part_sort_key(name: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else -1, name)
 
 
-def _check_order(where: Path, parts: Iterable[PartInfo]) -> None:
-    prev: PartInfo | None = None
-    for p in parts:
-        if p.rows <= 0 or p.last < p.first:
-            raise CompactedLedgerError(where, f"part {p.name}: bad range {p.first}..{p.last} ({p.rows} rows)")
-        if prev is not None and not prev.last < p.first:
-            raise CompactedLedgerError(
-                where, f"part {p.name} starts at {p.first}, not after {prev.name} which ends at {prev.last}"
-            )
-        prev = p
-
-
 def _id_at(pf: pq.ParquetFile, row_group: int, row: int) -> Position:
     ids = pf.read_row_group(row_group, columns=_ID_COLUMNS)
     return Position(ids.column(0)[row].as_py(), ids.column(1)[row].as_py())
 
 
 def _describe_part(path: Path) -> PartInfo | None:
-    """The manifest line of one part: its checksum (the whole file read once), and its id range
-    from the id columns of its first and last row group."""
+    """The manifest line of one part: its checksum (the whole file read once), its id range
+    from the id columns of its first and last row group, and its key index with that file's
+    checksum, if one was written beside it."""
     size = path.stat().st_size
     checksum = file_checksum(path)
     with pq.ParquetFile(path, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
@@ -199,32 +97,45 @@ def _describe_part(path: Path) -> PartInfo | None:
         first_rg, last_rg = non_empty[0], non_empty[-1]
         first = _id_at(pf, first_rg, 0)
         last = _id_at(pf, last_rg, meta.row_group(last_rg).num_rows - 1)
-        return PartInfo(
-            name=path.name, rows=meta.num_rows, first=first, last=last, size=size, checksum=checksum
-        )
+    keys = key_index.index_name(path.name)
+    indexed = (path.parent / keys).is_file()
+    return PartInfo(
+        name=path.name,
+        rows=meta.num_rows,
+        first=first,
+        last=last,
+        size=size,
+        keys=keys if indexed else None,
+        checksum=checksum,
+        keys_checksum=file_checksum(path.parent / keys) if indexed else None,
+    )
 
 
-def write_manifest(directory: Path) -> Manifest:
-    """Describe the part files of ``directory`` and write its manifest atomically.
-
-    Parts are taken in file-name order; empty parts are skipped. Raises
-    :class:`CompactedLedgerError` if the parts' id ranges are not strictly increasing.
-    The part files themselves must already be durable (the caller fsyncs them).
-    """
+def describe_parts(directory: Path, *, kind: str = BASE) -> Layer:
+    """The part files of ``directory`` as one layer (in file-name order, empty parts left out),
+    named by the directory's final name. Raises :class:`CompactedLedgerError` if the parts'
+    id ranges are not strictly increasing."""
     directory = Path(directory)
     names = sorted((p.name for p in directory.glob(PART_GLOB) if p.is_file()), key=_part_sort_key)
     parts = tuple(info for name in names if (info := _describe_part(directory / name)) is not None)
-    _check_order(directory, parts)
-    manifest = Manifest(parts=parts)
-    path = directory / MANIFEST_NAME
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest.to_json(), f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    check_order(directory, parts)
+    return Layer(dir=final_name(directory), kind=kind, parts=parts)
+
+
+def write_manifest(directory: Path, *, below: Manifest | None = None) -> Manifest:
+    """Describe the part files of ``directory`` as a layer and write the manifest atomically:
+    a base layer alone, or with ``below`` (the layers this round keeps, with their deletion
+    vectors) the new layer as a delta on top of them.
+
+    The part files, key indexes and deletion vectors must already be durable (the caller
+    fsyncs them).
+    """
+    directory = Path(directory)
+    if below is None:
+        manifest = Manifest(layers=()).with_layer(describe_parts(directory))
+    else:
+        manifest = below.with_layer(describe_parts(directory, kind=DELTA if below.layers else BASE))
+    manifest.write(directory)
     return manifest
 
 
@@ -237,22 +148,44 @@ class _PartIndex:
     rg_starts: list[int]
 
 
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A part as the reader sees it: where it is, its layer, and its first row in the layer."""
+
+    path: Path
+    info: PartInfo
+    layer: int
+    layer_row: int
+
+
 class CompactedLedger:
     """Read access to a compacted ledger by message id; safe to share between threads.
 
-    Opening reads only the manifest. A read costs one binary search over the parts, one over
-    the id columns of the part holding the start (cached per part, ``cache_parts`` at most),
-    and the row groups of the returned page.
+    The parts of every layer, in layer order, form one sequence in message-id order; a
+    layer's deletion vector hides its dead rows. Opening reads only the manifest. A read costs
+    one binary search over the parts, one over the id columns of the part holding the start
+    (cached per part, ``cache_parts`` at most), and the row groups of the returned page; in a
+    part with dead rows, the live row numbers come from the layer's deletion vector (read once
+    per layer, when a read first reaches the layer).
     """
 
     def __init__(self, directory: Path, *, cache_parts: int = 8, checksum: str | None = None) -> None:
         self.directory = Path(directory)
         self.manifest = Manifest.load(self.directory, checksum=checksum)
-        self._parts = self.manifest.parts
-        self._lasts = [(p.last.ledger_id, p.last.entry_id) for p in self._parts]
+        root = self.directory.parent
+        self._parts = [
+            _Part(root / layer.dir / info.name, info, i, start)
+            for i, layer in enumerate(self.manifest.layers)
+            for info, start in zip(layer.parts, layer.part_starts(), strict=True)
+        ]
+        self._lasts = [(p.info.last.ledger_id, p.info.last.entry_id) for p in self._parts]
         self._cache_parts = max(1, cache_parts)
         self._index: dict[int, _PartIndex] = {}
         self._ids: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        # Per part: None (no dead row) or the sorted live row numbers; LRU as the ids.
+        self._live: OrderedDict[int, np.ndarray | None] = OrderedDict()
+        self._dead: dict[int, np.ndarray] = {}  # per layer with a deletion vector, unpacked
+        self._live_counts: list[int] | None = None
         self._lock = threading.Lock()
         # (part, first row group, last row group, rows): the row groups decoded last. Replaced
         # whole, never changed, so threads share it without the lock.
@@ -262,6 +195,7 @@ class CompactedLedger:
 
     @property
     def entries(self) -> int:
+        """Live records."""
         return self.manifest.entries
 
     @property
@@ -270,21 +204,29 @@ class CompactedLedger:
 
     @property
     def first_position(self) -> Position | None:
-        return self.manifest.first_position
+        """The id of the first live record."""
+        return self.seek(Position(0, 0))
 
     @property
     def last_position(self) -> Position | None:
-        return self.manifest.last_position
+        """The id of the last live record."""
+        for part in reversed(range(len(self._parts))):
+            live = self._live_rows(part)
+            if live is None:
+                return self._parts[part].info.last
+            if len(live):
+                return self._position_of(part, int(live[-1]))
+        return None
 
     def part_paths(self) -> list[Path]:
-        """The non-empty part files, in message-id order (what a compaction reads back)."""
-        return [self.directory / p.name for p in self._parts]
+        """Every part file, in message-id order (dead rows included)."""
+        return [p.path for p in self._parts]
 
     # ------------------------------------------------------------------ reading
 
     def read(self, start: Position, max_entries: int) -> tuple[list[Entry], Position | None]:
-        """Records with id >= ``start``, in id order, at most ``max_entries`` of them, and the id
-        of the record after them (``None`` when the ledger has no more records)."""
+        """Live records with id >= ``start``, in id order, at most ``max_entries`` of them, and
+        the id of the live record after them (``None`` when the ledger has no more)."""
         if max_entries < 0:
             raise ValueError(f"max_entries must be >= 0, got {max_entries}")
         part = bisect.bisect_left(self._lasts, (start.ledger_id, start.entry_id))
@@ -293,35 +235,113 @@ class CompactedLedger:
         row = self._locate(part, start)
         out: list[Entry] = []
         while part < len(self._parts) and len(out) < max_entries:
-            take = min(max_entries - len(out), self._parts[part].rows - row)
-            out.extend(self._read_rows(part, row, row + take))
-            row += take
-            if row >= self._parts[part].rows:
+            rows = self._parts[part].info.rows
+            live = self._live_rows(part)
+            if live is None:
+                take = min(max_entries - len(out), rows - row)
+                out.extend(self._read_rows(part, np.arange(row, row + take)))
+                row += take
+            else:
+                at = int(np.searchsorted(live, row))
+                chosen = live[at : at + max_entries - len(out)]
+                out.extend(self._read_rows(part, chosen))
+                row = int(chosen[-1]) + 1 if at + len(chosen) < len(live) else rows
+            if row >= rows:
                 part, row = part + 1, 0
-        return out, self._position_of(part, row)
+        return out, self._next_live(part, row)
 
     def count_from(self, start: Position) -> int:
-        """How many records have an id >= ``start`` (for backlogs), by binary search."""
+        """How many live records have an id >= ``start`` (for backlogs), by binary search."""
         part = bisect.bisect_left(self._lasts, (start.ledger_id, start.entry_id))
         if part == len(self._parts):
             return 0
-        rest = sum(p.rows for p in self._parts[part + 1 :])
-        return rest + self._parts[part].rows - self._locate(part, start)
+        counts = self._counts()
+        row = self._locate(part, start)
+        live = self._live_rows(part)
+        if live is None:
+            here = self._parts[part].info.rows - row
+        else:
+            here = len(live) - int(np.searchsorted(live, row))
+        return here + sum(counts[part + 1 :])
 
     def seek(self, start: Position) -> Position | None:
-        """The id of the first record with id >= ``start``, or ``None``."""
+        """The id of the first live record with id >= ``start``, or ``None``."""
         return self.read(start, 0)[1]
 
     def close(self) -> None:
         with self._lock:
             self._index.clear()
             self._ids.clear()
+            self._live.clear()
+            self._dead.clear()
             self._decoded = None
 
     # ------------------------------------------------------------------ internals
 
     def _path(self, part: int) -> Path:
-        return self.directory / self._parts[part].name
+        return self._parts[part].path
+
+    def _layer_dead(self, layer: int) -> np.ndarray | None:
+        deletes = self.manifest.layers[layer].deletes
+        if deletes is None or deletes.count == 0:
+            return None
+        with self._lock:
+            found = self._dead.get(layer)
+        if found is None:
+            path = self.directory.parent / deletes.dir / deletes.name
+            # Verified on every load: a vector has no page checksums, and a damaged one would
+            # hide live rows or show dead ones.
+            found = deletion_vectors.read(path, self.manifest.layers[layer].rows, checksum=deletes.checksum)
+            with self._lock:
+                self._dead[layer] = found
+        return found
+
+    def _live_rows(self, part: int) -> np.ndarray | None:
+        """The part's live row numbers, sorted, or ``None`` when every row is live."""
+        with self._lock:
+            if part in self._live:
+                self._live.move_to_end(part)
+                return self._live[part]
+        p = self._parts[part]
+        dead = self._layer_dead(p.layer)
+        live: np.ndarray | None = None
+        if dead is not None:
+            mine = dead[p.layer_row : p.layer_row + p.info.rows]
+            if mine.any():
+                live = np.flatnonzero(~mine)
+        with self._lock:
+            self._live[part] = live
+            self._live.move_to_end(part)
+            while len(self._live) > self._cache_parts:
+                self._live.popitem(last=False)
+        return live
+
+    def _counts(self) -> list[int]:
+        """Live rows per part (reads every deletion vector, once)."""
+        if self._live_counts is None:
+            counts = []
+            for p in self._parts:
+                dead = self._layer_dead(p.layer)
+                n = p.info.rows
+                if dead is not None:
+                    n -= int(np.count_nonzero(dead[p.layer_row : p.layer_row + p.info.rows]))
+                counts.append(n)
+            self._live_counts = counts
+        return self._live_counts
+
+    def _next_live(self, part: int, row: int) -> Position | None:
+        """The id of the first live row at or after row ``row`` of ``part``, or ``None``."""
+        while part < len(self._parts):
+            live = self._live_rows(part)
+            if live is None:
+                if row < self._parts[part].info.rows:
+                    return self._position_of(part, row)
+            else:
+                at = int(np.searchsorted(live, row))
+                if at < len(live):
+                    return self._position_of(part, int(live[at]))
+            part, row = part + 1, 0
+        return None
 
     def _part_index(self, part: int) -> _PartIndex:
         with self._lock:
@@ -335,9 +355,9 @@ class CompactedLedger:
         starts = [0]
         for i in range(meta.num_row_groups):
             starts.append(starts[-1] + meta.row_group(i).num_rows)
-        if starts[-1] != self._parts[part].rows:
+        if starts[-1] != self._parts[part].info.rows:
             raise CompactedLedgerError(
-                self._path(part), f"has {starts[-1]} rows, manifest says {self._parts[part].rows}"
+                self._path(part), f"has {starts[-1]} rows, manifest says {self._parts[part].info.rows}"
             )
         index = _PartIndex(metadata=meta, rg_starts=starts)
         with self._lock:
@@ -368,8 +388,8 @@ class CompactedLedger:
         return ids
 
     def _locate(self, part: int, start: Position) -> int:
-        """Row number, inside ``part``, of the first record with id >= ``start``."""
-        if not start > self._parts[part].first:
+        """Row number, inside ``part``, of the first stored row with id >= ``start``."""
+        if not start > self._parts[part].info.first:
             return 0  # no id column read needed
         ledger_ids, entry_ids = self._part_ids(part)
         lo = int(np.searchsorted(ledger_ids, start.ledger_id, side="left"))
@@ -385,7 +405,7 @@ class CompactedLedger:
         lids, eids = rows.column(LEDGER_ID), rows.column(ENTRY_ID)
         head = (lids[0].as_py(), eids[0].as_py())
         tail = (lids[n - 1].as_py(), eids[n - 1].as_py())
-        info = self._parts[part]
+        info = self._parts[part].info
         first, last = (info.first.ledger_id, info.first.entry_id), (info.last.ledger_id, info.last.entry_id)
         if head < first or tail > last or tail < head or (lo == 0 and head != first):
             raise IntegrityError(
@@ -394,19 +414,18 @@ class CompactedLedger:
                 f"rows {head}..{tail} lie outside the part's range {info.first}..{info.last}",
             )
 
-    def _position_of(self, part: int, row: int) -> Position | None:
-        if part >= len(self._parts):
-            return None
+    def _position_of(self, part: int, row: int) -> Position:
         if row == 0:
-            return self._parts[part].first
+            return self._parts[part].info.first
         ledger_ids, entry_ids = self._part_ids(part)
         return Position(int(ledger_ids[row]), int(entry_ids[row]))
 
-    def _read_rows(self, part: int, lo: int, hi: int) -> list[Entry]:
-        """Rows ``lo`` .. ``hi - 1`` of ``part``, reading only the row groups that hold them."""
-        if hi <= lo:
+    def _read_rows(self, part: int, rows: np.ndarray) -> list[Entry]:
+        """Rows ``rows`` (sorted row numbers) of ``part``, reading only the row groups that hold them."""
+        if not len(rows):
             return []
         index = self._part_index(part)
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
         first_rg = bisect.bisect_right(index.rg_starts, lo) - 1
         last_rg = bisect.bisect_right(index.rg_starts, hi - 1) - 1
         # Readers go page by page and a row group holds many pages: keep the last one decoded.
@@ -414,10 +433,13 @@ class CompactedLedger:
         if decoded is None or decoded[0] != part or not decoded[1] <= first_rg <= last_rg <= decoded[2]:
             try:
                 with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
-                    rows = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+                    table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
             except Exception as e:
                 raise damage_of(self._path(part), e) or e from e
-            self._check_ids(part, rows, lo=index.rg_starts[first_rg])
-            decoded = self._decoded = (part, first_rg, last_rg, rows)
+            self._check_ids(part, table, lo=index.rg_starts[first_rg])
+            decoded = self._decoded = (part, first_rg, last_rg, table)
         _, first, _, table = decoded
-        return table_to_entries(table.slice(lo - index.rg_starts[first], hi - lo))
+        offset = index.rg_starts[first]
+        if hi - lo == len(rows):  # contiguous: a slice, no copy
+            return table_to_entries(table.slice(lo - offset, hi - lo))
+        return table_to_entries(table.take(pa.array(rows - offset)))

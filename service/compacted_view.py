@@ -3,18 +3,25 @@
 A view is replaced, never changed, when a compaction commits. Readers lease the view they
 read from, so the files of a replaced compacted ledger are deleted only once no read of it
 is in flight.
+
+A compacted ledger is a manifest over layers (``ledger.layers``) and consecutive ledgers share
+files: a delta round's manifest names the older layers' parts where an earlier round wrote
+them. So a replaced view does not delete its directory: it gives its files back to the topic's
+:class:`LayerFiles`, which deletes a file once no live view names it (the current one, or a
+replaced one that a reader still leases).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from ledger.compacted_store import CompactedLedger
+from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
 from ledger.entry import Position
 
 log = logging.getLogger(__name__)
@@ -24,11 +31,56 @@ class RetiredView(Exception):
     """The view was replaced before the lease was taken: read the topic's current view."""
 
 
+class LayerFiles:
+    """Reference counts of the files of a topic's live compacted views.
+
+    Invariant: a file is deleted only when the last view naming it lets it go, and a view lets
+    its files go only once it is replaced and no reader leases it. A new view takes its
+    references before the view it replaces lets go of its own, so files the two share stay.
+    """
+
+    def __init__(self) -> None:
+        self._refs: Counter[Path] = Counter()
+        self._lock = threading.Lock()
+
+    def acquire(self, files: Iterable[Path]) -> None:
+        with self._lock:
+            self._refs.update(files)
+
+    def release(self, files: Iterable[Path]) -> None:
+        """Drop one reference to each of ``files``; delete those no view names any more, and
+        the directories that leaves empty."""
+        gone: list[Path] = []
+        with self._lock:
+            for f in files:
+                self._refs[f] -= 1
+                if self._refs[f] <= 0:
+                    del self._refs[f]
+                    gone.append(f)
+            # Deleted under the lock: a view made meanwhile cannot count a file being removed.
+            for f in gone:
+                with suppress(FileNotFoundError):
+                    os.unlink(f)
+            for d in {f.parent for f in gone}:
+                with suppress(OSError):  # not empty: another view's files are in it
+                    d.rmdir()
+
+    def referenced(self) -> set[Path]:
+        with self._lock:
+            return set(self._refs)
+
+
 class CompactedView:
     """Compacted ledger ``ledger_id`` holding the latest record of every key up to ``horizon``."""
 
     def __init__(
-        self, *, horizon: Position, ledger_id: int, directory: Path, checksum: str | None = None
+        self,
+        *,
+        horizon: Position,
+        ledger_id: int,
+        directory: Path,
+        checksum: str | None = None,
+        files: LayerFiles | None = None,
     ) -> None:
         self.horizon = horizon
         self.ledger_id = ledger_id
@@ -36,6 +88,10 @@ class CompactedView:
         # The manifest's CRC32C as the metadata records it (None: written before checksums).
         self.checksum = checksum
         self.ledger = CompactedLedger(directory, checksum=checksum)
+        root = directory.parent
+        self.files = {root / name for name in self.ledger.manifest.files()} | {directory / MANIFEST_NAME}
+        self._shared = files if files is not None else LayerFiles()
+        self._shared.acquire(self.files)
         self._leases = 0
         self._retired = False
         self._lock = threading.Lock()
@@ -58,13 +114,17 @@ class CompactedView:
                 self._delete()
 
     def retire(self) -> None:
-        """Called once a newer view is committed: delete the files when the last reader leaves."""
+        """Called once a newer view is committed (or when a view is dropped unused): its files
+        go back when the last reader leaves, and are deleted if no other view names them."""
         with self._lock:
+            if self._retired:
+                return
             self._retired = True
             delete = self._leases == 0
         if delete:
             self._delete()
 
     def _delete(self) -> None:
-        log.info("deleting replaced compacted ledger %s", self.ledger_id)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        log.info("releasing the files of replaced compacted ledger %s", self.ledger_id)
+        self.ledger.close()
+        self._shared.release(self.files)

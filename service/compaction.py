@@ -9,11 +9,13 @@ previous compacted ledger deleted (once no read of it is in flight). Before the 
 failure deletes the new ledger's files and leaves the topic as it was.
 
 Integrity (README, "Integrity and repair"): before the Spark work, a round verifies the
-whole-file CRC32C of every original ledger it reads and the previous compacted ledger's
-manifest; its tasks verify every page they decode. A damaged original ledger stops the round
+whole-file CRC32C of every original ledger it reads, the previous compacted ledger's manifest,
+and the key indexes and deletion vectors of its layers (no page checksums guard those); its
+tasks verify every page they decode. A damaged original ledger stops the round
 (ERROR, a one-line ``lastError`` naming it) until an operator accepts the loss; the round then
-reads the verified copy of its intact rows. A damaged compacted ledger is dropped and a
-``repair`` round rebuilds it from the original ledgers, at once.
+reads the verified copy of its intact rows. A damaged compacted ledger -- any file of any
+layer its manifest names, wherever that file is -- is dropped and a ``repair`` round rebuilds it
+from the original ledgers, at once (a full round: it writes a new base).
 """
 
 from __future__ import annotations
@@ -41,7 +43,15 @@ from service.clock import now_ms
 from service.compacted_view import CompactedView
 from service.cursors import COMPACTION_CURSOR
 from service.errors import CompactionUnavailable, Conflict
-from service.integrity import COMPACTED, Finding, find_damage, finding_of, skip_damaged_path
+from service.integrity import (
+    COMPACTED,
+    Finding,
+    compacted_damage_line,
+    find_damage,
+    finding_of,
+    names_file,
+    skip_damaged_path,
+)
 from service.metrics import ServiceMetrics
 from service.names import TopicName
 from service.policies import PolicyStore
@@ -100,7 +110,8 @@ class CompactionService:
         self.db = broker.db
         self._compactor = compactor
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compaction")
-        # Tests inject failures at named points: "phase_one", "phase_two", "before_commit".
+        # Tests inject failures at named points: "phase_one", "phase_two", "manifest", "rename",
+        # "before_commit" (raising there fails the round), and observe "after_commit".
         self.fault_hook = fault_hook
         self._futures: dict[TopicName, Future[None]] = {}
         self._lock = threading.Lock()
@@ -159,6 +170,7 @@ class CompactionService:
             ledger_id=ledger_id,
             directory=paths.compacted_dir(topic.ledger.root, ledger_id),
             checksum=checksum,
+            files=topic.layer_files,
         )
         return ledger_id
 
@@ -193,9 +205,8 @@ class CompactionService:
         """Forget a damaged compacted ledger: the cursor no longer names it (so a restart does
         not load it again), its row says what was found, reads of the compacted view answer
         503 until a repair round commits. Returns the finding's line."""
-        finding = finding_of(error)
         detail = f"{error.check} failed: {error.detail}"
-        line = finding.line(topic.name) if finding is not None else f"{error.path}: {detail}"
+        line = compacted_damage_line(topic.name, error, ledger_id)
         log.error("%s; dropping it and rebuilding from the original ledgers", line)
         horizon = view.horizon if view is not None else Position(2**62, 0)
         with self.db.session() as s:
@@ -244,6 +255,10 @@ class CompactionService:
         log.warning("not rebuilding the compacted ledger of %s: the topic was not served", topic.name)
 
     def _remove_unreferenced(self, topic: ManagedTopic, referenced: int | None) -> None:
+        """Mark compacted ledgers other than ``referenced`` deleted, and remove every file under
+        the topic's ``compacted-*`` directories that the current view does not name: ledgers a
+        crash left half-built or uncommitted, and layers, deletion vectors and manifests of
+        replaced ledgers whose removal a stop interrupted."""
         with self.db.session() as s:
             for row in s.scalars(
                 select(models.Ledger).where(
@@ -254,11 +269,19 @@ class CompactionService:
             ):
                 if row.id != referenced:
                     row.state = models.DELETED
-        keep = paths.compacted_dir(topic.ledger.root, referenced).name if referenced is not None else None
+        keep = topic.view.files if topic.view is not None else set()
         for d in topic.ledger.root.glob("compacted-*"):
-            if d.name != keep:
+            if not d.is_dir() or not any(f.parent == d for f in keep):
                 log.info("removing unreferenced compacted ledger %s", d)
                 shutil.rmtree(d, ignore_errors=True)
+                continue
+            for f in d.iterdir():
+                if f not in keep:
+                    log.info("removing unreferenced compacted file %s", f)
+                    if f.is_dir():
+                        shutil.rmtree(f, ignore_errors=True)
+                    else:
+                        f.unlink(missing_ok=True)
 
     def stop(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -347,6 +370,7 @@ class CompactionService:
 
     def _run(self, topic: ManagedTopic, run_id: int) -> None:
         new_ledger_id: int | None = None
+        view: CompactedView | None = None
         started = time.monotonic()
         try:
             policy = self.policies.effective(topic.name)
@@ -373,6 +397,8 @@ class CompactionService:
                 strategy=policy.compactionStrategy or "offset",
                 delete_retention_ms=policy.deleteRetentionMs or 0,
                 now_ms=now,
+                max_deltas=self.broker.settings.compaction_max_deltas,
+                consolidation_ratio=self.broker.settings.compaction_consolidation_ratio,
             )
             compactor = self._compactor()
             compactor.fault_hook = self.fault_hook
@@ -382,10 +408,16 @@ class CompactionService:
             progress.enter(COMMIT)
             if self.fault_hook is not None:
                 self.fault_hook("before_commit")
-            # The manifest's CRC32C (the manifest carries its parts'): recorded by the commit.
+            # The manifest's CRC32C (the manifest carries its files'): recorded by the commit.
             checksum = crc32c_bytes((result.directory / MANIFEST_NAME).read_bytes())
+            # Made before the commit (it reads the manifest), so it holds the files it shares
+            # with the previous view before that view lets them go.
             view = CompactedView(
-                horizon=horizon, ledger_id=new_ledger_id, directory=result.directory, checksum=checksum
+                horizon=horizon,
+                ledger_id=new_ledger_id,
+                directory=result.directory,
+                checksum=checksum,
+                files=topic.layer_files,
             )
             self._commit(topic, run_id, result, previous, checksum)
         except Exception as e:
@@ -396,6 +428,8 @@ class CompactionService:
             else:
                 log.exception("compaction of %s failed", topic.name)
                 error = f"{type(e).__name__}: {e}".strip() or traceback.format_exc()
+            if view is not None:
+                view.retire()  # its own files go; the ones it shares stay with the current view
             if new_ledger_id is not None:
                 self._discard(topic, new_ledger_id)
             self._finish(run_id, ERROR, error=error)
@@ -403,6 +437,8 @@ class CompactionService:
             return
         topic.view = view
         topic.repair = None
+        if self.fault_hook is not None:
+            self.fault_hook("after_commit")  # tests see the files between commit and clean-up
         self._observe(topic, started, result)
         if previous is not None:
             previous.retire()
@@ -423,10 +459,11 @@ class CompactionService:
         whose loss was accepted is read from the verified copy of its intact rows."""
         if previous is not None:
             try:
-                Manifest.load(previous.directory, checksum=previous.checksum)
+                manifest = Manifest.load(previous.directory, checksum=previous.checksum)
+                self._verify_layer_files(previous, manifest)
             except IntegrityError as e:
                 self._drop_damaged_view(topic, e, ledger_id=previous.ledger_id, view=previous)
-                raise RoundDamaged(self._repair_line(topic, e)) from e
+                raise RoundDamaged(self._repair_line(topic, e, previous.ledger_id)) from e
         out: list[tuple[int, Path]] = []
         for info in topic.ledger.sealed_inputs(previous_horizon, horizon):
             path = paths.sealed_path(topic.ledger.root, info.ledger_id)
@@ -454,6 +491,19 @@ class CompactionService:
             out.append((info.ledger_id, path))
         return out
 
+    @staticmethod
+    def _verify_layer_files(previous: CompactedView, manifest: Manifest) -> None:
+        """The previous compacted ledger's key indexes and deletion vectors against the CRC32C
+        its manifest records, every round: they have no page checksums, and a damaged key index
+        or vector would mark the wrong rows dead, silently. (The pass costs a fraction of the
+        probe that reads every key index anyway: CRC32C runs at memory speed.) Its parts need
+        no pass here: page checksums guard every page the round decodes (a delta round decodes
+        none)."""
+        root = previous.directory.parent
+        for f in manifest.checked_files():
+            if f.size is None and f.checksum is not None:  # not a part; written with a checksum
+                verify_file(f.path(root), f.checksum)
+
     def _salvage_checksum(self, ledger_id: int) -> str | None:
         with self.db.session() as s:
             row = s.get(models.Ledger, ledger_id)
@@ -479,9 +529,13 @@ class CompactionService:
         """What a round whose Spark work met damage records: the ledger marked damaged, or the
         compacted ledger dropped for a rebuild; returns the round's one-line ``lastError``."""
         if finding.kind == COMPACTED:
-            if previous is not None and finding.ledger_id == previous.ledger_id:
+            # A file of the previous compacted ledger: in its own directory, or an older
+            # layer's that its manifest names where an earlier round wrote it.
+            if previous is not None and (
+                finding.ledger_id == previous.ledger_id or names_file(previous.files, finding.path)
+            ):
                 self._drop_damaged_view(topic, finding.error(), ledger_id=previous.ledger_id, view=previous)
-                return self._repair_line(topic, finding.error())
+                return self._repair_line(topic, finding.error(), previous.ledger_id)
             return finding.line(topic.name)  # the ledger this round was writing: discarded anyway
         damaged = topic.ledger.damaged(finding.ledger_id, finding.error())
         if self.metrics is not None:
@@ -492,9 +546,8 @@ class CompactionService:
         )
 
     @staticmethod
-    def _repair_line(topic: ManagedTopic, e: IntegrityError) -> str:
-        finding = finding_of(e)
-        line = finding.line(topic.name) if finding is not None else f"{e.path}: {e.check} failed: {e.detail}"
+    def _repair_line(topic: ManagedTopic, e: IntegrityError, ledger_id: int | None = None) -> str:
+        line = compacted_damage_line(topic.name, e, ledger_id)
         return f"{line}; it was dropped and a repair round rebuilds it from the original ledgers"
 
     def _observe(

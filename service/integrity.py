@@ -11,10 +11,12 @@ the ledger and the check instead of a traceback.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.checksums import (
+    DECODE,
     FILE_CHECKSUM,
     FOOTER,
     MANIFEST,
@@ -32,7 +34,17 @@ ORIGINAL, COMPACTED = "original", "compacted"
 
 _CHECKS = "|".join(
     re.escape(c)
-    for c in (PAGE_CHECKSUM, PAGE_DECODE, FOOTER, ROW_IDS, FILE_CHECKSUM, MANIFEST, MISSING, READ_BACK)
+    for c in (
+        PAGE_CHECKSUM,
+        PAGE_DECODE,
+        FOOTER,
+        ROW_IDS,
+        FILE_CHECKSUM,
+        MANIFEST,
+        MISSING,
+        READ_BACK,
+        DECODE,
+    )
 )
 _LINE = re.compile(rf"(/[^\s:]+): ({_CHECKS}) failed: ([^\n]*)")
 _URI = re.compile(r"file:(/[^\s,;'\"]+)")
@@ -92,6 +104,29 @@ def find_damage(text: str) -> Finding | None:
             if found is not None:
                 return found
     return None
+
+
+def compacted_damage_line(topic: TopicName | str, error: IntegrityError, ledger_id: int | None) -> str:
+    """The line naming damage in compacted ledger ``ledger_id`` (None: the one the file's
+    directory names). A layered ledger's manifest names files in older ledgers' directories
+    (``ledger.layers``): such a file is named with its directory, since it is the ledger the
+    manifest belongs to that is dropped and rebuilt."""
+    found = ledger_of(error.path)
+    if ledger_id is None:
+        if found is None:
+            return f"{error.path}: {error.check} failed: {error.detail}"
+        ledger_id = found[1]
+    own = found is not None and found == (COMPACTED, ledger_id)
+    name = error.path.name if own else f"{error.path.parent.name}/{error.path.name}"
+    what = f"{error.check} failed: {error.detail}"
+    return f"compacted ledger {ledger_id} of {topic} is damaged ({name}): {what}"
+
+
+def names_file(files: Iterable[Path], path: Path) -> bool:
+    """Whether ``path`` is one of ``files`` (a view's), compared by directory and file name: a
+    path found in a Spark error is absolute, a view's may be relative to the working directory."""
+    key = (path.parent.name, path.name)
+    return any((f.parent.name, f.name) == key for f in files)
 
 
 def skip_damaged_path(topic: TopicName, ledger_id: int) -> str:

@@ -7,8 +7,10 @@ One pass over a topic verifies:
   an operator accepted a loss, the copy of its intact rows against its own); a file sealed
   before checksums existed has every row group decoded with every check instead, and if it is
   intact its checksum is recorded then ("checksum recorded on first scrub");
-* the compacted ledger's manifest against the CRC32C in the metadata, and each part against
-  the checksum in the manifest (parts of a manifest without checksums are decoded instead).
+* the compacted ledger's manifest against the CRC32C in the metadata, and every file of every
+  layer it names against the checksum in the manifest: parts, their key indexes and the
+  deletion vectors, wherever they are (an older layer's files stay in the directory of the
+  round that wrote them); the files of a manifest without checksums are decoded instead.
 
 Damage found is recorded as a read would record it: an original ledger is marked damaged (it
 shows in stats and internalStats; compaction stops before it until ``skip-damaged``); a
@@ -27,22 +29,28 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from sqlalchemy import select
 
-from ledger import paths
+from ledger import deletion_vectors, key_index, paths
 from ledger.checksums import (
     FILE_CHECKSUM,
+    READ_OPTIONS,
+    ROW_IDS,
     IntegrityError,
     Throttle,
     crc32c_bytes,
+    damage_of,
     file_checksum,
     verify_file,
 )
 from ledger.compacted_store import MANIFEST_NAME, Manifest
+from ledger.layers import CompactedLedgerError, LayerFile
 from ledger.parquet_store import SealedLedger
 from service import models
 from service.clock import now_ms
 from service.compacted_view import RetiredView
+from service.integrity import compacted_damage_line
 from service.managed_ledger import LedgerInfo
 from service.metrics import ServiceMetrics
 from service.names import TopicName
@@ -281,21 +289,24 @@ class Scrubber:
                 manifest = Manifest.load(view.directory, checksum=view.checksum)
                 report.files_checked += 1
                 report.bytes_checked += (view.directory / MANIFEST_NAME).stat().st_size
-                for part in manifest.parts:
-                    path = view.directory / part.name
-                    if part.checksum is not None:
-                        verify_file(path, part.checksum, throttle=throttle)
-                    else:  # a manifest written before checksums: decode every page instead
-                        view.ledger.read(part.first, part.rows)
+                root = view.directory.parent
+                # Every file of every layer, wherever it is (older layers' files are in the
+                # directories of the rounds that wrote them): parts, key indexes, deletion vectors.
+                for f in manifest.checked_files():
+                    path = f.path(root)
+                    if f.checksum is not None:
+                        verify_file(path, f.checksum, throttle=throttle)
+                    else:  # a manifest written before checksums: decode it instead
+                        self._decode_layer_file(manifest, f, root)
                     report.files_checked += 1
-                    report.bytes_checked += part.size
+                    report.bytes_checked += path.stat().st_size
                 if view.checksum is None:
                     self._record_manifest(view.ledger_id, view.directory)
                     report.checksums_recorded += 1
         except IntegrityError as e:
             report.findings.append(
-                f"compacted ledger {view.ledger_id} of {topic.name} is damaged ({e.path.name}): "
-                f"{e.check} failed: {e.detail}; it was dropped and is rebuilt from the original ledgers"
+                f"{compacted_damage_line(topic.name, e, view.ledger_id)}; "
+                "it was dropped and is rebuilt from the original ledgers"
             )
             handler = self.broker.on_compacted_damage
             if handler is not None:
@@ -305,9 +316,43 @@ class Scrubber:
         else:
             self._verified(view.ledger_id)
 
+    @staticmethod
+    def _decode_layer_file(manifest: Manifest, f: LayerFile, root: Path) -> None:
+        """Every check a file without a recorded checksum allows: a part's pages decoded with
+        their checksums and its row count, a key index or deletion vector decoded against its
+        part's or layer's rows."""
+        path = f.path(root)
+        for layer in manifest.layers:
+            if layer.deletes is not None and (layer.deletes.dir, layer.deletes.name) == (f.dir, f.name):
+                deletion_vectors.read(path, layer.rows)
+                return
+            if layer.dir != f.dir:
+                continue
+            for part in layer.parts:
+                if part.keys == f.name:
+                    key_index.read(path, rows=part.rows)
+                    return
+                if part.name == f.name:
+                    _decode_part(path, part.rows)
+                    return
+
     def _record_manifest(self, ledger_id: int, directory: Path) -> None:
         data = (directory / MANIFEST_NAME).read_bytes()
         with self.db.session() as s:
             row = s.get(models.Ledger, ledger_id)
             if row is not None and row.checksum is None:
                 row.checksum = crc32c_bytes(data)
+
+
+def _decode_part(path: Path, rows: int) -> None:
+    """Decode every page of a compacted part with its page checksums verified, and compare its
+    row count with the manifest's (for parts written before whole-file checksums)."""
+    try:
+        with pq.ParquetFile(path, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+            found = 0
+            for batch in pf.iter_batches():
+                found += batch.num_rows
+    except Exception as e:
+        raise damage_of(path, e) or e from e
+    if found != rows:
+        raise CompactedLedgerError(path, f"has {found} rows, manifest says {rows}", ROW_IDS)

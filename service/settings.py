@@ -126,6 +126,19 @@ class Settings(BaseSettings):
     compaction_monitor_interval_seconds: float = Field(default=60.0, gt=0)
     compaction_workers: int = Field(default=1, ge=1)
     compaction_threshold: int = Field(default=0, ge=0, description="Service-wide default, bytes; 0 = off.")
+    compaction_max_deltas: int = Field(
+        default=8,
+        ge=0,
+        description="A round adds a delta layer to the compacted ledger while it has fewer deltas than "
+        "this; otherwise it consolidates the layers into a new base (0: every round rewrites).",
+    )
+    compaction_consolidation_ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="A round consolidates the compacted ledger's layers into a new base once this share "
+        "of its stored rows is dead (superseded by newer layers).",
+    )
     retain_null_key: bool = False
 
     # Integrity (README, "Integrity and repair"): the background scrubber verifies every file

@@ -28,7 +28,7 @@ from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record, record_size
 from service import models
 from service.clock import now_ms
-from service.compacted_view import CompactedView, RetiredView
+from service.compacted_view import CompactedView, LayerFiles, RetiredView
 from service.counters import Tally
 from service.db import Database
 from service.errors import (
@@ -79,6 +79,8 @@ class ManagedTopic:
     # Serialises compaction rounds and deletion of this topic.
     admin_lock: threading.Lock = field(default_factory=threading.Lock)
     view: CompactedView | None = None
+    # The files of the compacted views alive now (the view, and replaced ones still leased).
+    layer_files: LayerFiles = field(default_factory=LayerFiles)
     # Durable subscriptions by name (service.cursors.Subscription), loaded at start.
     subscriptions: dict[str, Any] = field(default_factory=dict)
     # Messages delivered to consumers and readers since the service started (pulsar_out_messages_total).

@@ -5,6 +5,11 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``compaction``: full compaction of 5M messages / 500k keys (quick: 1M/100k) by the project's
   ``TwoPhaseCompactor``, DuckDB and a plain Python compactor; outputs checked equal.
 - ``incremental``: 1% more messages, compacted again on top of each first round.
+- ``layers``: layered compacted ledgers (issue 17) on the main workload: round time against the
+  dirty share (delta and consolidating rounds, plus a PNG plot), a chain of 1% rounds with
+  consolidation, and a readCompacted scan of a ledger with 5 deltas against one base.
+- ``rounds``: compaction rounds through a real ``compactor serve`` (REST trigger, then the
+  round's ``compactionRuns`` figures), full and +1%, each against the same round in process.
 - ``scale``: 1M/100k, 5M/500k, 20M/2M (quick: 200k/20k, 1M/100k), the three compactors,
   plus a PNG plot next to the output file.
 - ``big``: 50M/5M, the project only, once (not in quick mode).
@@ -29,6 +34,7 @@ the targets of issue 6. A size measured by one section is reused by the others.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -46,9 +52,11 @@ from tests.benchmarks.workload import WorkloadSpec
 SECTIONS = (
     "compaction",
     "incremental",
+    "layers",
     "scale",
     "big",
     "serving",
+    "rounds",
     "instances",
     "shared",
     "cluster",
@@ -84,6 +92,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--warmups", type=int, default=1, help="unmeasured rounds before the runs of each size (default 1)"
     )
     p.add_argument("--scrape-pairs", type=int, default=8, help="scrape: pairs of blocks (default 8)")
+    p.add_argument(
+        "--rounds-messages",
+        type=int,
+        default=0,
+        help="rounds: messages per topic, keys a tenth of them (default 5M; quick 1M)",
+    )
     p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the Markdown report")
     p.add_argument("--driver-memory", default="", help="Spark driver memory (default 8g; 12g with big)")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a new temp dir)")
@@ -145,13 +159,20 @@ def run_compaction(
         log("warming up: one small round of every compactor")
         bench.warm_up(WARM_UP)
         spec = MAIN_QUICK if args.quick else MAIN
-        if sections & {"compaction", "incremental"}:
+        if sections & {"compaction", "incremental", "layers"}:
             main, w, last = bench.full_round(spec, keep="incremental" in sections)
             done[(spec.messages, spec.keys)] = main
             emit(report.compaction_table(main, f"Full compaction: {spec.label}"), tables)
             if "incremental" in sections:
                 inc = bench.incremental(main, w, last)
                 emit(report.incremental_table(inc), tables)
+            if "layers" in sections:
+                from tests.benchmarks import layers
+
+                found = layers.run(spark, w, main.runs[project.name].median_s, runs=args.runs, log=log)
+                for table in report.layers_tables(found):
+                    emit(table, tables)
+                report.layers_plot(found, args.out.parent / "benchmarks-layers.png")
             bench.drop(w)
         if "scale" in sections:
             for s in SCALE_QUICK if args.quick else SCALE:
@@ -164,9 +185,14 @@ def run_compaction(
                 emit(report.compaction_table(found, f"Scale point: {s.label}"), tables)
             emit(report.scale_table(scale), tables)
         if "big" in sections:
-            big, w, _ = bench.full_round(BIG, runs=1, warmups=0, compactors=[project])
-            bench.drop(w)
+            big, w, last = bench.full_round(BIG, runs=1, warmups=0, compactors=[project], keep=True)
             emit(report.big_table(big), tables)
+            if "layers" in sections:  # and the +1% round on top of it (issue 17)
+                from tests.benchmarks import layers
+
+                seconds = layers.increment(spark, w, last[project.name].directory)
+                emit(report.big_increment_table(big, seconds), tables)
+            bench.drop(w)
     finally:
         stop_spark()
     return main, inc, big, scale, bench.labels, spark_version, driver_memory
@@ -258,10 +284,35 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"soak benchmark failed: {type(e).__name__}: {e}")
-        if args.sections & {"compaction", "incremental", "scale", "big"}:
+        if args.sections & {"compaction", "incremental", "layers", "scale", "big"}:
             main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
                 args, work_dir, tables
             )
+        if "rounds" in args.sections:
+            from compactor.spark import get_spark, stop_spark
+            from tests.benchmarks.service_rounds import InProcessReplica, ServiceRoundParams, ServiceRounds
+
+            log("rounds: starting `compactor serve` and this process's Spark")
+            try:
+                replica = InProcessReplica(get_spark(driver_memory=args.driver_memory or "8g"))
+                try:
+                    params = ServiceRoundParams.quick() if args.quick else ServiceRoundParams()
+                    if args.rounds_messages:
+                        n = args.rounds_messages
+                        params = dataclasses.replace(params, messages=n, keys=max(1, n // 10))
+                    found_rounds = ServiceRounds(
+                        work_dir / "rounds",
+                        params,
+                        in_process=replica,
+                        log=log,
+                    ).run()
+                finally:
+                    replica.close()
+                    stop_spark()
+                emit(report.service_rounds_table(found_rounds), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"rounds benchmark failed: {type(e).__name__}: {e}")
         if "cluster" in args.sections:
             from tests.benchmarks import cluster
 

@@ -65,7 +65,7 @@ def _measure(
         full.runs[project.name],
         inc.runs[project.name],
         len(out.files),
-        _digest(fingerprint(out.files)),
+        _digest(fingerprint(out.files, out.dead)),
     )
     bench.drop(w)
     return result

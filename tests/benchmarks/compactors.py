@@ -88,6 +88,8 @@ class Output:
     seconds: float
     input_bytes: int
     details: dict[str, Any] = field(default_factory=dict)
+    # The project's layered ledgers: per part file, its rows a deletion vector marks dead.
+    dead: dict[Path, np.ndarray] = field(default_factory=dict)
 
     def previous(self, horizon: Position) -> PreviousOutput:
         return PreviousOutput(files=list(self.files), horizon=horizon, directory=self.directory)
@@ -156,9 +158,11 @@ class ProjectCompactor:
         seconds = time.perf_counter() - t0
         if result.directory != out_dir:
             raise AssertionError(f"compactor wrote {result.directory}, expected {out_dir}")
+        files, dead = layered_files(result.directory)
         return Output(
             compactor=self.name,
-            files=[result.directory / p.name for p in result.manifest.parts],
+            files=files,
+            dead=dead,
             directory=result.directory,
             rows=result.records_kept,
             seconds=seconds,
@@ -168,6 +172,7 @@ class ProjectCompactor:
                 "phase_two_ms": result.phase_two_ms,
                 "parts": len(result.manifest.parts),
                 "ledger_id": ledger_id,
+                "layers": [layer.kind for layer in result.manifest.layers],
             },
         )
 
@@ -333,8 +338,30 @@ def _type_name(t: pa.DataType) -> str:
     return str(t)
 
 
-def fingerprint(files: Sequence[Path]) -> Fingerprint:
-    """Read ``files`` in order and fingerprint their rows (ids, keys, values)."""
+def layered_files(directory: Path) -> tuple[list[Path], dict[Path, np.ndarray]]:
+    """A compacted ledger's part files in reading order, layer by layer, and the dead-row
+    mask of each part that has dead rows (from its layer's deletion vector)."""
+    from ledger import deletion_vectors
+
+    manifest = Manifest.load(directory)
+    root = directory.parent
+    files: list[Path] = []
+    dead: dict[Path, np.ndarray] = {}
+    for layer in manifest.layers:
+        vector = None
+        if layer.deletes is not None and layer.dead:
+            vector = deletion_vectors.read(root / layer.deletes.dir / layer.deletes.name, layer.rows)
+        for part, start in zip(layer.parts, layer.part_starts(), strict=True):
+            path = root / layer.dir / part.name
+            files.append(path)
+            if vector is not None:
+                dead[path] = vector[start : start + part.rows]
+    return files, dead
+
+
+def fingerprint(files: Sequence[Path], dead: dict[Path, np.ndarray] | None = None) -> Fingerprint:
+    """Read ``files`` in order and fingerprint their rows (ids, keys, values), leaving out the
+    rows ``dead`` marks (per file)."""
     ids: list[np.ndarray] = []
     kl, kd, vl, vd = (hashlib.blake2b(digest_size=16) for _ in range(4))
     columns: tuple[tuple[str, str], ...] = ()
@@ -345,7 +372,13 @@ def fingerprint(files: Sequence[Path]) -> Fingerprint:
             if columns and cols != columns:
                 raise OutputMismatch(f"{path}: columns {cols} differ from the other parts' {columns}")
             columns = cols
+            gone = (dead or {}).get(path)
+            row = 0
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[LEDGER_ID, ENTRY_ID, KEY, VALUE]):
+                if gone is not None:
+                    live = ~gone[row : row + batch.num_rows]
+                    row += batch.num_rows
+                    batch = batch.filter(pa.array(live))
                 ids.append(_packed_ids(batch))
                 _feed(kl, kd, batch.column(KEY))
                 _feed(vl, vd, batch.column(VALUE))
@@ -367,7 +400,7 @@ def verify_same_output(outputs: Sequence[Output]) -> int:
     increasing message-id order, with the ledger columns; returns the row count."""
     if not outputs:
         return 0
-    prints = [(o.compactor, fingerprint(o.files)) for o in outputs]
+    prints = [(o.compactor, fingerprint(o.files, o.dead)) for o in outputs]
     for name, fp in prints:
         if fp.columns and fp.columns != EXPECTED_COLUMNS:
             raise OutputMismatch(f"{name}: columns {fp.columns}, expected {EXPECTED_COLUMNS}")
@@ -400,5 +433,5 @@ def remove_output(output: Output) -> None:
 
 
 def manifest_files(directory: Path) -> list[Path]:
-    """The part files of a compacted ledger directory, in reading order."""
-    return [directory / p.name for p in Manifest.load(directory).parts]
+    """The part files of a compacted ledger directory, in reading order (every layer's)."""
+    return Manifest.load(directory).part_paths(directory.parent)

@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.benchmarks.layers import LayersResult
 from tests.benchmarks.runner import CompactorRuns, IncrementalResult, SizeResult
 from tests.benchmarks.scrape import Block, ScrapeResult
+from tests.benchmarks.service_rounds import ServiceRoundsResult
 from tests.benchmarks.serving import ServingResult
 
 PROJECT = "project (Spark)"
@@ -687,3 +689,162 @@ def markdown(
             out += [f"![time against size]({plot.name})", "", f"Plot: [{plot.name}]({plot.name})", ""]
     out += list(extra)
     return "\n".join(out).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------- layers (issue 17)
+
+
+def layers_tables(r: LayersResult) -> list[Table]:
+    """The dirty-share sweep, the chain of 1% rounds, and the reader's cost of layers."""
+    from tests.benchmarks.measure import median as med
+
+    sweep = Table(
+        f"Round time against dirty share: {r.spec.label} (in process)",
+        ["new messages", "share", "delta round s", "share of full", "consolidating round s", "share of full"],
+    )
+    for p in r.sweep:
+        d, c = med(p.delta_s), med(p.consolidate_s)
+        sweep.rows.append(
+            [
+                f_int(p.messages),
+                f"{100 * p.share:.1f}%",
+                f_s(d),
+                f_pct(d / r.full_s),
+                f_s(c),
+                f_pct(c / r.full_s),
+            ]
+        )
+    sweep.notes.append(
+        f"full round {f_s(r.full_s)} s; each point on the same base (the full round's output), new ledgers "
+        "after it, the horizon placed to take the share; delta: the round adds a delta layer and deletion "
+        "vectors; consolidating: `max_deltas=0`, the previous ledger's live rows copied into a new base "
+        "(every incremental round before layers)"
+    )
+    sweep.notes.append("![round time against dirty share](benchmarks-layers.png)")
+    chain = Table(
+        f"A chain of 1% rounds: {r.spec.label}, max deltas {r.max_deltas}, consolidation ratio "
+        f"{r.consolidation_ratio}",
+        ["round", "s", "share of full", "kind", "layers after"],
+    )
+    for i, c in enumerate(r.chain, 1):
+        chain.rows.append([str(i), f_s(c.seconds), f_pct(c.seconds / r.full_s), c.kind, str(c.layers)])
+    if r.chain:
+        mean = sum(c.seconds for c in r.chain) / len(r.chain)
+        deltas = [c.seconds for c in r.chain if c.kind == "delta"]
+        cons = [c.seconds for c in r.chain if c.kind != "delta"]
+        chain.notes.append(
+            f"mean round {f_s(mean)} s = {f_pct(mean / r.full_s)} of a full round; delta rounds median "
+            f"{f_s(med(deltas)) if deltas else '-'} s, consolidations median "
+            f"{f_s(med(cons)) if cons else '-'} s"
+        )
+    reader = Table(
+        f"readCompacted scan of the ledger with {r.read_deltas} deltas: {r.spec.label}",
+        ["ledger", "rows", "median s", "runs (s)", "rows/s"],
+    )
+    for name, runs in (("base + 5 deltas (deletion vectors)", r.read_layered_s), ("one base", r.read_base_s)):
+        if runs:
+            reader.rows.append(
+                [
+                    name,
+                    f_int(r.read_rows),
+                    f_s(med(runs)),
+                    " / ".join(f_s(x) for x in runs),
+                    f_int(r.read_rows / med(runs)),
+                ]
+            )
+    if r.read_layered_s and r.read_base_s:
+        reader.notes.append(
+            f"layered / one base: {f_x(med(r.read_layered_s) / med(r.read_base_s))}; pages of 1,000 from the "
+            "start through `CompactedLedger.read`, the service's readCompacted path below HTTP; "
+            "the same live rows"
+        )
+    return [sweep, chain, reader]
+
+
+def layers_plot(r: LayersResult, path: Path) -> Path:
+    """Round time against dirty share: delta rounds, consolidating rounds, the full round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tests.benchmarks.measure import median as med
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    xs = [100 * p.share for p in r.sweep]
+    ax.plot(xs, [med(p.delta_s) for p in r.sweep], marker="o", label="delta round (layers)")
+    ax.plot(xs, [med(p.consolidate_s) for p in r.sweep], marker="s", label="consolidating round (copy)")
+    ax.axhline(r.full_s, color="grey", linestyle="--", label="full round")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"new messages, % of the topic ({r.spec.label})")
+    ax.set_ylabel("median wall time of the round (s)")
+    ax.set_title("Round time against dirty share")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def big_increment_table(big: SizeResult, seconds: Sequence[float]) -> Table:
+    from tests.benchmarks.measure import median as med
+
+    full = big.runs[PROJECT].median_s
+    t = Table(
+        f"Big: +1% on {big.spec.label} (project, a delta round on the full round's output)",
+        ["full round s", "+1% round s", "runs (s)", "share of full"],
+    )
+    t.rows.append([f_s(full), f_s(med(list(seconds))), " / ".join(f_s(x) for x in seconds),
+                   f_pct(med(list(seconds)) / full)])
+    return t
+
+
+def service_rounds_table(r: ServiceRoundsResult) -> Table:
+    p = r.params
+    t = Table(
+        f"Rounds through a real `compactor serve`: {p.messages / 1e6:g}M/{p.keys / 1e3:g}k, "
+        f"then +{100 * p.increment:g}%",
+        [
+            "round",
+            "service ms (durationMs)",
+            "phase one ms",
+            "phase two ms",
+            "client s",
+            "in process s",
+            "service / in process",
+            "layers",
+        ],
+    )
+    for name, rows in (("full", r.full), ("incremental", r.incremental)):
+        for i, f in enumerate(rows, 1):
+            t.rows.append(
+                [
+                    f"{name} {i}",
+                    f_int(f.duration_ms),
+                    f_int(f.phase_one_ms),
+                    f_int(f.phase_two_ms),
+                    f_s(f.client_s),
+                    f_s(f.in_process_s),
+                    f_x(f.duration_ms / 1000 / f.in_process_s),
+                    "+".join(f.layers),
+                ]
+            )
+    if r.full and r.incremental:
+        t.notes.append(
+            f"median full round: service {f_int(r.full_ms)} ms, in process {f_s(r.full_in_process_s)} s "
+            f"({f_x(r.full_ms / 1000 / r.full_in_process_s)}); median incremental round: service "
+            f"{f_int(r.incremental_ms)} ms = {f_pct(r.incremental_ms / r.full_ms)} of the service's full "
+            "round, "
+            f"in process {f_s(r.incremental_in_process_s)} s = "
+            f"{f_pct(r.incremental_in_process_s / r.full_in_process_s)} of the in-process full round"
+        )
+    t.notes.append(
+        f"produced through the REST API from 4 threads at {f_int(r.produce_msgs_per_s)} msg/s "
+        f"(batches of 1,000, {p.value_bytes}-byte values, 5% deletes), one fresh topic per full round; "
+        "a round is triggered with `PUT .../compaction` and its figures are the service's own "
+        "(`compactionRuns`: roll-over, planning, both phases, the metadata commit); in process: "
+        "`TwoPhaseCompactor` on the same sealed ledgers right after, on the benchmark's warm "
+        "SparkSession, chained the same way"
+    )
+    return t

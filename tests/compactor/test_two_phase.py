@@ -136,10 +136,11 @@ def test_latest_value_per_key_keeps_its_original_id(topic: Topic, compactor: Two
     assert result.bytes_in == topic.ledgers[1].stat().st_size
     assert result.bytes_out == result.manifest.size_bytes > 0
     assert result.phase_one_ms >= 0 and result.phase_two_ms >= 0
-    # Nothing but part files and the manifest; no temporary directory left.
+    # Nothing but part files, their key indexes and the manifest; no temporary directory left.
     names = sorted(p.name for p in result.directory.iterdir())
     assert names[0] == MANIFEST_NAME
-    assert all(n.startswith("part-") and n.endswith(".parquet") for n in names[1:])
+    assert all(n.startswith("part-") and n.endswith((".parquet", ".keys.arrow")) for n in names[1:])
+    assert all(p.keys is not None for p in result.manifest.parts)
     assert leftovers(topic) == [result.directory.name]
     # Properties and times come through untouched.
     first = CompactedLedger(result.directory).read(P(1, 2), 1)[0][0]
@@ -291,7 +292,10 @@ def test_second_round_merges_with_the_previous_compacted_ledger(
 
     assert kept(second) == [(P(1, 0), "once", b"long ago"), (P(3, 0), "a", b"a1"), (P(3, 2), "new", b"n0")]
     assert second.entries_read == 3 + 3  # previous compacted ledger + the new ledger
-    assert second.bytes_in == first.manifest.size_bytes + topic.ledgers[3].stat().st_size
+    # A delta round: it read the new ledger and the first round's key index, not its parts.
+    index = first.directory / first.manifest.parts[0].keys  # type: ignore[operator]
+    assert second.bytes_in == topic.ledgers[3].stat().st_size + index.stat().st_size
+    assert [layer.kind for layer in second.manifest.layers] == ["base", "delta"]
     # The previous compacted ledger is the caller's to delete; the compactor left it alone.
     assert kept(first) == [(P(1, 0), "once", b"long ago"), (P(1, 1), "a", b"a0"), (P(1, 2), "gone", b"g0")]
 
@@ -402,9 +406,9 @@ def test_output_spread_over_many_parts_stays_in_id_order(
     with session_conf(spark, **{"spark.sql.adaptive.coalescePartitions.enabled": "false"}):
         result = compactor.compact(topic.job(9, horizon=P(4, 29)))
     assert len(result.manifest.parts) > 1
-    # Only the parts and the manifest: no scratch of the phases, no attempt files.
+    # Only the parts, their key indexes and the manifest: no scratch of the phases, no attempt files.
     assert sorted(p.name for p in result.directory.iterdir()) == sorted(
-        [MANIFEST_NAME, *(p.name for p in result.manifest.parts)]
+        [MANIFEST_NAME, *(n for p in result.manifest.parts for n in (p.name, p.keys))]
     )
     rows = kept(result)
     assert [p for p, _, _ in rows] == sorted(p for p, _, _ in rows)
@@ -494,6 +498,15 @@ def test_parts_are_not_split_into_a_row_group_per_input_ledger(
     assert [m.num_row_groups for m in metas] == [1] * len(metas)
 
 
+def test_local_workers_start_with_the_compactor_imported(spark: SparkSession) -> None:
+    def loaded(_: int) -> bool:
+        import sys
+
+        return "compactor.arrow_phases" in sys.modules and "pyarrow.parquet" in sys.modules
+
+    assert spark.sparkContext.parallelize(range(4), 4).map(loaded).collect() == [True] * 4
+
+
 def test_one_session_per_process(spark: SparkSession) -> None:
     assert get_spark() is spark
     assert get_spark(master="local[1]", shuffle_partitions=99) is spark  # later arguments are ignored
@@ -515,8 +528,11 @@ def test_session_configuration_defaults() -> None:
     assert conf["spark.driver.host"] == "127.0.0.1"
     assert conf["spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"] == "false"
     assert conf["spark.python.unix.domain.socket.enabled"] == "true"  # half the cost of a job
+    # Local workers are forked with the compaction's imports done (Spark stops idle ones).
+    assert conf["spark.python.daemon.module"] == "compactor.daemon"
     cluster = spark_conf(master="spark://master:7077", extra_conf={"spark.executor.memory": "8g"})
     assert "spark.sql.shuffle.partitions" not in cluster and "spark.driver.host" not in cluster
+    assert "spark.python.daemon.module" not in cluster  # the executors lack the project's code
     assert cluster["spark.executor.memory"] == "8g"
     with pytest.raises(ValueError):
         spark_conf(shuffle_partitions=0)
@@ -551,7 +567,7 @@ def test_failure_while_writing_removes_the_temporary_directory(
 ) -> None:
     topic.seal(1, [("a", b"a0")])
 
-    def broken(directory: Path) -> None:
+    def broken(directory: Path, **_: object) -> None:
         assert directory.name.endswith(TMP_SUFFIX) and any(directory.iterdir())
         raise OSError("disk full")
 

@@ -6,12 +6,14 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, file_checksum
 from ledger.compacted_store import (
     MANIFEST_NAME,
     CompactedLedger,
@@ -106,7 +108,7 @@ def test_manifest_lists_parts_in_order_and_skips_empty_ones(tmp_path: Path) -> N
     # Written atomically (no temporary left) and readable back.
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("part-")) == [MANIFEST_NAME]
     assert Manifest.load(tmp_path) == manifest
-    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["parts"][0]["first"] == "3:0"
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["layers"][0]["parts"][0]["first"] == "3:0"
 
 
 def test_part_order_is_numeric_past_five_digits(tmp_path: Path) -> None:
@@ -236,3 +238,140 @@ def test_spark_style_nullable_schema_reads_the_same(tmp_path: Path) -> None:
     pq.write_table(entries_to_table(model).cast(nullable), tmp_path / "part-00000-s-c000.zstd.parquet")
     write_manifest(tmp_path)
     assert CompactedLedger(tmp_path).read(Position(0, 0), 100) == (model, None)
+
+
+# ------------------------------------------------------------------ layers and deletion vectors
+
+
+def make_layered(
+    root: Path, layers: list[list[list[Entry]]], dead: list[set[int]], *, row_group_size: int = 3
+) -> CompactedLedger:
+    """A ledger whose layer ``i`` is in ``compacted-{i}`` with parts ``layers[i]`` and the layer
+    rows ``dead[i]`` marked dead; the manifest goes in the last layer's directory."""
+    from ledger import deletion_vectors
+    from ledger.layers import BASE, DELTA, Deletes, Layer
+
+    out = []
+    for i, parts in enumerate(layers):
+        directory = root / f"compacted-{i + 1:020d}"
+        write_parts(directory, parts, row_group_size=row_group_size)
+        layer = write_manifest(directory).layers[0] if any(parts) else None
+        if layer is None:
+            continue
+        deletes = None
+        if dead[i]:
+            vector = deletion_vectors.empty(layer.rows)
+            vector[sorted(dead[i])] = True
+            name = f"deletes-{i:020d}.npy"
+            deletion_vectors.write(directory / name, vector)
+            checksum = file_checksum(directory / name)
+            deletes = Deletes(dir=directory.name, name=name, count=len(dead[i]), checksum=checksum)
+        out.append(Layer(dir=layer.dir, kind=BASE if not out else DELTA, parts=layer.parts, deletes=deletes))
+    top = root / f"compacted-{len(layers):020d}"
+    Manifest(layers=tuple(out)).write(top)
+    return CompactedLedger(top)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=3), min_size=1, max_size=4),
+    dead_seed=st.randoms(use_true_random=False),
+    row_group_size=st.integers(1, 4),
+    start=st.integers(0, 60),
+    page=st.integers(1, 9),
+)
+def test_layered_reads_skip_dead_rows_and_match_the_model(
+    sizes: list[list[int]], dead_seed, row_group_size: int, start: int, page: int
+) -> None:
+    ids = iter(range(0, 1000, 2))  # sparse, increasing across layers as rounds leave them
+    layers = [[[entry(7, next(ids)) for _ in range(n)] for n in layer] for layer in sizes]
+    dead: list[set[int]] = []
+    live: list[Entry] = []
+    for layer in layers:
+        rows = [e for part in layer for e in part]
+        gone = {r for r in range(len(rows)) if dead_seed.random() < 0.4}
+        dead.append(gone)
+        live.extend(e for r, e in enumerate(rows) if r not in gone)
+    with tempfile.TemporaryDirectory() as d:
+        ledger = make_layered(Path(d), layers, dead, row_group_size=row_group_size)
+        assert ledger.entries == len(live)
+        pos = Position(7, start)
+        assert ledger.read(pos, page) == model_read(live, pos, page)
+        assert ledger.count_from(pos) == len([e for e in live if e.position >= pos])
+        got: list[Entry] = []
+        at: Position | None = Position(0, 0)
+        while at is not None:
+            entries, at = ledger.read(at, page)
+            got.extend(entries)
+        assert got == live
+        assert ledger.first_position == (live[0].position if live else None)
+        assert ledger.last_position == (live[-1].position if live else None)
+
+
+def test_a_layered_manifest_names_every_file_it_needs(tmp_path: Path) -> None:
+    model = sparse_entries()
+    ledger = make_layered(tmp_path, [[model[:10]], [model[10:]]], [{1, 3}, set()])
+    files = ledger.manifest.files()
+    assert all((tmp_path / f).is_file() for f in files)
+    assert f"compacted-{1:020d}/deletes-{0:020d}.npy" in files
+    assert ledger.manifest.deltas == 1 and ledger.manifest.dead == 2
+    assert [e.position for e in ledger.read(Position(0, 0), 100)[0]] == [
+        e.position for i, e in enumerate(model) if i not in (1, 3)
+    ]
+
+
+# ------------------------------------------------------------------ integrity of layered ledgers
+
+
+def test_a_layered_manifest_carries_the_checksum_of_every_file_it_names(tmp_path: Path) -> None:
+    model = sparse_entries()
+    ledger = make_layered(tmp_path, [[model[:10]], [model[10:]]], [{1, 3}, set()])
+    named = ledger.manifest.checked_files()
+    assert {f"{f.dir}/{f.name}" for f in named} == ledger.manifest.files()
+    for f in named:
+        assert f.checksum == file_checksum(f.path(tmp_path)), f.name
+
+
+def test_a_damaged_deletion_vector_is_an_integrity_error_never_rows(tmp_path: Path) -> None:
+    model = sparse_entries()
+    ledger = make_layered(tmp_path, [[model[:10]], [model[10:]]], [{1, 3}, set()])
+    deletes = ledger.manifest.layers[0].deletes
+    assert deletes is not None
+    path = tmp_path / deletes.dir / deletes.name
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # bit 8 of the layer's rows: row 8 would come back as dead
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError) as caught:
+        CompactedLedger(ledger.directory).read(Position(0, 0), 100)
+    assert caught.value.check == FILE_CHECKSUM and caught.value.path == path
+    assert "deletes-" in str(caught.value)
+    path.unlink()
+    with pytest.raises(IntegrityError) as caught:
+        CompactedLedger(ledger.directory).count_from(Position(0, 0))
+    assert caught.value.check == MISSING
+
+
+def test_deletion_vectors_and_key_indexes_that_do_not_decode_are_integrity_errors(tmp_path: Path) -> None:
+    from ledger import deletion_vectors, key_index
+
+    vector = tmp_path / "deletes.npy"
+    deletion_vectors.write(vector, deletion_vectors.empty(20))
+    with pytest.raises(IntegrityError) as caught:
+        deletion_vectors.read(vector, 30)  # a vector of another layer's size
+    assert caught.value.check == DECODE
+    vector.write_bytes(vector.read_bytes()[:20])
+    with pytest.raises(IntegrityError) as caught:
+        deletion_vectors.read(vector, 20)
+    assert caught.value.check == DECODE
+
+    index = tmp_path / "part-00000.keys.arrow"
+    keys = pa.array(["a", "b", None])
+    key_index.write(index, key_index.build(keys, np.zeros(3, dtype=bool), np.zeros(3, dtype=np.int64)))
+    assert key_index.read(index, rows=3).column(key_index.KEY).to_pylist() == ["a", "b", None]
+    with pytest.raises(IntegrityError) as caught:
+        key_index.read(index, rows=4)  # the part has a row the index does not
+    assert caught.value.check == DECODE
+    index.write_bytes(index.read_bytes()[:-40])
+    with pytest.raises(IntegrityError) as caught:
+        key_index.read(index, rows=3)
+    assert caught.value.check == DECODE
