@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger.entry import Entry, Record, is_delete
+from ledger.entry import Entry, Record
 
 LEDGER_ID = "ledger_id"
 ENTRY_ID = "entry_id"
@@ -72,7 +73,11 @@ SPARK_DDL = (
 
 def entries_to_table(entries: Sequence[Entry]) -> pa.Table:
     """Build an Arrow table in ``ARROW_SCHEMA`` from entries (kept in the given order)."""
-    return _table([e.ledger_id for e in entries], [e.entry_id for e in entries], entries)
+    return _table(
+        pa.array([e.ledger_id for e in entries], pa.int64()),
+        pa.array([e.entry_id for e in entries], pa.int64()),
+        entries,
+    )
 
 
 def table_to_entries(table: pa.Table) -> list[Entry]:
@@ -91,21 +96,40 @@ def records_to_table(ledger_id: int, records: Sequence[Record] | Sequence[Entry]
     """The Arrow table of a ledger whose entries 0..n-1 are ``records``, in order (entries of
     that ledger, read back from its write-ahead file, do as well)."""
     n = len(records)
-    return _table(pa.array([ledger_id] * n, pa.int64()), pa.array(range(n), pa.int64()), records)
+    return _table(
+        pa.array(np.full(n, ledger_id, np.int64)), pa.array(np.arange(n, dtype=np.int64)), records
+    )
 
 
-def _table(ledger_ids: object, entry_ids: object, rows: Sequence[Record] | Sequence[Entry]) -> pa.Table:
-    """The one place rows become columns: ids given, the rest from each row's message fields."""
-    return pa.table(
-        {
-            LEDGER_ID: ledger_ids,
-            ENTRY_ID: entry_ids,
-            KEY: [r.key for r in rows],
-            VALUE: [r.value for r in rows],
-            IS_TOMBSTONE: [is_delete(r.key, r.value) for r in rows],
-            PROPERTIES: [list(r.properties.items()) for r in rows],
-            PUBLISH_TIME: [r.publish_time for r in rows],
-            EVENT_TIME: [r.event_time for r in rows],
-        },
+_PROPERTIES_TYPE = ARROW_SCHEMA.field(PROPERTIES).type
+_NO_STRINGS = pa.array([], pa.string())
+
+
+def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | Sequence[Entry]) -> pa.Table:
+    """The one place rows become columns: ids given, the rest from each row's message fields.
+
+    Sealing runs this on every ledger (and a compaction round waits for the open ledger's), so
+    only the fields are read in Python; the delete flags are computed over the columns, and
+    properties, empty on most messages, are converted only when some message has them."""
+    n = len(rows)
+    keys = pa.array([r.key for r in rows], pa.string())
+    values = pa.array([r.value for r in rows], pa.binary())
+    props = [r.properties for r in rows]
+    if any(props):
+        properties = pa.array([list(p.items()) for p in props], _PROPERTIES_TYPE)
+    else:
+        offsets = pa.array(np.zeros(n + 1, np.int32))
+        properties = pa.MapArray.from_arrays(offsets, _NO_STRINGS, _NO_STRINGS, type=_PROPERTIES_TYPE)
+    return pa.Table.from_arrays(
+        [
+            ledger_ids,
+            entry_ids,
+            keys,
+            values,
+            derived_delete_flags(keys, values),
+            properties,
+            pa.array([r.publish_time for r in rows], pa.int64()),
+            pa.array([r.event_time for r in rows], pa.int64()),
+        ],
         schema=ARROW_SCHEMA,
     )
