@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from compactor import TwoPhaseCompactor
 from migrations import upgrade
+from service.compaction import CompactionService
 from service.db import Database
 from service.settings import Settings
 from service.topics import Broker
@@ -52,6 +54,15 @@ def spark():
     from compactor.spark import get_spark
 
     return get_spark(master="local[2]", shuffle_partitions=4)
+
+
+@pytest.fixture
+def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
+    """The compaction service on the in-process broker and the session's SparkSession."""
+    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0))
+    svc.start()
+    yield svc
+    svc.stop()
 
 
 # ------------------------------------------------------------------ a real server

@@ -7,7 +7,6 @@ import hashlib
 import random
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +22,6 @@ pytestmark = pytest.mark.spark
 
 NAME = TopicName("t", "ns", "table")
 EARLIEST = Position(0, 0)
-
-
-@pytest.fixture
-def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
-    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0))
-    svc.start()
-    yield svc
-    svc.stop()
 
 
 @pytest.fixture

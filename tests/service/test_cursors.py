@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from compactor import TwoPhaseCompactor
 from ledger.entry import Position, Record
-from service.compaction import CompactionService
 from service.cursors import SubscriptionService
 from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound
@@ -243,14 +240,6 @@ def test_bad_input_is_refused_and_changes_no_cursor(broker, subs) -> None:
 
 
 # ---------------------------------------------------------------- readCompacted consumers
-
-
-@pytest.fixture
-def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
-    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0))
-    svc.start()
-    yield svc
-    svc.stop()
 
 
 @pytest.mark.spark

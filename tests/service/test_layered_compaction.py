@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,6 @@ from tests.service.test_compaction import (
 )
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
-    svc = CompactionService(broker=broker, compactor=lambda: TwoPhaseCompactor(spark, min_part_bytes=0))
-    svc.start()
-    yield svc
-    svc.stop()
 
 
 @pytest.fixture
