@@ -76,6 +76,18 @@ def assert_rebuilt_and_intact(topic: Topic, old: int) -> None:
     assert [d.name for d in topic.root.glob("compacted-*")] == [f"compacted-{current:020d}"]
 
 
+def assert_never_served_then_rebuilt(topic: Topic, old: int) -> None:
+    """A readCompacted read after the damage was found: the rebuilt ledger's rows, or 503
+    naming the dropped ledger while it is rebuilt; then the rebuild."""
+    r = topic.read(compacted=True, page=100)
+    if r.status_code == 200:  # the repair round already committed
+        topic.assert_values_intact(r.json()["messages"])
+    else:
+        assert r.status_code == 503, r.text
+        assert f"compacted ledger {old} of {topic.full}" in r.json()["reason"]
+    assert_rebuilt_and_intact(topic, old)
+
+
 def test_a_delta_round_s_manifest_carries_the_checksum_of_every_file_it_names(srv: Server) -> None:
     topic, _, _, manifest = layered(srv, "checksums")
     base, delta = manifest["layers"]
@@ -119,13 +131,7 @@ def test_a_damaged_deletion_vector_is_found_by_the_scrub_and_never_served(srv: S
     finding = report["findings"][0]
     assert f"compacted ledger {old} of {topic.full} is damaged ({vector.name})" in finding, finding
     assert "file checksum failed" in finding, finding
-    r = topic.read(compacted=True, page=100)
-    if r.status_code == 200:  # the repair round already committed
-        topic.assert_values_intact(r.json()["messages"])
-    else:
-        assert r.status_code == 503, r.text
-        assert f"compacted ledger {old} of {topic.full}" in r.json()["reason"]
-    assert_rebuilt_and_intact(topic, old)
+    assert_never_served_then_rebuilt(topic, old)
 
 
 def test_a_damaged_key_index_of_an_older_layer_is_found_by_the_scrub(srv: Server) -> None:
@@ -140,13 +146,7 @@ def test_a_damaged_key_index_of_an_older_layer_is_found_by_the_scrub(srv: Server
     # The file is in the base's directory; the ledger dropped is the one whose manifest names it.
     assert f"compacted ledger {old} of {topic.full} is damaged ({base['dir']}/{index.name})" in finding
     assert "file checksum failed" in finding, finding
-    r = topic.read(compacted=True, page=100)
-    if r.status_code == 200:
-        topic.assert_values_intact(r.json()["messages"])
-    else:
-        assert r.status_code == 503, r.text
-        assert f"compacted ledger {old} of {topic.full}" in r.json()["reason"]
-    assert_rebuilt_and_intact(topic, old)
+    assert_never_served_then_rebuilt(topic, old)
 
 
 def test_a_round_never_probes_a_damaged_key_index(srv: Server) -> None:
