@@ -14,6 +14,7 @@ row groups stay readable.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -35,7 +36,15 @@ from ledger.checksums import (
 )
 from ledger.entry import Entry
 from ledger.paths import TMP_SUFFIX, fsync_dir
-from ledger.schema import ARROW_SCHEMA, ENTRY_ID, LEDGER_ID, PUBLISH_TIME, entries_to_table, table_to_entries
+from ledger.schema import (
+    ARROW_SCHEMA,
+    ENTRY_ID,
+    LEDGER_ID,
+    PROPERTIES,
+    PUBLISH_TIME,
+    entries_to_table,
+    table_to_entries,
+)
 
 # Small enough that reading one page touches little data, large enough for good compression.
 ROW_GROUP_SIZE = 8192
@@ -60,6 +69,19 @@ def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROU
     return seal_table(entries_to_table(entries), path, row_group_size=row_group_size)
 
 
+# How sealed ledgers are encoded: zstd (written once, read in bulk). Dictionaries only where
+# they pay: the one ledger id, and properties, whose keys and values repeat. A ledger's keys
+# and values are mostly distinct within a row group, so a dictionary for them would be built
+# and dropped in every row group (a third of the write's time). Statistics only where they are
+# read: the ids (a round's id bounds) and the publish time.
+SEAL_WRITER_OPTIONS: dict[str, object] = {
+    "compression": "zstd",
+    "use_dictionary": [LEDGER_ID, f"{PROPERTIES}.key_value.key", f"{PROPERTIES}.key_value.value"],
+    "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
+    **WRITE_OPTIONS,
+}
+
+
 def seal_table(table: pa.Table, path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
     """Write an Arrow table in ``ARROW_SCHEMA`` (entries 0..n-1 in order) as a sealed ledger:
     temporary name, fsync, read back and compare, rename, directory fsync.
@@ -67,21 +89,123 @@ def seal_table(table: pa.Table, path: Path, *, row_group_size: int = ROW_GROUP_S
     Raises ``IntegrityError`` (check ``read-back comparison``) and leaves nothing under
     ``path`` when the file read back is not the table: the caller keeps its write-ahead file
     and tries again."""
-    if table.schema != ARROW_SCHEMA:
-        table = table.cast(ARROW_SCHEMA)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, row_group_size=row_group_size, compression="zstd", **WRITE_OPTIONS)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        checksum = verify_written(tmp, table)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    return SealInfo(entries=table.num_rows, file_bytes=path.stat().st_size, checksum=checksum)
+    return SealWriter(path, row_group_size=row_group_size).finish(table)
+
+
+class _SpillingSink:
+    """A Parquet writer's sink that keeps what it is given until :meth:`spill` appends it to
+    the file: the file is open only while a spill runs, so a ledger sealed while it is still
+    being written holds no descriptor between its row groups."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.closed = False
+        self._pending: list[bytes] = []
+        self._position = 0
+        self._started = False
+
+    def write(self, data: bytes) -> int:
+        self._pending.append(bytes(data))
+        self._position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def spill(self) -> None:
+        # The first spill truncates: a temporary file of a crashed attempt is not ours.
+        with open(self.path, "ab" if self._started else "wb") as f:
+            f.writelines(self._pending)
+        self._started = True
+        self._pending.clear()
+
+
+class SealWriter:
+    """A sealed ledger written in steps: whole row groups of a ledger's first entries while
+    the ledger is still open (:meth:`write`), then the rest, the footer, fsync, the read-back
+    comparison and the rename (:meth:`finish`), so that sealing at roll-over encodes only what
+    came last. Until :meth:`finish` returns, nothing is under the final name; a crash leaves
+    only the temporary file, which the next attempt overwrites.
+
+    Invariant: the rows written are entries ``0 .. rows-1`` of the ledger, in order. A writer
+    that failed (or was abandoned) takes no more rows: its caller seals from the start."""
+
+    def __init__(self, path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> None:
+        self.path = path
+        self.rows = 0
+        self.usable = True
+        self._tmp = path.with_name(path.name + TMP_SUFFIX)
+        self._row_group_size = row_group_size
+        self._chunks: list[pa.Table] = []  # what was written, for the read-back comparison
+        self._sink = _SpillingSink(self._tmp)
+        self._writer = pq.ParquetWriter(self._sink, ARROW_SCHEMA, **SEAL_WRITER_OPTIONS)  # type: ignore[arg-type]
+        self._lock = threading.Lock()
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table`` (the next entries, from ``rows``) as row groups, to the file."""
+        with self._lock:
+            self._check(table)
+            try:
+                self._append(table)
+                self._sink.spill()
+            except BaseException:
+                self._abandon()
+                raise
+
+    def finish(self, rest: pa.Table) -> SealInfo:
+        """Append ``rest`` (the ledger's last entries, from ``rows``), then make the file
+        durable, compare it with every row written and move it into place."""
+        with self._lock:
+            self._check(rest)
+            try:
+                self._append(rest)
+                self._writer.close()
+                self._sink.spill()
+                with open(self._tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                table = pa.concat_tables(self._chunks) if self._chunks else ARROW_SCHEMA.empty_table()
+                checksum = verify_written(self._tmp, table)
+            except BaseException:
+                self._abandon()
+                raise
+            self.usable = False
+            os.replace(self._tmp, self.path)
+            fsync_dir(self.path.parent)
+            return SealInfo(entries=self.rows, file_bytes=self.path.stat().st_size, checksum=checksum)
+
+    def abandon(self) -> None:
+        """Drop the writer and its temporary file (the ledger is sealed from the start instead)."""
+        with self._lock:
+            self._abandon()
+
+    def _check(self, table: pa.Table) -> None:
+        if not self.usable:
+            raise RuntimeError(f"the sealing of {self.path.name} was abandoned")
+        if table.num_rows and table.column(ENTRY_ID)[0].as_py() != self.rows:
+            raise ValueError(f"sealed ledger rows must be entries 0..n-1; entry {self.rows} comes next")
+
+    def _append(self, table: pa.Table) -> None:
+        if table.schema != ARROW_SCHEMA:
+            table = table.cast(ARROW_SCHEMA)
+        if table.num_rows:
+            self._writer.write_table(table, row_group_size=self._row_group_size)
+            self._chunks.append(table)
+            self.rows += table.num_rows
+
+    def _abandon(self) -> None:
+        if self.usable:
+            self.usable = False
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._chunks.clear()
+            with contextlib.suppress(OSError):  # what made it fail may stop this too
+                self._tmp.unlink(missing_ok=True)
 
 
 def verify_written(path: Path, table: pa.Table) -> str:

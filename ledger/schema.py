@@ -92,12 +92,16 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
     return [make(row) for row in zip(lids, eids, keys, values, properties, pts, ets, strict=True)]
 
 
-def records_to_table(ledger_id: int, records: Sequence[Record] | Sequence[Entry]) -> pa.Table:
-    """The Arrow table of a ledger whose entries 0..n-1 are ``records``, in order (entries of
-    that ledger, read back from its write-ahead file, do as well)."""
+def records_to_table(
+    ledger_id: int, records: Sequence[Record] | Sequence[Entry], first_entry: int = 0
+) -> pa.Table:
+    """The Arrow table of a ledger whose entries ``first_entry``.. are ``records``, in order
+    (entries of that ledger, read back from its write-ahead file, do as well)."""
     n = len(records)
     return _table(
-        pa.array(np.full(n, ledger_id, np.int64)), pa.array(np.arange(n, dtype=np.int64)), records
+        pa.array(np.full(n, ledger_id, np.int64)),
+        pa.array(np.arange(first_entry, first_entry + n, dtype=np.int64)),
+        records,
     )
 
 

@@ -47,7 +47,7 @@ from ledger import paths
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record
 from ledger.file_cache import FileCache
-from ledger.parquet_store import SealedLedger, seal_table
+from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter
 from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import records_to_table
 from ledger.wal import WriteAheadLog
@@ -167,6 +167,15 @@ class ManagedLedger:
         # their bytes are charged to the shared seal-cache budget.
         self._cache: list[Record] | None = [] if not wal.written_entries else None
         self._cache_bytes = 0
+        # The open ledger's sealed file, written while it is open: whenever a whole row group of
+        # records is cached, the sealer encodes it (``_preseal``) and the records leave the
+        # cache, so the sealing at roll-over (which a compaction round waits for) encodes only
+        # the last of them. ``_cache[0]`` is entry ``_cache_start``; entries below
+        # ``_presealed`` are written or being written by the one preseal in flight.
+        self._seal_writer: SealWriter | None = None
+        self._cache_start = 0
+        self._presealed = 0
+        self._presealing = False
         self._closed = False
         # Entries and payload bytes appended since the service started (pulsar_in_*_total);
         # written under the lock the append holds anyway.
@@ -380,6 +389,55 @@ class ManagedLedger:
             return
         self._cache.extend(records)
         self._cache_bytes += n
+        self._preseal_next_locked()
+
+    def _preseal_next_locked(self) -> None:
+        """Hand the cached records of the open ledger's next whole row groups to the sealer
+        (one preseal in flight per topic, so its row groups are written in order)."""
+        cache = self._cache
+        if cache is None or self._presealing or self._closed:
+            return
+        ready = (self._cache_start + len(cache) - self._presealed) // ROW_GROUP_SIZE * ROW_GROUP_SIZE
+        if not ready:
+            return
+        info = self._current
+        if self._seal_writer is None:
+            self._seal_writer = SealWriter(paths.sealed_path(self.root, info.ledger_id))
+        first = self._presealed - self._cache_start
+        records = cache[first : first + ready]
+        try:
+            self._sealer.submit(self._preseal, info.ledger_id, self._seal_writer, records, self._presealed)
+        except RuntimeError:  # the sealer was shut down: the service stops
+            return
+        self._presealing = True
+        self._presealed += ready
+
+    def _preseal(self, ledger_id: int, writer: SealWriter, records: list[Record], first_entry: int) -> None:
+        """Write entries ``first_entry``.. of the open ledger (whole row groups) to its sealed
+        file ahead of the roll-over; on failure the writer is dropped and the roll-over's
+        sealing writes the file from the start, as it would have anyway."""
+        try:
+            if writer.usable and not self._closed:
+                writer.write(records_to_table(ledger_id, records, first_entry))
+        except Exception as e:  # noqa: BLE001 - sealing at roll-over does the work instead
+            if is_descriptor_exhaustion(e):
+                self._shared.exhaustion.note(f"writing ledger {ledger_id} ahead of its sealing", e)
+            log.warning(
+                "writing ledger %s ahead of its sealing failed: %s; it is sealed at roll-over", ledger_id, e
+            )
+        with self._lock:
+            if writer is not self._seal_writer:
+                return  # rolled over meanwhile: the roll-over's sealing finishes the file
+            self._presealing = False
+            if not writer.usable:
+                self._seal_writer = None
+                return  # no more ahead of the roll-over for this ledger
+            cache = self._cache
+            if cache is not None and writer.rows > self._cache_start:
+                # Written: the roll-over's sealing needs only what comes after.
+                del cache[: writer.rows - self._cache_start]
+                self._cache_start = writer.rows
+            self._preseal_next_locked()
 
     def roll_over(self, timeout: float = 600.0) -> Position | None:
         """Close the open ledger if it has entries and wait until every closed ledger is
@@ -429,12 +487,14 @@ class ManagedLedger:
         wal.close()
         _refresh_open(old, wal)
         cache, cache_bytes = self._cache, self._cache_bytes
+        ahead = _Ahead(self._seal_writer, self._cache_start)
         old.state = SEALING
         self._sealing[old.ledger_id] = wal
         self._ledgers.append(successor)
         self._wal = new_wal
         self._cache, self._cache_bytes = [], 0
-        self._sealer.submit(self._seal_in_background, old, wal, cache, cache_bytes)
+        self._seal_writer, self._cache_start, self._presealed, self._presealing = None, 0, 0, False
+        self._sealer.submit(self._seal_in_background, old, wal, cache, cache_bytes, ahead)
 
     def _drop_ledger_row(self, ledger_id: int) -> None:
         """A successor row whose file could not be created: mark it DELETED (best effort; an
@@ -448,15 +508,40 @@ class ManagedLedger:
             log.exception("could not drop ledger row %s", ledger_id)
 
     def _seal_in_background(
-        self, info: LedgerInfo, wal: WriteAheadLog, cache: list[Record] | None, cache_bytes: int = 0
+        self,
+        info: LedgerInfo,
+        wal: WriteAheadLog,
+        cache: list[Record] | None,
+        cache_bytes: int = 0,
+        ahead: _Ahead | None = None,
     ) -> None:
         try:
             if self._closed:
+                if ahead is not None and ahead.writer is not None:
+                    ahead.writer.abandon()
                 return
-            records = cache if cache is not None and len(cache) == wal.written_entries else None
-            entries = wal.read_all() if records is None else records
+            # Runs after any preseal of this ledger (the one sealer thread takes them in order;
+            # the writer's lock covers other executors): the writer holds entries 0..rows-1.
+            writer = ahead.writer if ahead is not None and ahead.writer is not None else None
+            start = ahead.cache_start if ahead is not None else 0
+            if writer is not None and not writer.usable:
+                writer = None
+            if cache is not None and start + len(cache) == wal.written_entries and (
+                writer.rows >= start if writer is not None else start == 0
+            ):
+                entries: Sequence[Record] | Sequence[Entry] = cache
+            else:
+                entries, start = wal.read_all(), 0
             closed = _seal(
-                self._db, self.root, info, wal, entries, fault_hook=self.fault_hook, fence=self.fence
+                self._db,
+                self.root,
+                info,
+                wal,
+                entries,
+                first_entry=start,
+                writer=writer,
+                fault_hook=self.fault_hook,
+                fence=self.fence,
             )
             with self._lock:
                 if closed is not None:
@@ -796,6 +881,9 @@ class ManagedLedger:
             self._backlog.forget(self.topic_id)
             self._backlog.refund_cache(self._cache_bytes)
             self._cache, self._cache_bytes = None, 0
+            writer, self._seal_writer = self._seal_writer, None
+        if writer is not None:
+            writer.abandon()  # its ledger stays OPEN: the next start seals it from its file
         root = self.root
         self._files.discard(lambda key: key[0] == root)
 
@@ -807,20 +895,29 @@ def _seal(
     wal: WriteAheadLog,
     entries: Sequence[Record] | Sequence[Entry],
     *,
+    first_entry: int = 0,
+    writer: SealWriter | None = None,
     fault_hook: Callable[[str], None] | None = None,
     fence: Callable[[Session], None] | None = None,
 ) -> LedgerInfo | None:
-    """Write ``entries`` (the ledger's, in order) as its sealed Parquet file and mark it CLOSED
-    in the metadata; returns its closed description (None if its row is gone: a deleted topic).
-    The caller removes the write-ahead file afterwards."""
-    table = records_to_table(info.ledger_id, entries)
-    sealed = seal_table(table, paths.sealed_path(root, info.ledger_id))
+    """Write ``entries`` (the ledger's from ``first_entry`` on, in order) as its sealed Parquet
+    file, after the rows ``writer`` already wrote (entries 0..``writer.rows``-1, which must
+    cover those before ``first_entry``), and mark it CLOSED in the metadata; returns its closed
+    description (None if its row is gone: a deleted topic). The caller removes the write-ahead
+    file afterwards."""
+    if writer is None:
+        writer = SealWriter(paths.sealed_path(root, info.ledger_id))
+    if writer.rows < first_entry:
+        writer.abandon()
+        raise ValueError(f"ledger {info.ledger_id}: entries {writer.rows}..{first_entry - 1} are missing")
+    rest = entries[writer.rows - first_entry :]
+    sealed = writer.finish(records_to_table(info.ledger_id, rest, writer.rows))
     if fault_hook:
         fault_hook("sealed")
     closed = LedgerInfo(
         ledger_id=info.ledger_id,
         state=models.CLOSED,
-        entries=table.num_rows,
+        entries=sealed.entries,
         size_bytes=wal.size_bytes,
         file_bytes=sealed.file_bytes,
         created_at=info.created_at,
@@ -850,6 +947,15 @@ def _seal(
     if fault_hook:
         fault_hook("committed")
     return closed
+
+
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """What a rolled-over ledger's sealing takes from its time open: the writer that holds its
+    first row groups (if any) and the entry its cached records start at."""
+
+    writer: SealWriter | None
+    cache_start: int
 
 
 def _open_wal(root: Path, info: LedgerInfo, settings: Settings) -> WriteAheadLog:

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ledger.entry import Position, Record
+from ledger.parquet_store import ROW_GROUP_SIZE
 from ledger.schema import COLUMNS
 from service.db import Database
 from service.names import TopicName
@@ -168,3 +169,92 @@ def test_torn_wal_tail_is_truncated_and_quarantined_on_start(broker: Broker, set
     b2.produce(NAME, records(1, prefix="z"))
     assert [e.key for e in read_everything(b2, 10)][-1] == "z0"
     b2.stop()
+
+
+# ---------------------------------------------------------------- sealing ahead of the roll-over
+
+
+def drain_sealer(broker: Broker) -> None:
+    """Wait until the sealer thread has run everything queued before now (it runs in order)."""
+    broker.topic(NAME).ledger._sealer.submit(lambda: None).result(timeout=60)
+
+
+def produce_many(broker: Broker, n: int, prefix: str) -> list[Position]:
+    ids: list[Position] = []
+    for start in range(0, n, 1000):
+        ids += broker.produce(NAME, records(min(1000, n - start), prefix=f"{prefix}{start}-", size=20))
+    return ids
+
+
+def test_an_open_ledger_is_written_ahead_by_row_group_and_seals_to_every_message(
+    settings: Settings, broker: Broker
+) -> None:
+    settings.max_entries_per_ledger = 2 * ROW_GROUP_SIZE + 100
+    broker.create_topic(NAME)
+    ids = produce_many(broker, 2 * ROW_GROUP_SIZE + 50, "a")
+    drain_sealer(broker)
+    ml = broker.topic(NAME).ledger
+    [open_ledger] = ml.ledgers()
+    root = ml.root
+    tmp = root / f"{open_ledger.ledger_id:020d}.parquet.tmp"
+    # While the ledger is open, its first two row groups are already in its (temporary) file
+    # and no longer held in memory; it is not under the sealed name yet.
+    assert open_ledger.state == "OPEN" and tmp.stat().st_size > 0
+    assert not (root / f"{open_ledger.ledger_id:020d}.parquet").exists()
+    assert ml._cache is not None and len(ml._cache) == 50
+
+    ids += produce_many(broker, 50, "b")  # fills the ledger: it rolls over and is sealed
+    ml.wait_sealed()
+    sealed = root / f"{open_ledger.ledger_id:020d}.parquet"
+    assert not tmp.exists() and ml.ledgers()[0].state == "CLOSED"
+    meta = pq.ParquetFile(sealed).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_SIZE] * 2 + [100]
+    table = pq.read_table(sealed)
+    assert table.column("entry_id").to_pylist() == list(range(2 * ROW_GROUP_SIZE + 100))
+    got = read_everything(broker, 5000)
+    assert [e.position for e in got] == ids
+    assert [e.key for e in got] == table.column("key").to_pylist()
+    assert [e.value for e in got] == table.column("value").to_pylist()
+
+
+def test_a_crash_with_a_ledger_written_ahead_loses_nothing(settings: Settings, db: Database) -> None:
+    settings.max_entries_per_ledger = ROW_GROUP_SIZE + 100
+    broker = Broker(settings=settings, db=db)
+    broker.start()
+    broker.create_topic(NAME)
+    ids = produce_many(broker, ROW_GROUP_SIZE + 10, "a")
+    drain_sealer(broker)
+    ml = broker.topic(NAME).ledger
+    tmp = ml.root / f"{ml.ledgers()[0].ledger_id:020d}.parquet.tmp"
+    assert tmp.exists()
+    ml._closed = True  # the process dies: nothing is closed cleanly, the temporary file stays
+    b2 = Broker(settings=settings, db=db)
+    b2.start()
+    assert [e.position for e in read_everything(b2, 3000)] == ids
+    ids += b2.produce(NAME, records(90, prefix="after"))  # fills it: sealed from its write-ahead file
+    b2.topic(NAME).ledger.wait_sealed()
+    assert not tmp.exists()
+    assert [e.position for e in read_everything(b2, 3000)] == ids
+    sealed = pq.read_table(b2.topic(NAME).ledger.root / f"{ids[0].ledger_id:020d}.parquet")
+    assert sealed.column("entry_id").to_pylist() == list(range(ROW_GROUP_SIZE + 100))
+    b2.stop()
+
+
+def test_writing_ahead_that_fails_leaves_the_sealing_to_the_roll_over(
+    settings: Settings, broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.max_entries_per_ledger = ROW_GROUP_SIZE + 100
+    broker.create_topic(NAME)
+    ml = broker.topic(NAME).ledger
+    tmp = ml.root / f"{ml.ledgers()[0].ledger_id:020d}.parquet.tmp"
+    tmp.mkdir()  # the temporary file cannot be written
+    ids = produce_many(broker, ROW_GROUP_SIZE + 10, "a")
+    drain_sealer(broker)
+    assert "ahead of its sealing failed" in caplog.text
+    tmp.rmdir()
+    ids += broker.produce(NAME, records(90, prefix="last"))
+    ml.wait_sealed()
+    assert ml.ledgers()[0].state == "CLOSED"
+    sealed = pq.read_table(ml.root / f"{ids[0].ledger_id:020d}.parquet")
+    assert sealed.column("key").to_pylist() == [e.key for e in read_everything(broker, 3000)]
+    assert sealed.num_rows == ROW_GROUP_SIZE + 100 and len(ids) == ROW_GROUP_SIZE + 100
