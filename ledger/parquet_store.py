@@ -118,10 +118,13 @@ class _SpillingSink:
     def close(self) -> None:
         self.closed = True
 
-    def spill(self) -> None:
+    def spill(self, *, sync: bool = False) -> None:
         # The first spill truncates: a temporary file of a crashed attempt is not ours.
         with open(self.path, "ab" if self._started else "wb") as f:
             f.writelines(self._pending)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         self._started = True
         self._pending.clear()
 
@@ -153,7 +156,8 @@ class SealWriter:
             self._check(table)
             try:
                 self._append(table)
-                self._sink.spill()
+                # Made durable now, off the roll-over's path: its fsync then has only the rest.
+                self._sink.spill(sync=True)
             except BaseException:
                 self._abandon()
                 raise
@@ -166,9 +170,7 @@ class SealWriter:
             try:
                 self._append(rest)
                 self._writer.close()
-                self._sink.spill()
-                with open(self._tmp, "rb+") as f:
-                    os.fsync(f.fileno())
+                self._sink.spill(sync=True)
                 table = pa.concat_tables(self._chunks) if self._chunks else ARROW_SCHEMA.empty_table()
                 checksum = verify_written(self._tmp, table)
             except BaseException:
