@@ -1,0 +1,85 @@
+"""Sealed ledgers written in steps (``SealWriter``): the same file as sealing at once, in order,
+no descriptor held between steps, nothing under the final name until it is complete."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ledger.entry import Record
+from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter, seal_table
+from ledger.schema import records_to_table
+
+LEDGER = 9
+
+
+def rows(first: int, n: int) -> list[Record]:
+    return [
+        Record(key=f"k{i % 500}", value=f"v{i}".encode(), properties={"p": "1"} if i % 7 == 0 else {})
+        for i in range(first, first + n)
+    ]
+
+
+def open_paths() -> set[str]:
+    fds = Path("/proc/self/fd")
+    out = set()
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):  # closed since the listing
+            out.add(os.readlink(fds / fd))
+    return out
+
+
+def test_a_ledger_sealed_in_steps_is_the_ledger_sealed_at_once(tmp_path: Path) -> None:
+    n = 2 * ROW_GROUP_SIZE + 123
+    whole = records_to_table(LEDGER, rows(0, n))
+    at_once = seal_table(whole, tmp_path / "once.parquet")
+
+    path = tmp_path / "steps.parquet"
+    writer = SealWriter(path)
+    writer.write(records_to_table(LEDGER, rows(0, ROW_GROUP_SIZE), 0))
+    writer.write(records_to_table(LEDGER, rows(ROW_GROUP_SIZE, ROW_GROUP_SIZE), ROW_GROUP_SIZE))
+    tmp = path.with_name(path.name + ".tmp")
+    # Written ahead, but nothing under the final name, and the file is not held open.
+    assert tmp.stat().st_size > 0 and not path.exists()
+    assert str(tmp) not in open_paths()
+    info = writer.finish(records_to_table(LEDGER, rows(2 * ROW_GROUP_SIZE, 123), 2 * ROW_GROUP_SIZE))
+
+    assert info.entries == at_once.entries == n and not tmp.exists()
+    assert pq.read_table(path).equals(pq.read_table(tmp_path / "once.parquet"))
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_SIZE] * 2 + [123]
+    ledger = SealedLedger(path, ledger_id=LEDGER)
+    try:
+        got = ledger.read(ROW_GROUP_SIZE - 2, 4)
+        assert [(e.entry_id, e.key, e.value) for e in got] == [
+            (i, f"k{i % 500}", f"v{i}".encode()) for i in range(ROW_GROUP_SIZE - 2, ROW_GROUP_SIZE + 2)
+        ]
+    finally:
+        ledger.close()
+
+
+def test_rows_out_of_order_are_refused_and_an_abandoned_writer_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "l.parquet"
+    writer = SealWriter(path)
+    writer.write(records_to_table(LEDGER, rows(0, 10), 0))
+    with pytest.raises(ValueError, match="entry 10 comes next"):
+        writer.write(records_to_table(LEDGER, rows(11, 5), 11))
+    # The refused rows changed nothing: the ledger goes on from entry 10.
+    writer.write(records_to_table(LEDGER, rows(10, 5), 10))
+    assert writer.rows == 15
+    writer.abandon()
+    assert not path.with_name(path.name + ".tmp").exists() and not path.exists()
+    with pytest.raises(RuntimeError, match="abandoned"):
+        writer.finish(records_to_table(LEDGER, rows(15, 1), 15))
+
+
+def test_a_stale_temporary_file_from_a_crash_is_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "l.parquet"
+    path.with_name(path.name + ".tmp").write_bytes(b"left by a crashed attempt" * 1000)
+    info = SealWriter(path).finish(records_to_table(LEDGER, rows(0, 3)))
+    assert info.entries == 3
+    assert pq.read_table(path).column("entry_id").to_pylist() == [0, 1, 2]
