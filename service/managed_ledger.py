@@ -397,6 +397,8 @@ class ManagedLedger:
         cache = self._cache
         if cache is None or self._presealing or self._closed:
             return
+        if self._seal_writer is not None and not self._seal_writer.usable:
+            return  # writing ahead failed for this ledger: its roll-over seals it from the start
         ready = (self._cache_start + len(cache) - self._presealed) // ROW_GROUP_SIZE * ROW_GROUP_SIZE
         if not ready:
             return
@@ -430,7 +432,6 @@ class ManagedLedger:
                 return  # rolled over meanwhile: the roll-over's sealing finishes the file
             self._presealing = False
             if not writer.usable:
-                self._seal_writer = None
                 return  # no more ahead of the roll-over for this ledger
             cache = self._cache
             if cache is not None and writer.rows > self._cache_start:
