@@ -97,6 +97,9 @@ _FOLD_ROWS = 2_000_000
 _BITMAP_SPAN_PER_ROW = 8
 # One job for both phases when new bytes x groups x this <= the round's bytes.
 _ONE_JOB_NEW_SHARE = 2
+# Indexed rows per task of a delta round's probe (see probe_tasks): below this, splitting the
+# probe saves less than another task costs.
+PROBE_ROWS = 200_000
 # How compacted parts are encoded. They are read hot -- by every readCompacted consumer and
 # by the next incremental round, which copies the previous ledger's rows -- so LZ4: it encodes
 # about twice as fast as zstd and decodes several times faster, for a few percent more bytes
@@ -223,12 +226,20 @@ class RoundPlan:
     keep_tombstones_since: int | None  # delete retention: tombstones published since are kept
     # A delta round: the parts of the older layers, whose rows the new keys supersede.
     indexed: tuple[IndexedPart, ...] = ()
+    # How many tasks share the probe of those parts' key indexes (see :func:`probe`), each an
+    # equal run of their rows; tasks past the groups' only probe.
+    probe_tasks: int = 0
+
+    @property
+    def tasks(self) -> int:
+        """Tasks of a job of this round: one per group, and as many as share the probe."""
+        return max(len(self.groups), self.probe_tasks if self.indexed else 0)
 
     def partial_path(self, group: int) -> str:
         return os.path.join(self.scratch_dir, f"partial-{group:05d}.arrow")
 
-    def dead_path(self, group: int) -> str:
-        return os.path.join(self.scratch_dir, f"dead-{group:05d}.npz")
+    def dead_path(self, share: int) -> str:
+        return os.path.join(self.scratch_dir, f"dead-{share:05d}.npz")
 
     def part_path(self, group: int) -> str:
         return os.path.join(self.out_dir, f"part-{group:05d}.parquet")
@@ -350,14 +361,17 @@ def _group_rdd(spark: SparkSession, n: int) -> RDD[int]:
         return by_n[n]
 
 
-def _per_group(spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, int], T]) -> list[T]:
-    """``work(plan, g)`` for every group ``g``, one Spark task each; their results, in order."""
+def _per_group(
+    spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, int], T], tasks: int | None = None
+) -> list[T]:
+    """``work(plan, t)`` for every task ``t`` (by default one per group), one Spark task each;
+    their results, in order."""
 
     def task(groups: Iterable[int]) -> Iterable[T]:
         for g in groups:
             yield work(plan, g)
 
-    n = len(plan.groups)
+    n = len(plan.groups) if tasks is None else tasks
     if n == 0:
         return []
     return _group_rdd(spark, n).mapPartitions(task).collect()
@@ -644,17 +658,21 @@ def _write_group(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) 
 def group_write(plan: RoundPlan, group: int) -> int:
     """Runs in a task: phase two of group ``group`` from the partials phase one wrote.
     Returns the rows written."""
+    key_sets = _partial_keys(plan)
+    if group < plan.probe_tasks and plan.indexed:
+        probe(plan, group, [k for h in range(len(plan.groups)) if (k := key_sets(h)) is not None])
+    if group >= len(plan.groups):
+        return 0  # a task that only probes
     own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
-    if plan.indexed:
-        probe(plan, group, own.column(P_KEY))
-    return _write_group(plan, group, own, _partial_keys(plan))
+    return _write_group(plan, group, own, key_sets)
 
 
 def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
     """Write every group's part (one task per group) from the partials; returns the rows
-    written. Tasks write only their own part and read only partials."""
+    written. Tasks write only their own part and read only partials (and, in a delta round,
+    their share of the older layers' key indexes)."""
     os.makedirs(plan.out_dir, exist_ok=True)
-    return sum(_per_group(spark, plan, group_write))
+    return sum(_per_group(spark, plan, group_write, plan.tasks))
 
 
 # ---------------------------------------------------------------------------- one job
@@ -694,23 +712,30 @@ def group_round(plan: RoundPlan, group: int) -> tuple[int, int, float]:
     from their new segments rather than from partials. Returns the rows read, the rows
     written and the seconds phase one took."""
     t0 = time.perf_counter()
-    own, rows_read = _partial(plan, group)
+    groups = len(plan.groups)
+    if group < groups:
+        own, rows_read = _partial(plan, group)
+        own_keys: pa.Array | None = own.column(P_KEY).combine_chunks()
+    else:  # a task that only probes
+        own, rows_read, own_keys = None, 0, None
     phase_one_s = time.perf_counter() - t0
-    own_keys = own.column(P_KEY).combine_chunks()
-    if plan.indexed:
-        probe(plan, group, own_keys)
 
     def key_sets(h: int) -> pa.Array | None:
         return own_keys if h == group else _new_keys(plan, h)
 
-    return rows_read, _write_group(plan, group, own, _cached(key_sets)), phase_one_s
+    cached = _cached(key_sets)
+    if group < plan.probe_tasks and plan.indexed:
+        probe(plan, group, [k for h in range(groups) if (k := cached(h)) is not None])
+    if own is None:
+        return 0, 0, 0.0
+    return rows_read, _write_group(plan, group, own, cached), phase_one_s
 
 
 def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
     """Both phases in one job (one task per group): rows read, rows written, and the longest
     phase one of a task in seconds."""
     os.makedirs(plan.out_dir, exist_ok=True)
-    results = _per_group(spark, plan, group_round)
+    results = _per_group(spark, plan, group_round, plan.tasks)
     return (
         sum(r for r, _, _ in results),
         sum(w for _, w, _ in results),
@@ -721,44 +746,69 @@ def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
 # ---------------------------------------------------------------------------- delta rounds
 
 
-def probe(plan: RoundPlan, group: int, new_keys: pa.Array | pa.ChunkedArray) -> None:
-    """Runs in a task of a delta round: the rows of the older layers that die, saved (as layer
-    row numbers) in the scratch directory for the driver to fold into deletion vectors
-    (:func:`dead_rows`).
+def probe_tasks(indexed: Sequence[IndexedPart], cores: int, probe_rows: int = PROBE_ROWS) -> int:
+    """How many tasks share a delta round's probe: one per ``probe_rows`` indexed rows, at
+    most one per core (at least one)."""
+    rows = sum(max(p.rows, 0) for p in indexed)
+    return max(1, min(cores, -(-rows // probe_rows)))
 
-    A row dies when one of ``new_keys`` (this group's new keys, tombstones included) is its
-    key: every new row of a key is newer than every older layer's row. Group 0 also retires
-    rows no longer kept whatever the new keys: tombstones past their retention, and keyless
-    rows once keyless rows are not retained. Only the key indexes are read, never the parts.
-    """
-    wanted = pc.drop_null(new_keys)
-    found: dict[str, list[np.ndarray]] = {}
+
+def _probe_slices(plan: RoundPlan, share: int) -> Iterator[tuple[IndexedPart, int, int]]:
+    """Share ``share``'s run of the indexed rows (all parts' rows in order, cut into
+    ``probe_tasks`` equal runs): ``(part, first, stop)`` row ranges within parts."""
+    if any(p.rows < 0 for p in plan.indexed):  # rows not known: the first share probes all
+        yield from ((p, 0, -1) for p in plan.indexed if share == 0)
+        return
+    total = sum(p.rows for p in plan.indexed)
+    lo, hi = total * share // plan.probe_tasks, total * (share + 1) // plan.probe_tasks
+    at = 0
     for part in plan.indexed:
+        first, stop = max(lo - at, 0), min(hi - at, part.rows)
+        if first < stop:
+            yield part, first, stop
+        at += part.rows
+
+
+def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> None:
+    """Runs in a task of a delta round: the rows of the older layers that die, within the
+    task's share of their key indexes (:func:`_probe_slices`), saved (as layer row numbers)
+    in the scratch directory for the driver to fold into deletion vectors (:func:`dead_rows`).
+
+    A row dies when one of ``new_keys`` (every group's new keys, tombstones included) is its
+    key: every new row of a key is newer than every older layer's row. Rows no longer kept
+    whatever the new keys die too: tombstones past their retention, and keyless rows once
+    keyless rows are not retained. Only the key indexes are read, never the parts. Each row is
+    in exactly one share, so the tasks probe the indexes once between them.
+    """
+    chunks = [k for k in new_keys if len(k)]
+    wanted = pc.drop_null(pa.concat_arrays(chunks)) if chunks else pa.array([], pa.string())
+    found: dict[str, list[np.ndarray]] = {}
+    for part, first, stop in _probe_slices(plan, share):
         index = key_index.read(part.keys, rows=part.rows)
+        if stop >= 0:
+            index = index.slice(first, stop - first)
         keys = index.column(key_index.KEY)
         dead = np.zeros(index.num_rows, dtype=bool)
         if len(wanted):
             dead |= _bool_numpy(pc.is_in(keys, value_set=wanted, skip_nulls=True))
-        if group == 0:
-            dead |= key_index.dead_tombstones(index, plan.keep_tombstones_since)
-            if not plan.retain_null_key and keys.null_count:
-                dead |= _bool_numpy(keys.is_null())
+        dead |= key_index.dead_tombstones(index, plan.keep_tombstones_since)
+        if not plan.retain_null_key and keys.null_count:
+            dead |= _bool_numpy(keys.is_null())
         rows = np.flatnonzero(dead)
         if len(rows):
-            found.setdefault(f"layer{part.layer}", []).append(rows + part.first_row)
-    tmp = _attempt_path(plan.dead_path(group), plan.scratch_dir)
+            found.setdefault(f"layer{part.layer}", []).append(rows + part.first_row + first)
+    tmp = _attempt_path(plan.dead_path(share), plan.scratch_dir)
     with open(tmp, "wb") as f:
         np.savez(f, **{name: np.concatenate(rows) for name, rows in found.items()})  # type: ignore[arg-type]
-    os.replace(tmp, plan.dead_path(group))  # scratch: no fsync, a crash discards the round
+    os.replace(tmp, plan.dead_path(share))  # scratch: no fsync, a crash discards the round
 
 
 def dead_rows(plan: RoundPlan) -> dict[int, np.ndarray]:
-    """On the driver, after a delta round's tasks: the rows that died, by layer. A row two
-    groups both found dead appears twice (marking it dead twice is harmless, and cheaper than
-    a sort of every dead row)."""
+    """On the driver, after a delta round's tasks: the rows that died, by layer (each share
+    probed its own rows, so no row is found twice; the driver need not sort them)."""
     found: dict[int, list[np.ndarray]] = {}
-    for group in range(len(plan.groups)):
-        with np.load(plan.dead_path(group), allow_pickle=False) as saved:
+    for share in range(plan.probe_tasks):
+        with np.load(plan.dead_path(share), allow_pickle=False) as saved:
             for name in saved.files:
                 found.setdefault(int(name.removeprefix("layer")), []).append(saved[name])
     return {layer: rows[0] if len(rows) == 1 else np.concatenate(rows) for layer, rows in found.items()}

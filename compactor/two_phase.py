@@ -263,10 +263,12 @@ class TwoPhaseCompactor:
         *,
         fault_hook: FaultHook | None = None,
         min_part_bytes: int = MIN_PART_BYTES,
+        probe_rows: int = arrow_phases.PROBE_ROWS,
     ) -> None:
         self.spark = spark
         self.fault_hook = fault_hook
         self.min_part_bytes = min_part_bytes
+        self.probe_rows = probe_rows
 
     def _group_count(self, segments: Sequence[arrow_phases.Segment]) -> int:
         """Groups (tasks, part files) of a round: one per core, but none under
@@ -503,6 +505,11 @@ class TwoPhaseCompactor:
                     retain_null_key=job.retain_null_key,
                     keep_tombstones_since=since,
                     indexed=indexed,
+                    probe_tasks=arrow_phases.probe_tasks(
+                        indexed, self.spark.sparkContext.defaultParallelism, self.probe_rows
+                    )
+                    if indexed
+                    else 0,
                 )
 
             one_job = fast and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)

@@ -125,6 +125,34 @@ def random_messages(rng: random.Random, keys: int, n: int) -> list[Msg]:
 def test_many_rounds_of_deltas_and_consolidations_equal_one_full_round(
     log: Log, compactor: TwoPhaseCompactor, seed: int, retain_null_key: bool, delete_retention_ms: int
 ) -> None:
+    chain_equals_full_rounds(log, compactor, seed, retain_null_key, delete_retention_ms)
+
+
+@pytest.mark.parametrize(
+    ("min_part_bytes", "seed", "retain_null_key", "delete_retention_ms"),
+    [(64 << 20, 5, False, 0), (64 << 20, 6, True, 2500), (0, 7, True, 1500)],
+    ids=["one group", "one group, both", "groups"],
+)
+def test_a_probe_shared_by_several_tasks_finds_the_same_dead_rows(
+    log: Log,
+    spark: SparkSession,
+    min_part_bytes: int,
+    seed: int,
+    retain_null_key: bool,
+    delete_retention_ms: int,
+) -> None:
+    # One share of the probe per core: the older layers' key indexes are cut between tasks
+    # (with one group, one of them only probes), each probing with every group's new keys.
+    assert spark.sparkContext.defaultParallelism >= 2
+    compactor = TwoPhaseCompactor(spark, min_part_bytes=min_part_bytes, probe_rows=1)
+    chain_equals_full_rounds(log, compactor, seed, retain_null_key, delete_retention_ms)
+
+
+def chain_equals_full_rounds(
+    log: Log, compactor: TwoPhaseCompactor, seed: int, retain_null_key: bool, delete_retention_ms: int
+) -> None:
+    """Eight rounds, each layered on the one before (deltas and consolidations), each equal
+    to a full round over the same messages."""
     rng = random.Random(seed)
     previous: CompactionResult | None = None
     kinds: list[tuple[str, ...]] = []
