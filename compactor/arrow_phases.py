@@ -62,14 +62,14 @@ from pyspark.sql.types import StructType
 
 from compactor.phases import PACK_SHIFT
 from ledger import deletion_vectors, key_index
-from ledger.checksums import READ_OPTIONS, WRITE_OPTIONS, damage_of
+from ledger.checksums import READ_OPTIONS, damage_of
+from ledger.parquet_store import LEDGER_WRITER_OPTIONS
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,
     IS_TOMBSTONE,
     KEY,
     LEDGER_ID,
-    PROPERTIES,
     PUBLISH_TIME,
     SPARK_DDL,
     VALUE,
@@ -103,18 +103,11 @@ PROBE_ROWS = 200_000
 # How compacted parts are encoded. They are read hot -- by every readCompacted consumer and
 # by the next incremental round, which copies the previous ledger's rows -- so LZ4: it encodes
 # about twice as fast as zstd and decodes several times faster, for a few percent more bytes
-# (the sealed ledgers, written once and read in bulk, stay zstd). A compacted ledger's keys
-# are unique and its values mostly so: a dictionary for them would be built and dropped in
-# every row group. Statistics only where they are read: the ids (id bounds, binary search)
-# and the publish time.
+# (the sealed ledgers, written once and read in bulk, stay zstd). Otherwise encoded as every
+# ledger file is (``ledger.parquet_store.LEDGER_WRITER_OPTIONS``): a compacted ledger's keys
+# are unique and its values mostly so, so no dictionary for them.
 PART_CODEC = "lz4"
-PART_WRITER_OPTIONS: dict[str, object] = {
-    "compression": PART_CODEC,
-    "use_dictionary": [LEDGER_ID, f"{PROPERTIES}.key_value.key", f"{PROPERTIES}.key_value.value"],
-    "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
-    # Every page carries a CRC, verified by every reader (ledger.checksums).
-    **WRITE_OPTIONS,
-}
+PART_WRITER_OPTIONS: dict[str, object] = {"compression": PART_CODEC, **LEDGER_WRITER_OPTIONS}
 _KEY_INDEX = ARROW_SCHEMA.get_field_index(KEY)
 _ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
 

@@ -69,17 +69,20 @@ def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROU
     return seal_table(entries_to_table(entries), path, row_group_size=row_group_size)
 
 
-# How sealed ledgers are encoded: zstd (written once, read in bulk). Dictionaries only where
-# they pay: the one ledger id, and properties, whose keys and values repeat. A ledger's keys
-# and values are mostly distinct within a row group, so a dictionary for them would be built
-# and dropped in every row group (a third of the write's time). Statistics only where they are
-# read: the ids (a round's id bounds) and the publish time.
-SEAL_WRITER_OPTIONS: dict[str, object] = {
-    "compression": "zstd",
+# How every Parquet file of a ledger is encoded, compression aside (sealed ledgers here,
+# compacted parts in ``compactor.arrow_phases``). Dictionaries only where they pay: the one
+# ledger id, and properties, whose keys and values repeat. Keys and values are mostly distinct
+# within a row group, so a dictionary for them would be built and dropped in every row group
+# (a third of a sealing's write). Statistics only where they are read: the ids (a round's id
+# bounds, the binary search) and the publish time. Every page carries a CRC, verified by
+# every reader (``ledger.checksums``).
+LEDGER_WRITER_OPTIONS: dict[str, object] = {
     "use_dictionary": [LEDGER_ID, f"{PROPERTIES}.key_value.key", f"{PROPERTIES}.key_value.value"],
     "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
     **WRITE_OPTIONS,
 }
+# Sealed ledgers are zstd: written once, read in bulk.
+SEAL_WRITER_OPTIONS: dict[str, object] = {"compression": "zstd", **LEDGER_WRITER_OPTIONS}
 
 
 def seal_table(table: pa.Table, path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
