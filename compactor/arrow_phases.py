@@ -200,7 +200,7 @@ class IndexedPart:
     layer: int
     first_row: int
     # The part's rows, as the manifest says: its index must hold as many.
-    rows: int = -1
+    rows: int
 
 
 def _bool_numpy(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -220,13 +220,13 @@ class RoundPlan:
     # A delta round: the parts of the older layers, whose rows the new keys supersede.
     indexed: tuple[IndexedPart, ...] = ()
     # How many tasks share the probe of those parts' key indexes (see :func:`probe`), each an
-    # equal run of their rows; tasks past the groups' only probe.
+    # equal run of their rows; tasks past the groups' only probe. 0 when nothing is indexed.
     probe_tasks: int = 0
 
     @property
     def tasks(self) -> int:
         """Tasks of a job of this round: one per group, and as many as share the probe."""
-        return max(len(self.groups), self.probe_tasks if self.indexed else 0)
+        return max(len(self.groups), self.probe_tasks)
 
     def partial_path(self, group: int) -> str:
         return os.path.join(self.scratch_dir, f"partial-{group:05d}.arrow")
@@ -652,7 +652,7 @@ def group_write(plan: RoundPlan, group: int) -> int:
     """Runs in a task: phase two of group ``group`` from the partials phase one wrote.
     Returns the rows written."""
     key_sets = _partial_keys(plan)
-    if group < plan.probe_tasks and plan.indexed:
+    if group < plan.probe_tasks:
         probe(plan, group, [k for h in range(len(plan.groups)) if (k := key_sets(h)) is not None])
     if group >= len(plan.groups):
         return 0  # a task that only probes
@@ -717,7 +717,7 @@ def group_round(plan: RoundPlan, group: int) -> tuple[int, int, float]:
         return own_keys if h == group else _new_keys(plan, h)
 
     cached = _cached(key_sets)
-    if group < plan.probe_tasks and plan.indexed:
+    if group < plan.probe_tasks:
         probe(plan, group, [k for h in range(groups) if (k := cached(h)) is not None])
     if own is None:
         return 0, 0, 0.0
@@ -741,17 +741,16 @@ def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
 
 def probe_tasks(indexed: Sequence[IndexedPart], cores: int, probe_rows: int = PROBE_ROWS) -> int:
     """How many tasks share a delta round's probe: one per ``probe_rows`` indexed rows, at
-    most one per core (at least one)."""
-    rows = sum(max(p.rows, 0) for p in indexed)
+    most one per core, at least one (none when nothing is indexed)."""
+    if not indexed:
+        return 0
+    rows = sum(p.rows for p in indexed)
     return max(1, min(cores, -(-rows // probe_rows)))
 
 
 def _probe_slices(plan: RoundPlan, share: int) -> Iterator[tuple[IndexedPart, int, int]]:
     """Share ``share``'s run of the indexed rows (all parts' rows in order, cut into
     ``probe_tasks`` equal runs): ``(part, first, stop)`` row ranges within parts."""
-    if any(p.rows < 0 for p in plan.indexed):  # rows not known: the first share probes all
-        yield from ((p, 0, -1) for p in plan.indexed if share == 0)
-        return
     total = sum(p.rows for p in plan.indexed)
     lo, hi = total * share // plan.probe_tasks, total * (share + 1) // plan.probe_tasks
     at = 0
@@ -777,9 +776,7 @@ def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> None:
     wanted = pc.drop_null(pa.concat_arrays(chunks)) if chunks else pa.array([], pa.string())
     found: dict[str, list[np.ndarray]] = {}
     for part, first, stop in _probe_slices(plan, share):
-        index = key_index.read(part.keys, rows=part.rows)
-        if stop >= 0:
-            index = index.slice(first, stop - first)
+        index = key_index.read(part.keys, rows=part.rows).slice(first, stop - first)
         keys = index.column(key_index.KEY)
         dead = np.zeros(index.num_rows, dtype=bool)
         if len(wanted):

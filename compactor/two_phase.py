@@ -507,9 +507,7 @@ class TwoPhaseCompactor:
                     indexed=indexed,
                     probe_tasks=arrow_phases.probe_tasks(
                         indexed, self.spark.sparkContext.defaultParallelism, self.probe_rows
-                    )
-                    if indexed
-                    else 0,
+                    ),
                 )
 
             one_job = fast and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)

@@ -527,9 +527,10 @@ class ManagedLedger:
             start = ahead.cache_start if ahead is not None else 0
             if writer is not None and not writer.usable:
                 writer = None
-            if cache is not None and start + len(cache) == wal.written_entries and (
-                writer.rows >= start if writer is not None else start == 0
-            ):
+            # The cache serves if it holds every entry the writer does not (records leave it only
+            # once written, so a live writer always covers the ones that left).
+            written = writer.rows if writer is not None else 0
+            if cache is not None and start + len(cache) == wal.written_entries and start <= written:
                 entries: Sequence[Record] | Sequence[Entry] = cache
             else:
                 entries, start = wal.read_all(), 0
