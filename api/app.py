@@ -126,6 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            engine.stop()
             service_metrics.unwatch()
             scrubber.stop()
             scheduler.stop()

@@ -80,6 +80,9 @@ class Health(BaseModel):
     # Whether compactions can run: "available", "starting", "on demand" (Spark starts with
     # the first round) or "unavailable: <one-line reason>".
     compaction: str
+    # Present (true) while the start-up warm-up still runs Spark jobs in the background
+    # (COMPACTOR_SPARK_WARMUP_JOBS): rounds run meanwhile, but share the cores with it.
+    warmingUp: bool | None = None
 
 
 # A role as a path segment: what token subjects look like (names, e-mail addresses, DNs

@@ -97,9 +97,10 @@ _FOLD_ROWS = 2_000_000
 _BITMAP_SPAN_PER_ROW = 8
 # One job for both phases when new bytes x groups x this <= the round's bytes.
 _ONE_JOB_NEW_SHARE = 2
-# Indexed rows per task of a delta round's probe (see probe_tasks): below this, splitting the
-# probe saves less than another task costs.
-PROBE_ROWS = 200_000
+# Indexed rows per task of a delta round's probe (see probe_tasks). A task probes beside its
+# own writing, on a thread of its own (see _beside_probe), so below this another task (about
+# 20 ms of Spark's on 2 cores) costs more than it takes off the probe (~50 ns a row).
+PROBE_ROWS = 1_000_000
 # How compacted parts are encoded. They are read hot -- by every readCompacted consumer and
 # by the next incremental round, which copies the previous ledger's rows -- so LZ4: it encodes
 # about twice as fast as zstd and decodes several times faster, for a few percent more bytes
@@ -649,15 +650,16 @@ def _write_group(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) 
 
 
 def group_write(plan: RoundPlan, group: int) -> int:
-    """Runs in a task: phase two of group ``group`` from the partials phase one wrote.
-    Returns the rows written."""
+    """Runs in a task: phase two of group ``group`` from the partials phase one wrote, beside
+    the task's share of a delta round's probe (if any). Returns the rows written."""
     key_sets = _partial_keys(plan)
-    if group < plan.probe_tasks:
-        probe(plan, group, [k for h in range(len(plan.groups)) if (k := key_sets(h)) is not None])
-    if group >= len(plan.groups):
-        return 0  # a task that only probes
-    own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
-    return _write_group(plan, group, own, key_sets)
+
+    def write() -> int:
+        own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
+        return _write_group(plan, group, own, key_sets)
+
+    written = _beside_probe(plan, group, key_sets, write)
+    return written if written is not None else 0
 
 
 def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
@@ -702,26 +704,39 @@ def _new_keys(plan: RoundPlan, group: int) -> pa.Array | None:
 
 def group_round(plan: RoundPlan, group: int) -> tuple[int, int, float]:
     """Runs in a task: both phases of group ``group``, computing the later groups' key sets
-    from their new segments rather than from partials. Returns the rows read, the rows
-    written and the seconds phase one took."""
-    t0 = time.perf_counter()
-    groups = len(plan.groups)
-    if group < groups:
+    from their new segments rather than from partials, beside the task's share of a delta
+    round's probe (if any), which reads the new keys itself rather than wait for phase one.
+    Returns the rows read, the rows written and the seconds phase one took."""
+    new_keys = _cached(functools.partial(_new_keys, plan))  # shared by the task's two threads
+
+    def both() -> tuple[int, int, float]:
+        t0 = time.perf_counter()
         own, rows_read = _partial(plan, group)
-        own_keys: pa.Array | None = own.column(P_KEY).combine_chunks()
-    else:  # a task that only probes
-        own, rows_read, own_keys = None, 0, None
-    phase_one_s = time.perf_counter() - t0
+        own_keys = own.column(P_KEY).combine_chunks()
+        phase_one_s = time.perf_counter() - t0
+        written = _write_group(plan, group, own, _cached(lambda h: own_keys if h == group else new_keys(h)))
+        return rows_read, written, phase_one_s
 
-    def key_sets(h: int) -> pa.Array | None:
-        return own_keys if h == group else _new_keys(plan, h)
+    done = _beside_probe(plan, group, new_keys, both)
+    return done if done is not None else (0, 0, 0.0)
 
-    cached = _cached(key_sets)
-    if group < plan.probe_tasks:
-        probe(plan, group, [k for h in range(groups) if (k := cached(h)) is not None])
-    if own is None:
-        return 0, 0, 0.0
-    return rows_read, _write_group(plan, group, own, cached), phase_one_s
+
+def _beside_probe(plan: RoundPlan, group: int, key_sets: KeySets, work: Callable[[], T]) -> T | None:
+    """``work()``, the task's own group's, while the task's share of a delta round's probe (if
+    it has one) runs on a thread of its own; None for a task that only probes. Both spend
+    their time in pyarrow's kernels, which release the GIL, so a small delta round's task (one
+    group, often the round's only task) keeps two cores busy instead of one."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as side:
+        probing = side.submit(_probe_all, plan, group, key_sets) if group < plan.probe_tasks else None
+        done = work() if group < len(plan.groups) else None
+        if probing is not None:
+            probing.result()
+    return done
+
+
+def _probe_all(plan: RoundPlan, share: int, key_sets: KeySets) -> None:
+    """:func:`probe` of share ``share`` against every group's new keys."""
+    probe(plan, share, [k for h in range(len(plan.groups)) if (k := key_sets(h)) is not None])
 
 
 def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:

@@ -19,7 +19,7 @@ from compactor import TwoPhaseCompactor
 from compactor.cluster import ExecutorsUnfit, check_executors, one_line
 from compactor.java import JavaUnavailable, find_java
 from compactor.spark import get_spark, local_cores
-from compactor.warmup import warm_up
+from compactor.warmup import warm_up, warm_up_jit
 from service.errors import CompactionUnavailable
 from service.settings import Settings
 
@@ -42,6 +42,8 @@ class SparkEngine:
         self._probed = False
         self._status = STARTING
         self._logged: str | None = None
+        self._stopping = threading.Event()
+        self._warming = False
 
     @property
     def status(self) -> str:
@@ -49,12 +51,19 @@ class SparkEngine:
         return self._status
 
     @property
+    def warming_up(self) -> bool:
+        """Whether the start-up warm-up is still running (its round or its empty jobs)."""
+        return self._warming
+
+    @property
     def is_cluster(self) -> bool:
         return local_cores(self.settings.spark_master) is None
 
     def start_in_background(self) -> threading.Thread:
         """Check at start-up, off the serving path: Java always; with warm-up on, also start
-        Spark, probe a cluster's executors and run a throw-away round."""
+        Spark, probe a cluster's executors, run a throw-away round, then the empty jobs that
+        let the JVM compile a job's path (``compactor.warmup``)."""
+        self._warming = self.settings.spark_warmup  # from now: /health says so at once
         thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
         thread.start()
         return thread
@@ -62,7 +71,11 @@ class SparkEngine:
     def _start(self) -> None:
         try:
             if self.settings.spark_warmup:
-                warm_up(self.session(), self.settings.data_dir)
+                try:
+                    warm_up(self.session(), self.settings.data_dir)
+                    warm_up_jit(self.session(), self.settings.spark_warmup_jobs, stop=self._stopping)
+                finally:
+                    self._warming = False
             else:
                 with self._lock:
                     if self._session is None:
@@ -75,7 +88,12 @@ class SparkEngine:
         except CompactionUnavailable:
             pass  # said once in the log, and in /health
         except Exception:  # noqa: BLE001 - a real round reports the same failure where it matters
-            log.exception("warming Spark up failed")
+            if not self._stopping.is_set():  # else Spark went down under it with the process
+                log.exception("warming Spark up failed")
+
+    def stop(self) -> None:
+        """The service stops: no more warm-up jobs (one running finishes)."""
+        self._stopping.set()
 
     def session(self) -> SparkSession:
         """The started, checked session; raises :class:`CompactionUnavailable`."""

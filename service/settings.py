@@ -109,6 +109,12 @@ class Settings(BaseSettings):
         default=True,
         description="Start Spark, and run a throw-away compaction round, in the background at start-up.",
     )
+    spark_warmup_jobs: int = Field(
+        default=150,
+        ge=0,
+        description="With warm-up on: empty Spark jobs run after the warm-up round, so that the JVM has "
+        "compiled the path every round's job takes before the first rounds (0: none).",
+    )
     spark_python: str | None = Field(
         default=None, description="The executors' Python interpreter on a cluster (spark.pyspark.python)."
     )

@@ -18,8 +18,9 @@ router = APIRouter(tags=["health"])
 def health(request: Request, broker: BrokerDep) -> Health:
     engine = getattr(request.app.state, "engine", None)
     compaction = engine.status if engine is not None else STARTING
+    warming = True if engine is not None and engine.warming_up else None
     # Still 200 when degraded: the service serves what it can, and a restart would not help.
     problems = health_problems(broker)
     if problems:
-        return Health(status="degraded", reason="; ".join(problems), compaction=compaction)
-    return Health(status="ok", compaction=compaction)
+        return Health(status="degraded", reason="; ".join(problems), compaction=compaction, warmingUp=warming)
+    return Health(status="ok", compaction=compaction, warmingUp=warming)

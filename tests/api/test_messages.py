@@ -7,6 +7,11 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
+from pyspark.sql import SparkSession
+
+from api.app import create_app
+from compactor.warmup import JIT_JOB_GROUP
+from service.settings import Settings
 
 ADMIN = "/admin/v2/persistent/t/ns"
 TOPICS = "/topics/persistent/t/ns"
@@ -39,6 +44,26 @@ def test_health(client: TestClient) -> None:
     while (body := client.get("/health").json())["compaction"] == "starting" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert body == {"status": "ok", "compaction": "on demand"}
+
+
+def test_health_says_warming_up_while_the_warm_up_runs_and_stopping_ends_it(
+    settings: Settings, spark: SparkSession
+) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    before = len(tracker.getJobIdsForGroup(JIT_JOB_GROUP))
+    warm = settings.model_copy(update={"spark_warmup": True, "spark_warmup_jobs": 1_000_000})
+    with TestClient(create_app(warm)) as c:
+        assert c.get("/health").json()["warmingUp"] is True
+        deadline = time.monotonic() + 120
+        while len(tracker.getJobIdsForGroup(JIT_JOB_GROUP)) < before + 2:  # in its empty jobs
+            assert time.monotonic() < deadline, "the warm-up's jobs did not start"
+            time.sleep(0.05)
+        body = c.get("/health").json()
+        assert body == {"status": "ok", "compaction": "available", "warmingUp": True}
+    # The service stopped: its warm-up ran at most the job it was in.
+    ran = len(tracker.getJobIdsForGroup(JIT_JOB_GROUP))
+    time.sleep(1.0)
+    assert len(tracker.getJobIdsForGroup(JIT_JOB_GROUP)) <= ran + 1
 
 
 def test_produce_returns_ids_in_request_order_and_read_returns_them(client: TestClient, topic: str) -> None:

@@ -1,12 +1,14 @@
-"""The start-up warm-up round: it works on a fresh directory and leaves nothing behind."""
+"""The start-up warm-up: the round works on a fresh directory and leaves nothing behind; the
+empty jobs after it run on Spark and end when the service stops."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from compactor.warmup import warm_up
+from compactor.warmup import JIT_JOB_GROUP, warm_up, warm_up_jit
 
 
 def test_warm_up_compacts_a_scratch_topic_and_removes_it(spark: SparkSession, tmp_path: Path) -> None:
@@ -19,3 +21,19 @@ def test_warm_up_compacts_a_scratch_topic_and_removes_it(spark: SparkSession, tm
         {i % 16 for i in range(64) if i % 7 != 0} - {i % 16 for i in range(64) if i % 7 == 0 and i >= 48}
     )
     assert list(data_dir.iterdir()) == []
+
+
+def test_jit_warm_up_runs_its_jobs_on_spark_and_ends_when_asked(spark: SparkSession) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(JIT_JOB_GROUP))
+    assert warm_up_jit(spark, 3) == 3
+    ran = set(tracker.getJobIdsForGroup(JIT_JOB_GROUP)) - before
+    assert len(ran) == 3
+    assert all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in ran)  # type: ignore[union-attr]
+    # A job submitted after it returns is not in its group (the group was the thread's only).
+    spark.sparkContext.parallelize([1]).count()
+    assert set(tracker.getJobIdsForGroup(JIT_JOB_GROUP)) - before == ran
+
+    stop = threading.Event()
+    stop.set()
+    assert warm_up_jit(spark, 1000, stop=stop) == 0

@@ -64,6 +64,9 @@ def cluster_env(cluster: SparkCluster, python: Path | str, **extra: str) -> dict
         "COMPACTOR_SPARK_CONF": json.dumps(conf),
         "COMPACTOR_SPARK_DRIVER_MEMORY": "1g",
         "COMPACTOR_SPARK_WARMUP": "true",
+        # A few of the JIT warm-up's empty jobs: they run on the cluster too, but each costs
+        # the test's time.
+        "COMPACTOR_SPARK_WARMUP_JOBS": "3",
         **extra,
     }
 
