@@ -135,6 +135,7 @@ def run_compaction(
 ]:
     """The compaction, incremental, scale and big sections on one warm SparkSession."""
     from compactor.spark import get_spark, stop_spark
+    from compactor.warmup import warm_up_jit
     from tests.benchmarks.compactors import DuckDBCompactor, ProjectCompactor, PythonCompactor
     from tests.benchmarks.runner import Bench
 
@@ -156,8 +157,9 @@ def run_compaction(
     scale: list[SizeResult] = []
     done: dict[tuple[int, int], SizeResult] = {}
     try:
-        log("warming up: one small round of every compactor")
+        log("warming up: one small round of every compactor, and Spark's JIT as the service does")
         bench.warm_up(WARM_UP)
+        warm_up_jit(spark)
         spec = MAIN_QUICK if args.quick else MAIN
         if sections & {"compaction", "incremental", "layers"}:
             main, w, last = bench.full_round(spec, keep="incremental" in sections)
@@ -294,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
 
             log("rounds: starting `compactor serve` and this process's Spark")
             try:
-                replica = InProcessReplica(get_spark(driver_memory=args.driver_memory or "8g"))
+                from compactor.warmup import warm_up_jit
+
+                replica_spark = get_spark(driver_memory=args.driver_memory or "8g")
+                warm_up_jit(replica_spark)  # as the server warms its own at start-up
+                replica = InProcessReplica(replica_spark)
                 try:
                     params = ServiceRoundParams.quick() if args.quick else ServiceRoundParams()
                     if args.rounds_messages:
@@ -374,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
             "- Each size starts with one unmeasured warm-up round of every compactor (`--warmups`): on the "
             "JVM the first round at a new size is measurably slower (JIT, heap growth). The 50M case runs "
             "once, without one.",
-            "- The project's compactor runs on a SparkSession warmed up by one small compaction; DuckDB runs "
+            "- The project's compactor runs on a SparkSession warmed up as the service warms its own at "
+            "start-up: one small compaction, then `compactor.warmup.warm_up_jit`'s empty jobs; DuckDB runs "
             "with its default threads (= cores); the Python compactor is single-threaded.",
             "- Outputs are checked equal row for row every run (ids, keys, values; message-id order).",
         ]
