@@ -714,7 +714,7 @@ def group_round(plan: RoundPlan, group: int) -> tuple[int, int, float]:
         own, rows_read = _partial(plan, group)
         own_keys = own.column(P_KEY).combine_chunks()
         phase_one_s = time.perf_counter() - t0
-        written = _write_group(plan, group, own, _cached(lambda h: own_keys if h == group else new_keys(h)))
+        written = _write_group(plan, group, own, lambda h: own_keys if h == group else new_keys(h))
         return rows_read, written, phase_one_s
 
     done = _beside_probe(plan, group, new_keys, both)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from compactor.spark import job_group
+
 PHASE_ONE, PHASE_TWO, COMMIT = "phase-one", "phase-two", "commit"
 
 # The share of the round's percent each phase ends at.
@@ -32,8 +34,6 @@ BOTH_PHASES_BAND = (0.0, 95.0)
 
 # How often the tracker asks Spark how far the job is. Each poll is a few calls to the JVM.
 POLL_INTERVAL_S = 0.2
-
-_JOB_GROUP = "spark.jobGroup.id"
 
 
 @dataclass(frozen=True)
@@ -137,15 +137,12 @@ class SparkJobTracker:
     @contextmanager
     def tracking(self) -> Iterator[None]:
         """Run the body's Spark jobs in the group, polling their progress meanwhile."""
-        sc = self.spark.sparkContext
-        previous = sc.getLocalProperty(_JOB_GROUP)
-        sc.setLocalProperty(_JOB_GROUP, self.group)  # thread-local: only this round's jobs
-        poller = threading.Thread(target=self._poll, name=f"progress-{self.group}", daemon=True)
-        poller.start()
-        try:
-            yield
-        finally:
-            self._stop.set()
-            poller.join()
-            sc.setLocalProperty(_JOB_GROUP, previous)  # type: ignore[arg-type]
+        with job_group(self.spark, self.group):  # thread-local: only this round's jobs
+            poller = threading.Thread(target=self._poll, name=f"progress-{self.group}", daemon=True)
+            poller.start()
+            try:
+                yield
+            finally:
+                self._stop.set()
+                poller.join()
         self.progress.advance(1.0)

@@ -36,6 +36,7 @@ import re
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -205,6 +206,24 @@ def get_spark(
             session.sparkContext.addPyFile(str(code_zip()))
         _session = session
         return session
+
+
+# The thread-local property that puts the thread's Spark jobs in a job group (as
+# ``SparkContext.setJobGroup`` does), which the UI and the status tracker show.
+_JOB_GROUP = "spark.jobGroup.id"
+
+
+@contextlib.contextmanager
+def job_group(spark: SparkSession, group: str) -> Iterator[None]:
+    """The calling thread's Spark jobs in job group ``group`` while the body runs; the
+    thread's previous group (if any) afterwards."""
+    sc = spark.sparkContext
+    previous = sc.getLocalProperty(_JOB_GROUP)
+    sc.setLocalProperty(_JOB_GROUP, group)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(_JOB_GROUP, previous)  # type: ignore[arg-type]
 
 
 def stop_spark() -> None:

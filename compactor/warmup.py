@@ -25,6 +25,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from compactor.result import CompactionJob
+from compactor.spark import job_group
 from compactor.two_phase import TwoPhaseCompactor
 from ledger.entry import Entry, Position
 from ledger.parquet_store import seal
@@ -37,7 +38,6 @@ _ENTRIES = 64
 JIT_JOBS = 150
 # The Spark job group of those jobs (as the UI and the status tracker show them).
 JIT_JOB_GROUP = "compactor-warm-up"
-_JOB_GROUP = "spark.jobGroup.id"
 
 
 def warm_up(spark: SparkSession, under: Path | None = None) -> int:
@@ -86,13 +86,9 @@ def warm_up_jit(spark: SparkSession, jobs: int = JIT_JOBS, stop: threading.Event
     sc = spark.sparkContext
     cores = max(1, sc.defaultParallelism)
     rdd = sc.parallelize(range(cores), cores)
-    previous = sc.getLocalProperty(_JOB_GROUP)
-    sc.setLocalProperty(_JOB_GROUP, JIT_JOB_GROUP)  # thread-local: only these jobs
-    try:
+    with job_group(spark, JIT_JOB_GROUP):  # thread-local: only these jobs
         for done in range(jobs):
             if stop is not None and stop.is_set():
                 return done
             rdd.mapPartitions(_each).collect()
         return jobs
-    finally:
-        sc.setLocalProperty(_JOB_GROUP, previous)  # type: ignore[arg-type]

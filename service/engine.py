@@ -43,7 +43,7 @@ class SparkEngine:
         self._status = STARTING
         self._logged: str | None = None
         self._stopping = threading.Event()
-        self._warming = False
+        self._starting: threading.Thread | None = None
 
     @property
     def status(self) -> str:
@@ -53,7 +53,7 @@ class SparkEngine:
     @property
     def warming_up(self) -> bool:
         """Whether the start-up warm-up is still running (its round or its empty jobs)."""
-        return self._warming
+        return self.settings.spark_warmup and self._starting is not None and self._starting.is_alive()
 
     @property
     def is_cluster(self) -> bool:
@@ -63,19 +63,16 @@ class SparkEngine:
         """Check at start-up, off the serving path: Java always; with warm-up on, also start
         Spark, probe a cluster's executors, run a throw-away round, then the empty jobs that
         let the JVM compile a job's path (``compactor.warmup``)."""
-        self._warming = self.settings.spark_warmup  # from now: /health says so at once
         thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
+        self._starting = thread
         thread.start()
         return thread
 
     def _start(self) -> None:
         try:
             if self.settings.spark_warmup:
-                try:
-                    warm_up(self.session(), self.settings.data_dir)
-                    warm_up_jit(self.session(), self.settings.spark_warmup_jobs, stop=self._stopping)
-                finally:
-                    self._warming = False
+                warm_up(self.session(), self.settings.data_dir)
+                warm_up_jit(self.session(), self.settings.spark_warmup_jobs, stop=self._stopping)
             else:
                 with self._lock:
                     if self._session is None:
