@@ -158,6 +158,32 @@ class _Part:
     layer_row: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    """Row groups ``first_rg..last_rg`` of ``part``, decoded, holding only live rows.
+
+    ``rows`` holds the row numbers (in the part) of the table's rows, or is ``None`` when every
+    row is live and the table's row i is row ``offset + i``. Dropping the dead rows once per
+    decoding, not once per page, makes every page of consecutive live rows a slice: no copy.
+    """
+
+    part: int
+    first_rg: int
+    last_rg: int
+    table: pa.Table
+    offset: int
+    rows: np.ndarray | None
+
+    def holds(self, part: int, first_rg: int, last_rg: int) -> bool:
+        return self.part == part and self.first_rg <= first_rg <= last_rg <= self.last_rg
+
+    def select(self, rows: np.ndarray) -> pa.Table:
+        """The table's rows for ``rows``: consecutive live rows of the part (as a page is),
+        inside these row groups. A slice: no copy."""
+        at = int(rows[0]) - self.offset if self.rows is None else int(np.searchsorted(self.rows, rows[0]))
+        return self.table.slice(at, len(rows))
+
+
 class CompactedLedger:
     """Read access to a compacted ledger by message id; safe to share between threads.
 
@@ -187,9 +213,9 @@ class CompactedLedger:
         self._dead: dict[int, np.ndarray] = {}  # per layer with a deletion vector, unpacked
         self._live_counts: list[int] | None = None
         self._lock = threading.Lock()
-        # (part, first row group, last row group, rows): the row groups decoded last. Replaced
-        # whole, never changed, so threads share it without the lock.
-        self._decoded: tuple[int, int, int, pa.Table] | None = None
+        # The row groups decoded last, their dead rows dropped. Replaced whole, never changed,
+        # so threads share it without the lock.
+        self._decoded: _Decoded | None = None
 
     # ------------------------------------------------------------------ summary
 
@@ -421,7 +447,8 @@ class CompactedLedger:
         return Position(int(ledger_ids[row]), int(entry_ids[row]))
 
     def _read_rows(self, part: int, rows: np.ndarray) -> list[Entry]:
-        """Rows ``rows`` (sorted row numbers) of ``part``, reading only the row groups that hold them."""
+        """Rows ``rows`` of ``part`` (consecutive live rows: with none dead between them), reading
+        only the row groups that hold them."""
         if not len(rows):
             return []
         index = self._part_index(part)
@@ -430,16 +457,35 @@ class CompactedLedger:
         last_rg = bisect.bisect_right(index.rg_starts, hi - 1) - 1
         # Readers go page by page and a row group holds many pages: keep the last one decoded.
         decoded = self._decoded
-        if decoded is None or decoded[0] != part or not decoded[1] <= first_rg <= last_rg <= decoded[2]:
-            try:
-                with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
-                    table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
-            except Exception as e:
-                raise damage_of(self._path(part), e) or e from e
-            self._check_ids(part, table, lo=index.rg_starts[first_rg])
-            decoded = self._decoded = (part, first_rg, last_rg, table)
-        _, first, _, table = decoded
-        offset = index.rg_starts[first]
-        if hi - lo == len(rows):  # contiguous: a slice, no copy
-            return table_to_entries(table.slice(lo - offset, hi - lo))
-        return table_to_entries(table.take(pa.array(rows - offset)))
+        if decoded is not None and decoded.holds(part, first_rg, last_rg):
+            return table_to_entries(decoded.select(rows))
+        if decoded is not None and decoded.part == part and decoded.first_rg <= first_rg <= decoded.last_rg:
+            # A page across the end of the held row groups: decode only the ones after them.
+            after = self._decoded = self._decode(part, index, decoded.last_rg + 1, last_rg)
+            split = int(np.searchsorted(rows, index.rg_starts[decoded.last_rg + 1]))
+            tail, head = decoded.select(rows[:split]), after.select(rows[split:])
+            return table_to_entries(pa.concat_tables([tail, head]))
+        decoded = self._decoded = self._decode(part, index, first_rg, last_rg)
+        return table_to_entries(decoded.select(rows))
+
+    def _decode(self, part: int, index: _PartIndex, first_rg: int, last_rg: int) -> _Decoded:
+        """Row groups ``first_rg..last_rg`` of ``part``, checked against the manifest, dead rows
+        dropped."""
+        try:
+            with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+                table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+        except Exception as e:
+            raise damage_of(self._path(part), e) or e from e
+        offset = index.rg_starts[first_rg]
+        self._check_ids(part, table, lo=offset)
+        live = self._live_rows(part)
+        if live is None:
+            return _Decoded(part, first_rg, last_rg, table, offset, None)
+        end = index.rg_starts[last_rg + 1]
+        mine = live[np.searchsorted(live, offset) : np.searchsorted(live, end)]
+        if len(mine) == table.num_rows:
+            return _Decoded(part, first_rg, last_rg, table, offset, None)
+        keep = np.zeros(table.num_rows, dtype=np.bool_)
+        keep[mine - offset] = True
+        # A filter by mask: Table.take copies the same rows several times slower.
+        return _Decoded(part, first_rg, last_rg, table.filter(pa.array(keep)), offset, mine)

@@ -276,7 +276,15 @@ class SealedLedger:
         with self._lock:  # ParquetFile keeps one file handle; serialise its use.
             decoded = self._decoded
             if decoded is None or not decoded[0] <= first_rg <= last_rg <= decoded[1]:
-                rows = pa.concat_tables(self._read_row_group(rg) for rg in range(first_rg, last_rg + 1))
+                held: list[pa.Table] = []
+                if decoded is not None and decoded[0] <= first_rg <= decoded[1]:
+                    # A page across the end of the held row groups: decode only the ones after.
+                    held = [decoded[2].slice(self._starts[first_rg] - self._starts[decoded[0]])]
+                    read_from = decoded[1] + 1
+                else:
+                    read_from = first_rg
+                new = [self._read_row_group(rg) for rg in range(read_from, last_rg + 1)]
+                rows = pa.concat_tables(held + new)
                 decoded = self._decoded = (first_rg, last_rg, rows)
                 self._decoded_bytes = rows.nbytes
         first, _, table = decoded

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pyarrow as pa
+
 from ledger.entry import Entry, Record, is_delete
 from ledger.schema import ARROW_SCHEMA, entries_to_table, records_to_table, table_to_entries
 
@@ -44,3 +46,18 @@ def test_entries_keep_their_own_ids() -> None:
     table = entries_to_table(entries)
     assert table_to_entries(table) == entries
     assert table.column("is_tombstone").to_pylist() == [False, True]
+
+
+def test_properties_come_back_from_slices_and_chunks_of_a_table() -> None:
+    # Pages are slices of decoded row groups, and a page across two row groups has two chunks:
+    # the properties of each row must come back whichever chunk or slice holds it.
+    entries = [Entry(1, i, f"k{i}", b"v", {"n": str(i)} if i in (2, 7) else {}, i, None) for i in range(10)]
+    table = entries_to_table(entries)
+    for lo, hi in ((0, 2), (3, 7), (2, 3), (6, 9), (0, 10)):
+        assert table_to_entries(table.slice(lo, hi - lo)) == entries[lo:hi]
+    two_chunks = pa.concat_tables([table.slice(3, 3), table.slice(6, 3)])
+    assert two_chunks.column("properties").num_chunks == 2
+    assert table_to_entries(two_chunks) == entries[3:9]
+    fresh = table_to_entries(table.slice(0, 2))
+    fresh[0].properties["x"] = "y"  # each entry owns its dict
+    assert fresh[1].properties == {}
