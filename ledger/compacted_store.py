@@ -29,9 +29,11 @@ A read that meets damage raises ``IntegrityError`` naming the file and the check
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +55,7 @@ from ledger.layers import (
     check_order,
     final_name,
 )
-from ledger.schema import COLUMNS, ENTRY_ID, LEDGER_ID, table_to_entries
+from ledger.schema import ENTRY_COLUMNS, ENTRY_ID, LEDGER_ID, table_to_entries
 
 __all__ = [
     "MANIFEST_NAME",
@@ -69,6 +71,8 @@ __all__ = [
 PART_GLOB = "part-*.parquet"
 _PART_NUMBER = re.compile(r"^part-(\d+)")
 _ID_COLUMNS = [LEDGER_ID, ENTRY_ID]
+# Decodes row groups ahead of in-order readers, for every compacted ledger of the process.
+_READ_AHEAD = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compacted-read-ahead")
 
 
 def _part_sort_key(name: str) -> tuple[int, str]:
@@ -177,6 +181,12 @@ class _Decoded:
     def holds(self, part: int, first_rg: int, last_rg: int) -> bool:
         return self.part == part and self.first_rg <= first_rg <= last_rg <= self.last_rg
 
+    def followed_by(self, part: int, first_rg: int) -> bool:
+        """Whether row group ``first_rg`` of ``part`` comes right after these."""
+        if part == self.part:
+            return first_rg == self.last_rg + 1
+        return part == self.part + 1 and first_rg == 0
+
     def select(self, rows: np.ndarray) -> pa.Table:
         """The table's rows for ``rows``: consecutive live rows of the part (as a page is),
         inside these row groups. A slice: no copy."""
@@ -192,7 +202,8 @@ class CompactedLedger:
     one binary search over the parts, one over the id columns of the part holding the start
     (cached per part, ``cache_parts`` at most), and the row groups of the returned page; in a
     part with dead rows, the live row numbers come from the layer's deletion vector (read once
-    per layer, when a read first reaches the layer).
+    per layer, when a read first reaches the layer). A reader going on in order has the next
+    row group decoded ahead, on a thread of a pool the process's compacted ledgers share.
     """
 
     def __init__(self, directory: Path, *, cache_parts: int = 8, checksum: str | None = None) -> None:
@@ -216,6 +227,8 @@ class CompactedLedger:
         # The row groups decoded last, their dead rows dropped. Replaced whole, never changed,
         # so threads share it without the lock.
         self._decoded: _Decoded | None = None
+        # The row group being decoded ahead of an in-order reader: ((part, row group), future).
+        self._ahead: tuple[tuple[int, int], Future[_Decoded]] | None = None
 
     # ------------------------------------------------------------------ summary
 
@@ -301,6 +314,7 @@ class CompactedLedger:
             self._live.clear()
             self._dead.clear()
             self._decoded = None
+            self._ahead = None
 
     # ------------------------------------------------------------------ internals
 
@@ -461,19 +475,38 @@ class CompactedLedger:
             return table_to_entries(decoded.select(rows))
         if decoded is not None and decoded.part == part and decoded.first_rg <= first_rg <= decoded.last_rg:
             # A page across the end of the held row groups: decode only the ones after them.
-            after = self._decoded = self._decode(part, index, decoded.last_rg + 1, last_rg)
+            after = self._decoded = self._decode(part, decoded.last_rg + 1, last_rg, in_order=True)
             split = int(np.searchsorted(rows, index.rg_starts[decoded.last_rg + 1]))
             tail, head = decoded.select(rows[:split]), after.select(rows[split:])
             return table_to_entries(pa.concat_tables([tail, head]))
-        decoded = self._decoded = self._decode(part, index, first_rg, last_rg)
+        in_order = decoded is not None and decoded.followed_by(part, first_rg)
+        decoded = self._decoded = self._decode(part, first_rg, last_rg, in_order=in_order)
         return table_to_entries(decoded.select(rows))
 
-    def _decode(self, part: int, index: _PartIndex, first_rg: int, last_rg: int) -> _Decoded:
+    def _decode(self, part: int, first_rg: int, last_rg: int, *, in_order: bool) -> _Decoded:
+        """Row groups ``first_rg..last_rg`` of ``part``, as ``_decode_now`` gives them.
+
+        A reader that went on in order from the row groups it read last is likely to go on: the
+        row group after these is decoded ahead, on a thread, while the reader converts these
+        (decoding releases the GIL). A reader that jumps about decodes only what it reads."""
+        ahead = self._ahead
+        if in_order:  # started first: it runs beside this one's decoding as well
+            groups = len(self._part_index(part).rg_starts) - 1
+            after = (part, last_rg + 1) if last_rg + 1 < groups else (part + 1, 0)
+            if after[0] < len(self._parts):
+                with contextlib.suppress(RuntimeError):  # the interpreter is shutting down
+                    self._ahead = (after, _READ_AHEAD.submit(self._decode_now, *after, after[1]))
+        if ahead is not None and ahead[0] == (part, first_rg) and first_rg == last_rg:
+            return ahead[1].result()
+        return self._decode_now(part, first_rg, last_rg)
+
+    def _decode_now(self, part: int, first_rg: int, last_rg: int) -> _Decoded:
         """Row groups ``first_rg..last_rg`` of ``part``, checked against the manifest, dead rows
         dropped."""
+        index = self._part_index(part)
         try:
             with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
-                table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=list(COLUMNS))
+                table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=ENTRY_COLUMNS)
         except Exception as e:
             raise damage_of(self._path(part), e) or e from e
         offset = index.rg_starts[first_rg]

@@ -36,6 +36,8 @@ DELETES_RULE_KEY = b"compactor.deletes"
 DELETES_RULE = b"null-or-empty-keyed"
 
 COLUMNS = (LEDGER_ID, ENTRY_ID, KEY, VALUE, IS_TOMBSTONE, PROPERTIES, PUBLISH_TIME, EVENT_TIME)
+# What an entry is made of (``table_to_entries``): a reader of entries decodes only these.
+ENTRY_COLUMNS = [c for c in COLUMNS if c != IS_TOMBSTONE]
 
 ARROW_SCHEMA = pa.schema(
     [

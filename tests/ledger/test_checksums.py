@@ -20,8 +20,8 @@ from ledger.checksums import (
     file_checksum,
     verify_file,
 )
-from ledger.compacted_store import CompactedLedgerError, Manifest, write_manifest
-from ledger.entry import Entry
+from ledger.compacted_store import CompactedLedger, CompactedLedgerError, Manifest, write_manifest
+from ledger.entry import Entry, Position
 from ledger.parquet_store import SealedLedger, seal, verify_written
 from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import ARROW_SCHEMA, entries_to_table
@@ -153,3 +153,26 @@ def test_a_manifest_carries_its_parts_checksums_and_is_checked_against_its_own(t
     with pytest.raises(CompactedLedgerError) as caught:
         Manifest.load(directory, checksum="crc32c:00000000")
     assert "manifest checksum" in str(caught.value)
+
+
+def test_a_compacted_ledger_read_in_order_meets_damage_where_it_lies(tmp_path: Path) -> None:
+    # An in-order reader has the next row group decoded ahead: damage there must reach the
+    # reader when it gets there (and each time it tries), never spoil the pages before it.
+    directory = tmp_path / "compacted-00000000000000000009"
+    directory.mkdir()
+    part = directory / "part-00000.parquet"
+    pq.write_table(entries_to_table(entries(20)), part, row_group_size=4, write_page_checksum=True)
+    flip_value_page(part, 3)  # entries 12..15
+    write_manifest(directory)
+    ledger = CompactedLedger(directory)
+    got: list[Entry] = []
+    at: Position | None = Position(0, 0)
+    with pytest.raises(IntegrityError) as caught:
+        while at is not None:
+            page, at = ledger.read(at, 3)
+            got.extend(page)
+    assert caught.value.check == PAGE_CHECKSUM and caught.value.path == part
+    assert got == entries(20)[:12]
+    with pytest.raises(IntegrityError):
+        ledger.read(Position(LEDGER, 12), 3)
+    assert ledger.read(Position(LEDGER, 16), 10)[0] == entries(20)[16:]

@@ -98,7 +98,8 @@ def test_pages_across_row_groups_read_back_every_entry_in_order(tmp_path: Path, 
         for start in range(0, n, page):
             got.extend(ledger.read(start, page))
         assert [e.entry_id for e in got] == list(range(n))
-        assert [(e.key, e.value, e.properties) for e in got] == [(r.key, r.value, r.properties) for r in records]
+        sent = [(r.key, r.value, r.properties) for r in records]
+        assert [(e.key, e.value, e.properties) for e in got] == sent
         # Going back to a group no longer held decodes it again.
         assert [e.entry_id for e in ledger.read(5, 3)] == [5, 6, 7]
     finally:
