@@ -363,6 +363,23 @@ def serving_table(r: ServingResult) -> Table:
         runs(r.load_compacted_s, "{:.2f}"),
     )
     t.add("readCompacted speed-up of the latest-state load", f_x(r.load_speedup), "")
+    if r.consume_layered:
+        deltas = r.layers.count("delta")
+        t.add(
+            f"consume, readCompacted over a base + {deltas} deltas (msg/s)",
+            f_int(median(r.consume_layered)),
+            runs(r.consume_layered),
+        )
+        t.add(
+            "consume, readCompacted over one base, the same messages (msg/s)",
+            f_int(median(r.consume_one_base)),
+            runs(r.consume_one_base),
+        )
+        t.add(
+            "readCompacted over the deltas / over one base (time)",
+            f_x(median(r.consume_one_base) / median(r.consume_layered)),
+            "",
+        )
     t.notes.append(
         f"produce: {p.batches} requests of 1,000 messages ({p.value_bytes}-byte values) per measurement, "
         f"split over {p.threads} threads in the threaded case; latency: {p.latency_requests} sequential sends"
@@ -374,6 +391,14 @@ def serving_table(r: ServingResult) -> Table:
         "client groups acks, 100 ms, as Pulsar's), builds key -> value, closes (the clock stops "
         "here); the two maps are checked equal and the server's backlog empty"
     )
+    if r.consume_layered:
+        t.notes.append(
+            f"readCompacted over deltas: two topics get the same messages ({f_int(p.layered_keys)} keys "
+            f"x {p.layered_versions} versions, then {p.layered_deltas} steps of 1% more on random keys); "
+            "one is compacted after the first and after each step (a base and a delta per step, the "
+            f"default consolidation rule; layers {'/'.join(r.layers)}), the other once at the end; "
+            "each run consumes both as above (which goes first alternates), the two maps checked equal"
+        )
     t.notes.append(f"client and server share the machine's {os.cpu_count()} cores; client: {r.client}")
     return t
 

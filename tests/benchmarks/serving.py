@@ -66,13 +66,18 @@ class ServingParams:
     value_bytes: int = 100
     page: int = 1000
     runs: int = 3
+    # readCompacted over a base of layered_keys x layered_versions messages and this many deltas
+    # (1% more messages each), against the same messages compacted into one base; 0: not measured.
+    layered_deltas: int = 5
+    layered_keys: int = 100_000
+    layered_versions: int = 4
     # Seconds between scrapes of ``GET /metrics`` by a background thread while everything is
     # measured (a Prometheus server scraping the service); None: no scraper.
     scrape_interval_s: float | None = None
 
     @classmethod
     def quick(cls, runs: int = 2) -> ServingParams:
-        return cls(batches=50, latency_requests=500, state_keys=5000, runs=runs)
+        return cls(batches=50, latency_requests=500, state_keys=5000, layered_keys=5000, runs=runs)
 
 
 @dataclass
@@ -85,6 +90,9 @@ class ServingResult:
     consume_compacted: list[float] = field(default_factory=list)  # messages/s
     load_full_s: list[float] = field(default_factory=list)
     load_compacted_s: list[float] = field(default_factory=list)
+    consume_layered: list[float] = field(default_factory=list)  # msg/s, base + deltas
+    consume_one_base: list[float] = field(default_factory=list)  # msg/s, the same in one base
+    layers: list[str] = field(default_factory=list)  # of the layered topic's compacted ledger
     compacted_messages: int = 0
     full_messages: int = 0
     compaction_s: float = 0.0
@@ -235,6 +243,10 @@ class ServingBench:
                 topic = self.prepare_state(client, result)
                 for i in range(self.params.runs):
                     self.load_once(client, topic, result, i)
+                if self.params.layered_deltas:
+                    layered, one_base = self.prepare_layered(client, result)
+                    for i in range(self.params.runs):
+                        self.load_layered_once(client, layered, one_base, result, i)
             if self.params.scrape_interval_s is not None:
                 result.scrape_cpu_s = scrape_cpu_seconds(self.server.url)
         finally:
@@ -346,7 +358,6 @@ class ServingBench:
 
     def prepare_state(self, client: Client, result: ServingResult) -> str:
         """A compacted topic of ``state_keys`` x ``versions`` messages to load the state of."""
-        from api.client import OutgoingMessage
 
         p = self.params
         topic = self._topic("state")
@@ -355,12 +366,7 @@ class ServingBench:
         rng = np.random.default_rng(11)
         keys = np.arange(p.state_keys)
         for _ in range(p.versions):  # every key once per version, in a fresh random order
-            order = rng.permutation(keys)
-            data = rng.bytes(len(order) * p.value_bytes)
-            producer.send_many(
-                OutgoingMessage(data[i * p.value_bytes : (i + 1) * p.value_bytes], f"key-{int(k)}")
-                for i, k in enumerate(order)
-            )
+            producer.send_many(self._versions(rng, rng.permutation(keys)))
         t0 = time.perf_counter()
         client.admin.topics.compact(topic)
         status = client.admin.topics.wait_for_compaction(topic, timeout=1800, poll_interval=0.1)
@@ -370,6 +376,75 @@ class ServingBench:
         result.full_messages = p.state_keys * p.versions
         result.compacted_messages = p.state_keys
         return topic
+
+    def _versions(self, rng: np.random.Generator, keys: np.ndarray) -> list[OutgoingMessage]:
+        """A new value for each of ``keys`` (indexes of the state's keys), in that order."""
+        from api.client import OutgoingMessage
+
+        size = self.params.value_bytes
+        data = rng.bytes(len(keys) * size)
+        return [OutgoingMessage(data[i * size : (i + 1) * size], f"key-{int(k)}") for i, k in enumerate(keys)]
+
+    def prepare_layered(self, client: Client, result: ServingResult) -> tuple[str, str]:
+        """Two topics with the same messages, ``layered_keys`` x ``layered_versions`` and then
+        ``layered_deltas`` steps of 1% more on random keys: one compacted after the first and
+        after each step (a base and a delta per step, with the service's default consolidation
+        rule), one compacted once at the end (one base of the same live messages)."""
+        p = self.params
+        layered, one_base = self._topic("layered"), self._topic("one-base")
+        rng = np.random.default_rng(13)
+        keys = np.arange(p.layered_keys)
+        batches = [[self._versions(rng, rng.permutation(keys)) for _ in range(p.layered_versions)]]
+        step = max(1, p.layered_keys * p.layered_versions // 100)
+        for _ in range(p.layered_deltas):
+            batches.append([self._versions(rng, rng.integers(0, p.layered_keys, step))])
+        producers = {}
+        for topic in (layered, one_base):
+            client.admin.topics.create(topic)
+            producers[topic] = client.create_producer(topic)
+        for batch in batches:
+            for topic in (layered, one_base):
+                for messages in batch:
+                    producers[topic].send_many(messages)
+            self._compact(client, layered)
+        self._compact(client, one_base)
+        result.layers = self._layers(client, layered)
+        if result.layers.count("delta") != p.layered_deltas or self._layers(client, one_base) != ["base"]:
+            raise RuntimeError(f"expected a base and {p.layered_deltas} deltas, found {result.layers}")
+        return layered, one_base
+
+    def _compact(self, client: Client, topic: str) -> None:
+        client.admin.topics.compact(topic)
+        status = client.admin.topics.wait_for_compaction(topic, timeout=1800, poll_interval=0.1)
+        if status.status != "SUCCESS":
+            raise RuntimeError(f"compaction of {topic} failed: {status}")
+
+    def _layers(self, client: Client, topic: str) -> list[str]:
+        """The kinds of the layers of ``topic``'s compacted ledger, from its manifest on disk."""
+        from ledger.compacted_store import Manifest
+
+        ledger_id = int(client.admin.topics.internal_stats(topic)["compactedLedger"]["ledgerId"])
+        directory = self.server.data_dir / "ledgers" / topic / f"compacted-{ledger_id:020d}"
+        return [layer.kind for layer in Manifest.load(directory).layers]
+
+    def load_layered_once(
+        self, client: Client, layered: str, one_base: str, result: ServingResult, i: int
+    ) -> None:
+        n = self.params.layered_keys
+        order = [(layered, "layered"), (one_base, "one-base")]
+        seconds, states = {}, {}
+        for topic, name in order if i % 2 == 0 else order[::-1]:  # neither always goes first
+            seconds[name], states[name] = self._load(client, topic, f"{name}-{i}", True, n)
+        layered_s, layered_state = seconds["layered"], states["layered"]
+        base_s, base_state = seconds["one-base"], states["one-base"]
+        if layered_state != base_state:
+            raise AssertionError("readCompacted over the deltas differs from over one base")
+        result.consume_layered.append(n / layered_s)
+        result.consume_one_base.append(n / base_s)
+        self.log(
+            f"serving layered run {i + 1} ({self.label}): readCompacted over {result.layers.count('delta')} "
+            f"deltas {n / layered_s:,.0f}/s, over one base {n / base_s:,.0f}/s"
+        )
 
     def load_once(self, client: Client, topic: str, result: ServingResult, i: int) -> None:
         cpu = self.server_cpu_s()
