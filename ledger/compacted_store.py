@@ -496,8 +496,11 @@ class CompactedLedger:
             if after[0] < len(self._parts):
                 with contextlib.suppress(RuntimeError):  # the interpreter is shutting down
                     self._ahead = (after, _READ_AHEAD.submit(self._decode_now, *after, after[1]))
-        if ahead is not None and ahead[0] == (part, first_rg) and first_rg == last_rg:
-            return ahead[1].result()
+        ready = ahead[1] if ahead is not None and ahead[0] == (part, first_rg) == (part, last_rg) else None
+        if ready is not None and ready.exception() is None:
+            return ready.result()
+        # A failed decoding ahead is done again here: damage fails again, and a passing failure
+        # (no descriptor free, say) is not served to the retries.
         return self._decode_now(part, first_rg, last_rg)
 
     def _decode_now(self, part: int, first_rg: int, last_rg: int) -> _Decoded:
