@@ -76,9 +76,6 @@ class CompactionStatus:
 
 
 #: ``on_progress(status, elapsed_seconds)`` of ``wait_for_compaction``, called after every poll.
-
-
-#: ``on_progress(status, elapsed_seconds)`` of ``wait_for_compaction``, called after every poll.
 ProgressCallback: TypeAlias = Callable[[CompactionStatus, float], None]
 
 
