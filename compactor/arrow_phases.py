@@ -53,6 +53,7 @@ from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.acero as acero
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import RDD, SparkContext
@@ -88,8 +89,10 @@ P_KEY, P_ID, P_TOMBSTONE, P_PUBLISH_TIME = KEY, "id", "tombstone", "publish_time
 _ENCODED = "id_tombstone"
 _ENCODABLE_IDS = 1 << 62
 
-# Rows decoded at a time from one file.
+# Rows decoded at a time from one file, at most; fewer when they are wide (see _chunk_rows).
 _CHUNK_ROWS = 262_144
+_MIN_CHUNK_ROWS = 8_192
+_CHUNK_BYTES = 32 * 1024 * 1024
 # Fold the running per-key winners with the rows read since, past this many rows.
 _FOLD_ROWS = 2_000_000
 # Below this many ids per row of a chunk's id span, a kept-row mask is a bitmap over the span
@@ -109,6 +112,31 @@ PROBE_ROWS = 1_000_000
 # are unique and its values mostly so, so no dictionary for them.
 PART_CODEC = "lz4"
 PART_WRITER_OPTIONS: dict[str, object] = {"compression": PART_CODEC, **LEDGER_WRITER_OPTIONS}
+# Values that their sealed ledgers' zstd could not shrink by a tenth (random or already
+# compressed payloads) are written uncompressed: LZ4 would save nothing and cost a pass over
+# every byte (measured on 4 KB random values: 0.62 GB/s written with LZ4, 0.97 without).
+INCOMPRESSIBLE_RATIO = 0.9
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths of ``schema`` (a map's are ``name.key_value.key`` / ``.value``)."""
+    out: list[str] = []
+    for f in schema:
+        out += (
+            [f"{f.name}.key_value.key", f"{f.name}.key_value.value"] if pa.types.is_map(f.type) else [f.name]
+        )
+    return out
+
+
+def part_writer_options(*, compress_values: bool = True) -> dict[str, object]:
+    """How a compacted part is written; ``compress_values=False`` leaves its value column
+    uncompressed (see ``INCOMPRESSIBLE_RATIO``), every other column as ``PART_WRITER_OPTIONS``."""
+    if compress_values:
+        return PART_WRITER_OPTIONS
+    codecs = {path: ("none" if path == VALUE else PART_CODEC) for path in _leaf_paths(ARROW_SCHEMA)}
+    return {**PART_WRITER_OPTIONS, "compression": codecs}
+
+
 _KEY_INDEX = ARROW_SCHEMA.get_field_index(KEY)
 _ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
 
@@ -148,10 +176,55 @@ def packed(ledger_ids: pa.ChunkedArray | pa.Array, entry_ids: pa.ChunkedArray | 
     return (lid << PACK_SHIFT) | eid
 
 
-def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
+def _chunk_rows(meta: pq.FileMetaData, columns: Sequence[str]) -> int:
+    """Rows per chunk of a file: ``_CHUNK_ROWS``, or fewer when its rows are wide, so that a
+    chunk of ``columns`` decodes to about ``_CHUNK_BYTES`` (4 KB values would otherwise make a
+    chunk of a gigabyte: memory a task must first be given by the kernel, and caches missed)."""
+    rows = meta.num_rows
+    if rows == 0:
+        return _CHUNK_ROWS
+    wanted = set(columns)
+    decoded = 0
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            if column.path_in_schema.split(".", 1)[0] in wanted:
+                decoded += column.total_uncompressed_size
+    per_row = max(1, decoded // rows)
+    return int(min(_CHUNK_ROWS, max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // per_row)))
+
+
+def _row_groups_with(meta: pq.FileMetaData, ids: np.ndarray) -> list[int] | None:
+    """The row groups of a file whose id range (from their statistics) holds one of ``ids``
+    (sorted packed ids); ``None`` (all of them) when a row group lacks statistics."""
+    cols = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    chosen: list[int] = []
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        if group.num_rows == 0:
+            continue
+        sl, se = (group.column(cols[name]).statistics for name in (LEDGER_ID, ENTRY_ID))
+        if sl is None or se is None or not sl.has_min_max or not se.has_min_max:
+            return None
+        if sl.min != sl.max:
+            chosen.append(rg)  # ids of several ledgers: no packed range to test against
+            continue
+        lo, hi = bound(int(sl.min), int(se.min)), bound(int(sl.max), int(se.max))
+        at = int(np.searchsorted(ids, lo, side="left"))
+        if at < len(ids) and ids[at] <= hi:
+            chosen.append(rg)
+    return chosen
+
+
+def _chunks(
+    segment: Segment, columns: list[str], *, only: np.ndarray | None = None
+) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """The segment's live rows in its id range, in order, a bounded chunk at a time (a
     compacted part can be large), with their packed ids. ``columns`` must include both id
-    columns. Rows its layer's deletion vector marks dead are left out."""
+    columns. Rows its layer's deletion vector marks dead are left out. With ``only`` (sorted
+    packed ids), row groups that hold none of them are not read (their rows are left out too:
+    the caller wants only those ids)."""
     derive = segment.derive_deletes and IS_TOMBSTONE in columns
     read = list(dict.fromkeys([*columns, KEY, VALUE])) if derive else columns
     dead = (
@@ -165,7 +238,15 @@ def _chunks(segment: Segment, columns: list[str]) -> Iterator[tuple[pa.Table, np
     except Exception as e:
         raise damage_of(segment.path, e, opening=True) or e from e
     with f:
-        batches = f.iter_batches(batch_size=_CHUNK_ROWS, columns=read, row_groups=segment.row_groups)
+        row_groups: Sequence[int] | None = segment.row_groups
+        # Skipping row groups would put the deletion vector's row numbers out of step.
+        if only is not None and row_groups is None and dead is None:
+            row_groups = _row_groups_with(f.metadata, only)
+            if row_groups is not None and not row_groups:
+                return
+        batches = f.iter_batches(
+            batch_size=_chunk_rows(f.metadata, read), columns=read, row_groups=row_groups
+        )
         while True:
             try:
                 batch = next(batches)
@@ -223,6 +304,9 @@ class RoundPlan:
     # How many tasks share the probe of those parts' key indexes (see :func:`probe`), each an
     # equal run of their rows; tasks past the groups' only probe. 0 when nothing is indexed.
     probe_tasks: int = 0
+    # Whether part files compress their value column (not when the input's values do not
+    # compress: see INCOMPRESSIBLE_RATIO).
+    compress_values: bool = True
 
     @property
     def tasks(self) -> int:
@@ -249,6 +333,26 @@ def _partial_schema(with_publish_time: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+def _latest_encoded(schema: pa.Schema, tables: Iterator[pa.Table]) -> pa.Table:
+    """Each key's greatest encoded id over ``tables`` (``schema``: key, encoded id), as one
+    streaming hash aggregation: each chunk is folded into one hash table as it is decoded, so
+    memory holds the keys' winners and a chunk, not every chunk of the group (which, with
+    long keys, is hundreds of megabytes the kernel must first hand over, and costs more to
+    get than to aggregate)."""
+    batches = (batch for table in tables for batch in table.to_batches())
+    reader = pa.RecordBatchReader.from_batches(schema, batches)
+    plan = acero.Declaration.from_sequence(
+        [
+            acero.Declaration("record_batch_reader_source", acero.RecordBatchReaderSourceNodeOptions(reader)),
+            acero.Declaration(
+                "aggregate",
+                acero.AggregateNodeOptions([(_ENCODED, "hash_max", None, _ENCODED)], keys=[P_KEY]),
+            ),
+        ]
+    )
+    return plan.to_table(use_threads=False).select([P_KEY, _ENCODED]).cast(schema)
+
+
 def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
     """Group ``group``'s partial -- each key's latest row among the group's new segments
     (key, id, tombstone flag[, publish time]), plus every live keyless row when keyless rows
@@ -261,32 +365,19 @@ def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
     # one column and a plain hash "max", which costs half of the ordered "last" of each column.
     encoded = not retention and all(s.hi < _ENCODABLE_IDS for s in segments)
     folding = pa.schema([pa.field(P_KEY, pa.string()), pa.field(_ENCODED, pa.int64())]) if encoded else schema
-    folded: pa.Table | None = None
-    pending: list[pa.Table] = []
-    pending_rows = 0
     keyless: list[pa.Table] = []
     rows_read = 0
 
-    def fold(tables: list[pa.Table]) -> pa.Table:
-        rows = pa.concat_tables(tables)
-        if encoded:
-            agg = rows.group_by(P_KEY, use_threads=False).aggregate([(_ENCODED, "max")])
-            return pa.table([agg.column(P_KEY), agg.column(f"{_ENCODED}_max")], schema=folding)
-        # Rows in id order and one thread: "last" is each key's row with the latest id.
-        agg = rows.group_by(P_KEY, use_threads=False).aggregate([(n, "last") for n in schema.names[1:]])
-        return pa.table(
-            [agg.column(P_KEY), *(agg.column(f"{n}_last") for n in schema.names[1:])], schema=schema
-        )
-
-    for segment in segments:
-        for table, ids in _chunks(segment, columns):
-            rows_read += table.num_rows
-            keys = table.column(KEY)
-            tombstone = table.column(IS_TOMBSTONE)
-            if keys.null_count:
-                null_key = _bool_numpy(keys.is_null())
-                if plan.retain_null_key:
-                    live = null_key & ~_bool_numpy(tombstone)
+    def narrow() -> Iterator[pa.Table]:
+        """The rows to aggregate, chunk by chunk (keyless rows kept aside on the way)."""
+        nonlocal rows_read
+        for segment in segments:
+            for table, ids in _chunks(segment, columns):
+                rows_read += table.num_rows
+                keys = table.column(KEY)
+                tombstone = table.column(IS_TOMBSTONE)
+                if keys.null_count and plan.retain_null_key:
+                    live = _bool_numpy(keys.is_null()) & ~_bool_numpy(tombstone)
                     keyless.append(
                         pa.table(
                             [keys, pa.array(ids, pa.int64()), tombstone]
@@ -294,25 +385,45 @@ def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
                             schema=schema,
                         ).filter(pa.array(live))
                     )
-                table, ids = table.filter(pa.array(~null_key)), ids[~null_key]
-                keys, tombstone = table.column(KEY), table.column(IS_TOMBSTONE)
-            if encoded:
-                rows = pa.table(
-                    [keys, pa.array((ids << 1) | _bool_numpy(tombstone), pa.int64())], schema=folding
-                )
-            else:
-                rows = pa.table(
-                    [keys, pa.array(ids, pa.int64()), tombstone]
-                    + ([table.column(PUBLISH_TIME)] if retention else []),
-                    schema=schema,
-                )
+                # Keyless rows stay in: they aggregate into one group of key null, dropped once
+                # at the end -- cheaper than filtering them out of every chunk.
+                if encoded:
+                    yield pa.table(
+                        [keys, pa.array((ids << 1) | _bool_numpy(tombstone), pa.int64())], schema=folding
+                    )
+                else:
+                    yield pa.table(
+                        [keys, pa.array(ids, pa.int64()), tombstone]
+                        + ([table.column(PUBLISH_TIME)] if retention else []),
+                        schema=schema,
+                    )
+
+    folded: pa.Table | None
+    if encoded:
+        folded = _latest_encoded(folding, narrow())
+    else:
+        folded = None
+        pending: list[pa.Table] = []
+        pending_rows = 0
+
+        def fold(tables: list[pa.Table]) -> pa.Table:
+            # Rows in id order and one thread: "last" is each key's row with the latest id.
+            rows = pa.concat_tables(tables)
+            agg = rows.group_by(P_KEY, use_threads=False).aggregate([(n, "last") for n in schema.names[1:]])
+            return pa.table(
+                [agg.column(P_KEY), *(agg.column(f"{n}_last") for n in schema.names[1:])], schema=schema
+            )
+
+        for rows in narrow():
             pending.append(rows)
             pending_rows += rows.num_rows
             if pending_rows >= _FOLD_ROWS:
                 folded = fold([folded, *pending] if folded is not None else pending)
                 pending, pending_rows = [], 0
-    if pending:
-        folded = fold([folded, *pending] if folded is not None else pending)
+        if pending:
+            folded = fold([folded, *pending] if folded is not None else pending)
+    if folded is not None and folded.column(P_KEY).null_count:
+        folded = folded.filter(pc.is_valid(folded.column(P_KEY)))
     if encoded and folded is not None:
         v = np.asarray(folded.column(_ENCODED).to_numpy(), dtype=np.int64)
         folded = pa.table(
@@ -483,8 +594,15 @@ class _PartWriter:
     # Row groups handed to the encoding thread but not yet written, at most.
     _IN_FLIGHT = 2
 
-    def __init__(self, path: str, scratch_dir: str, row_group_bytes: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        scratch_dir: str,
+        row_group_bytes: int,
+        options: dict[str, object] = PART_WRITER_OPTIONS,
+    ) -> None:
         self.path = path
+        self.options = options
         self.scratch_dir = scratch_dir
         self.row_group_bytes = row_group_bytes
         self.rows = 0
@@ -521,7 +639,7 @@ class _PartWriter:
         now = table.num_rows if final else table.num_rows // per_group * per_group
         if self._writer is None:
             self._tmp = _attempt_path(self.path, self.scratch_dir)
-            self._writer = pq.ParquetWriter(self._tmp, ARROW_SCHEMA, **PART_WRITER_OPTIONS)  # type: ignore[arg-type]
+            self._writer = pq.ParquetWriter(self._tmp, ARROW_SCHEMA, **self.options)  # type: ignore[arg-type]
         while len(self._in_flight) >= self._IN_FLIGHT:
             self._in_flight.popleft().result()  # raises what the encoder raised
         self._in_flight.append(
@@ -599,7 +717,12 @@ def write_part(
     (sorted), plus the previous compacted ledger's rows kept by key (see
     :func:`_previous_rows_kept`). ``keys``, when given, are the keys of the ``wanted`` rows and
     the key column is not read again. Returns the rows written."""
-    writer = _PartWriter(plan.part_path(group), plan.scratch_dir, plan.row_group_bytes)
+    writer = _PartWriter(
+        plan.part_path(group),
+        plan.scratch_dir,
+        plan.row_group_bytes,
+        part_writer_options(compress_values=plan.compress_values),
+    )
     segments = plan.groups[group]
     try:
         # The previous ledger's segments come first: its rows precede every new row.
@@ -620,7 +743,7 @@ def write_part(
             mine = wanted[lo:hi]
             columns = _ALL_BUT_KEY if keys is not None else list(ARROW_SCHEMA.names)
             at = lo
-            for table, ids in _chunks(segment, columns):
+            for table, ids in _chunks(segment, columns, only=mine):
                 mask = _kept_mask(ids, mine)
                 kept = table.filter(pa.array(mask))
                 if keys is not None and kept.num_rows:

@@ -56,7 +56,7 @@ from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
 from ledger.layers import Deletes, Layer, final_name
 from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir, fsync_path
-from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, SPARK_DDL, flags_follow_rule
+from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, SPARK_DDL, VALUE, flags_follow_rule
 
 # Target row-group size of compacted part files. A reader decodes whole row groups, so
 # smaller groups make a page read cheaper; 8 MiB still compresses well.
@@ -134,6 +134,19 @@ def _footer_facts(meta: pq.FileMetaData) -> tuple[IdBounds | None, bool]:
     return bounds, derive
 
 
+def _column_bytes(meta: pq.FileMetaData, name: str) -> tuple[int, int]:
+    """A column's bytes in a file, as stored (compressed) and as decoded, over its row groups."""
+    stored = decoded = 0
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            if column.path_in_schema == name:
+                stored += column.total_compressed_size
+                decoded += column.total_uncompressed_size
+    return stored, decoded
+
+
 def ids_packable(bounds: Sequence[IdBounds | None]) -> bool:
     """Whether every id within these bounds packs into one BIGINT (unknown bounds: no)."""
     return all(
@@ -164,6 +177,15 @@ class CompactionInputs:
     rows: int = 0
     # Of which in the original ledgers.
     new_rows: int = 0
+    # The original ledgers' value column: bytes stored and bytes decoded (from the footers).
+    value_bytes: tuple[int, int] = (0, 0)
+
+    @property
+    def values_compress(self) -> bool:
+        """Whether the new values compress (their sealed ledgers' zstd saved a tenth or more;
+        unknown: yes), so that compacted parts should compress them too."""
+        stored, decoded = self.value_bytes
+        return decoded == 0 or stored < arrow_phases.INCOMPRESSIBLE_RATIO * decoded
 
     @property
     def files(self) -> list[Path]:
@@ -223,7 +245,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         if legacy:
             derive.add(path)
     originals: list[Path] = []
-    new_rows = 0
+    new_rows = value_stored = value_decoded = 0
     for p, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
         if not _ledger_in_range(job, ledger_id):
             continue  # not even its footer is needed
@@ -233,6 +255,9 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         if _may_hold_new_rows(job, b):
             rows += meta.num_rows
             new_rows += meta.num_rows
+            stored, decoded = _column_bytes(meta, VALUE)
+            value_stored += stored
+            value_decoded += decoded
             originals.append(path)
             bounds.append(b)
             if legacy:
@@ -245,6 +270,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         derive_deletes=frozenset(derive),
         rows=rows,
         new_rows=new_rows,
+        value_bytes=(value_stored, value_decoded),
     )
 
 
@@ -365,9 +391,7 @@ class TwoPhaseCompactor:
                     for rg in range(meta.num_row_groups):
                         group = meta.row_group(rg)
                         size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-                        out.append(
-                            replace(whole, size=size, previous=True, row_groups=(rg,), first_row=row)
-                        )
+                        out.append(replace(whole, size=size, previous=True, row_groups=(rg,), first_row=row))
                         row += group.num_rows
         after = job.previous_horizon
         lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
@@ -508,6 +532,7 @@ class TwoPhaseCompactor:
                     probe_tasks=arrow_phases.probe_tasks(
                         indexed, self.spark.sparkContext.defaultParallelism, self.probe_rows
                     ),
+                    compress_values=inputs.values_compress,
                 )
 
             one_job = fast and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)

@@ -13,6 +13,9 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``scale``: 1M/100k, 5M/500k, 20M/2M (quick: 200k/20k, 1M/100k), the three compactors,
   plus a PNG plot next to the output file.
 - ``big``: 50M/5M, the project only, once (not in quick mode).
+- ``shapes``: a full round on differently shaped data (long keys with properties, big values,
+  keyless messages, skewed, unique and few keys; ``tests.benchmarks.shapes``), 2M messages
+  each (quick: 200k), the project against DuckDB; ``--shapes`` picks some by name.
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
 - ``instances``: several ``compactor serve`` on one PostgreSQL (``.ci/postgres``): produce
   throughput through two instances against one, and the takeover time after kill -9 of an owner.
@@ -55,6 +58,7 @@ SECTIONS = (
     "layers",
     "scale",
     "big",
+    "shapes",
     "serving",
     "rounds",
     "instances",
@@ -98,6 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=0,
         help="rounds: messages per topic, keys a tenth of them (default 5M; quick 1M)",
     )
+    p.add_argument("--shapes", default="", help="shapes: comma-separated shape names (default all)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the Markdown report")
     p.add_argument("--driver-memory", default="", help="Spark driver memory (default 8g; 12g with big)")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a new temp dir)")
@@ -186,6 +191,22 @@ def run_compaction(
                 scale.append(found)
                 emit(report.compaction_table(found, f"Scale point: {s.label}"), tables)
             emit(report.scale_table(scale), tables)
+        if "shapes" in sections:
+            from tests.benchmarks import shapes
+
+            base = shapes.QUICK_BASE if args.quick else shapes.BASE
+            wanted = {n.strip() for n in args.shapes.split(",") if n.strip()}
+            chosen = [s for s in shapes.shapes(base) if not wanted or s.name in wanted]
+            found_shapes = shapes.run(
+                bench,
+                [project, duck],
+                chosen,
+                runs=args.runs,
+                warmups=args.warmups,
+                keep=args.keep_work_dir,
+                log=log,
+            )
+            emit(report.shapes_table(found_shapes), tables)
         if "big" in sections:
             big, w, last = bench.full_round(BIG, runs=1, warmups=0, compactors=[project], keep=True)
             emit(report.big_table(big), tables)
@@ -286,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"soak benchmark failed: {type(e).__name__}: {e}")
-        if args.sections & {"compaction", "incremental", "layers", "scale", "big"}:
+        if args.sections & {"compaction", "incremental", "layers", "scale", "big", "shapes"}:
             main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
                 args, work_dir, tables
             )

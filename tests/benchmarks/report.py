@@ -20,6 +20,7 @@ from tests.benchmarks.runner import CompactorRuns, IncrementalResult, SizeResult
 from tests.benchmarks.scrape import Block, ScrapeResult
 from tests.benchmarks.service_rounds import ServiceRoundsResult
 from tests.benchmarks.serving import ServingResult
+from tests.benchmarks.shapes import ShapeResult
 
 PROJECT = "project (Spark)"
 DUCKDB = "DuckDB"
@@ -199,6 +200,34 @@ def compaction_table(r: SizeResult, title: str) -> Table:
             + "; phase two (incl. fsync + manifest) "
             + " / ".join(str(x) for x in p2)
             + f"; part files: {proj.details[-1].get('parts')}"
+        )
+    return t
+
+
+def shapes_table(results: Sequence[ShapeResult]) -> Table:
+    """One row per shape: the project's and DuckDB's median full round and their ratio."""
+    t = Table(
+        "Full round by shape of data: the project against DuckDB",
+        ["shape", "messages", "Parquet MB", "output rows", "project s", "DuckDB s", "project / DuckDB"],
+    )
+    for r in results:
+        proj, duck = r.median(PROJECT), r.median(DUCKDB)
+        t.add(
+            f"{r.shape.name}: {r.shape.describe}",
+            f_int(r.messages),
+            f_mb(r.parquet_bytes),
+            f_int(r.output_rows),
+            f"{f_s(proj)} ({' / '.join(f_s(x) for x in r.seconds[PROJECT])})",
+            f"{f_s(duck)} ({' / '.join(f_s(x) for x in r.seconds[DUCKDB])})",
+            f_x(proj / duck),
+        )
+    if results:
+        base = results[0].shape.spec
+        t.notes.append(
+            f"every shape is {f_int(base.messages)} messages over {f_int(base.keys)} keys, "
+            f"{base.value_bytes}-byte random values, {base.tombstone_share:.0%} tombstones, "
+            "with the one change its name says; medians of the runs shown, the order of the two "
+            "alternating, after one unmeasured round of each; outputs checked equal every run"
         )
     return t
 
@@ -820,8 +849,14 @@ def big_increment_table(big: SizeResult, seconds: Sequence[float]) -> Table:
         f"Big: +1% on {big.spec.label} (project, a delta round on the full round's output)",
         ["full round s", "+1% round s", "runs (s)", "share of full"],
     )
-    t.rows.append([f_s(full), f_s(med(list(seconds))), " / ".join(f_s(x) for x in seconds),
-                   f_pct(med(list(seconds)) / full)])
+    t.rows.append(
+        [
+            f_s(full),
+            f_s(med(list(seconds))),
+            " / ".join(f_s(x) for x in seconds),
+            f_pct(med(list(seconds)) / full),
+        ]
+    )
     return t
 
 
