@@ -552,6 +552,44 @@ def _freeze_count() -> int:
     return gc.get_freeze_count()
 
 
+def test_workers_allocate_arrow_memory_without_transparent_huge_pages(spark: SparkSession) -> None:
+    # pyarrow's allocator asks for huge pages on its arenas; on a kernel in THP "madvise" mode
+    # the first touch of every 2 MiB then clears 2 MiB (16% of a round's CPU, measured).
+    assert spark_conf()["spark.executorEnv.MIMALLOC_ALLOW_THP"] == "0"
+    found = spark.sparkContext.parallelize(range(2), 2).map(lambda _: _arrow_memory_thp()).collect()
+    for env, eligible in found:
+        assert env == "0"
+        assert eligible in (None, False), found  # None: THP is not in "madvise" mode here
+
+
+def _arrow_memory_thp() -> tuple[str | None, bool | None]:
+    """In a worker: its MIMALLOC_ALLOW_THP, and whether the mapping holding a fresh 64 MiB
+    pyarrow buffer is eligible for transparent huge pages (when the kernel's mode is madvise)."""
+    import os
+
+    import pyarrow as pa
+
+    env = os.environ.get("MIMALLOC_ALLOW_THP")
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            if "[madvise]" not in f.read():
+                return env, None
+        buffer = pa.allocate_buffer(64 << 20)
+        with open("/proc/self/smaps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return env, None
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= buffer.address < hi
+        elif inside and line.startswith("THPeligible:"):
+            return env, line.split()[1] == "1"
+    return env, None
+
+
 # ------------------------------------------------------------------ failures
 
 
