@@ -217,6 +217,34 @@ def _row_groups_with(meta: pq.FileMetaData, ids: np.ndarray) -> list[int] | None
     return chosen
 
 
+def _consecutive_ids(meta: pq.FileMetaData, row_groups: Sequence[int] | None) -> np.ndarray | None:
+    """The packed ids of every row of these row groups (all: None), in order, when the
+    statistics show that each holds one ledger's consecutive entries -- as a sealed ledger's
+    do (entries 0..n-1, in order) -- so that its id columns need not be decoded; else None.
+
+    Rows are stored in id order with unique ids, so a row group whose entry ids span exactly as
+    many values as it has rows holds every entry from its smallest to its largest."""
+    cols = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    runs: list[np.ndarray] = []
+    for rg in range(meta.num_row_groups) if row_groups is None else row_groups:
+        group = meta.row_group(rg)
+        if group.num_rows == 0:
+            continue
+        sl, se = (group.column(cols[name]).statistics for name in (LEDGER_ID, ENTRY_ID))
+        if sl is None or se is None or not sl.has_min_max or not se.has_min_max:
+            return None
+        if sl.min != sl.max or int(se.max) - int(se.min) + 1 != group.num_rows:
+            return None
+        runs.append(bound(int(sl.min), int(se.min)) + np.arange(group.num_rows, dtype=np.int64))
+    return np.concatenate(runs) if runs else np.empty(0, dtype=np.int64)
+
+
+def _with_ids(batch: pa.RecordBatch, ids: np.ndarray, columns: Sequence[str]) -> pa.Table:
+    """``batch`` (without id columns) as a table of ``columns``, its id columns made from ``ids``."""
+    made = {LEDGER_ID: pa.array(ids >> PACK_SHIFT), ENTRY_ID: pa.array(ids & ((1 << PACK_SHIFT) - 1))}
+    return pa.table([made[c] if c in made else batch.column(c) for c in columns], names=list(columns))
+
+
 def _chunks(
     segment: Segment, columns: list[str], *, only: np.ndarray | None = None
 ) -> Iterator[tuple[pa.Table, np.ndarray]]:
@@ -224,7 +252,8 @@ def _chunks(
     compacted part can be large), with their packed ids. ``columns`` must include both id
     columns. Rows its layer's deletion vector marks dead are left out. With ``only`` (sorted
     packed ids), row groups that hold none of them are not read (their rows are left out too:
-    the caller wants only those ids)."""
+    the caller wants only those ids). The id columns of a sealed ledger are made from its
+    statistics rather than decoded (see :func:`_consecutive_ids`)."""
     derive = segment.derive_deletes and IS_TOMBSTONE in columns
     read = list(dict.fromkeys([*columns, KEY, VALUE])) if derive else columns
     dead = (
@@ -244,8 +273,11 @@ def _chunks(
             row_groups = _row_groups_with(f.metadata, only)
             if row_groups is not None and not row_groups:
                 return
+        made = _consecutive_ids(f.metadata, row_groups) if dead is None and not segment.previous else None
+        decoded = [c for c in read if c not in (LEDGER_ID, ENTRY_ID)] if made is not None else read
+        at = 0
         batches = f.iter_batches(
-            batch_size=_chunk_rows(f.metadata, read), columns=read, row_groups=row_groups
+            batch_size=_chunk_rows(f.metadata, read), columns=decoded, row_groups=row_groups
         )
         while True:
             try:
@@ -255,7 +287,11 @@ def _chunks(
             except Exception as e:
                 # One line naming the file and the check: the service reports it as the round's error.
                 raise damage_of(segment.path, e) or e from e
-            table = pa.Table.from_batches([batch])
+            if made is not None:
+                table = _with_ids(batch, made[at : at + batch.num_rows], read)
+                at += batch.num_rows
+            else:
+                table = pa.Table.from_batches([batch])
             if dead is not None:
                 live = ~dead[row : row + table.num_rows]
                 row += table.num_rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
@@ -21,6 +22,8 @@ from pyspark.sql import SparkSession
 from compactor import CompactionJob, TwoPhaseCompactor
 from ledger.compacted_store import CompactedLedger
 from ledger.entry import Position
+from ledger.paths import sealed_path
+from ledger.schema import ARROW_SCHEMA
 from tests.benchmarks.workload import Shape, Workload, WorkloadSpec, generate, shapes
 
 pytestmark = pytest.mark.spark
@@ -87,3 +90,46 @@ def test_a_full_round_on_each_shape_keeps_the_latest_message_of_every_key(
         }
         assert codecs.pop("value") == "UNCOMPRESSED"
         assert set(codecs.values()) == {"LZ4"}
+
+
+def test_entry_ids_are_decoded_where_the_statistics_do_not_show_consecutive_entries(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # A sealed ledger's id columns are made from its row groups' statistics, not decoded, when
+    # they show one ledger's consecutive entries; here the second row group has a gap.
+    root = tmp_path / "ledgers" / "public" / "default" / "t"
+    root.mkdir(parents=True)
+    entries = [0, 1, 2, 3, 4, 5, 6, 9, 10, 11]
+    keys = ["a", "b", "a", "c", "b", "a", "d", "c", "e", "d"]
+    table = pa.table(
+        {
+            "ledger_id": [1] * len(entries),
+            "entry_id": entries,
+            "key": keys,
+            "value": [f"v{e}".encode() for e in entries],
+            "is_tombstone": [False] * len(entries),
+            "properties": [[("n", str(e))] for e in entries],
+            "publish_time": [1_000 + e for e in entries],
+            "event_time": [None] * len(entries),
+        },
+        schema=ARROW_SCHEMA,
+    )
+    path = sealed_path(root, 1)
+    pq.write_table(table, path, row_group_size=5)
+    job = CompactionJob(
+        topic_root=root,
+        inputs=[path],
+        input_ledger_ids=[1],
+        previous_compacted=None,
+        previous_horizon=None,
+        horizon=Position(1, 11),
+        output_ledger_id=2,
+    )
+    result = TwoPhaseCompactor(spark, min_part_bytes=0).compact(job)
+    assert compacted(result.directory) == [
+        (Position(1, 4), "b", b"v4", {"n": "4"}),
+        (Position(1, 5), "a", b"v5", {"n": "5"}),
+        (Position(1, 9), "c", b"v9", {"n": "9"}),
+        (Position(1, 10), "e", b"v10", {"n": "10"}),
+        (Position(1, 11), "d", b"v11", {"n": "11"}),
+    ]
