@@ -35,11 +35,6 @@ SERVER_MODULES = (
     "jwt",
     "prometheus_client",
 )
-# The service's own process decodes and encodes ledgers with pyarrow too (consumers' pages,
-# sealing): its allocator without transparent huge pages, as the Spark workers' (see
-# ``compactor.spark.WORKER_ENV``). Set before anything loads pyarrow, which reads it once.
-os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
-
 #: What ``compactor tokens`` imports.
 TOKEN_MODULES = ("jwt", "cryptography")
 
