@@ -176,6 +176,21 @@ def packed(ledger_ids: pa.ChunkedArray | pa.Array, entry_ids: pa.ChunkedArray | 
     return (lid << PACK_SHIFT) | eid
 
 
+def column_bytes(meta: pq.FileMetaData, names: Sequence[str]) -> tuple[int, int]:
+    """The bytes of the columns ``names`` (top-level names: a map's leaves count for it) in a
+    file, as stored (compressed) and as decoded, over its row groups."""
+    wanted = set(names)
+    stored = decoded = 0
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            if column.path_in_schema.split(".", 1)[0] in wanted:
+                stored += column.total_compressed_size
+                decoded += column.total_uncompressed_size
+    return stored, decoded
+
+
 def _chunk_rows(meta: pq.FileMetaData, columns: Sequence[str]) -> int:
     """Rows per chunk of a file: ``_CHUNK_ROWS``, or fewer when its rows are wide, so that a
     chunk of ``columns`` decodes to about ``_CHUNK_BYTES`` (4 KB values would otherwise make a
@@ -183,37 +198,54 @@ def _chunk_rows(meta: pq.FileMetaData, columns: Sequence[str]) -> int:
     rows = meta.num_rows
     if rows == 0:
         return _CHUNK_ROWS
-    wanted = set(columns)
-    decoded = 0
-    for rg in range(meta.num_row_groups):
-        group = meta.row_group(rg)
-        for c in range(group.num_columns):
-            column = group.column(c)
-            if column.path_in_schema.split(".", 1)[0] in wanted:
-                decoded += column.total_uncompressed_size
-    per_row = max(1, decoded // rows)
+    per_row = max(1, column_bytes(meta, columns)[1] // rows)
     return int(min(_CHUNK_ROWS, max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // per_row)))
 
 
-def _row_groups_with(meta: pq.FileMetaData, ids: np.ndarray) -> list[int] | None:
-    """The row groups of a file whose id range (from their statistics) holds one of ``ids``
-    (sorted packed ids); ``None`` (all of them) when a row group lacks statistics."""
+@dataclass(frozen=True, slots=True)
+class RowGroupIds:
+    """One non-empty row group's rows and id ranges, from its statistics."""
+
+    index: int
+    rows: int
+    min_ledger_id: int
+    max_ledger_id: int
+    min_entry_id: int
+    max_entry_id: int
+
+
+def row_group_ids(meta: pq.FileMetaData, row_groups: Sequence[int] | None = None) -> list[RowGroupIds] | None:
+    """The id ranges of a file's non-empty row groups (of ``row_groups`` only, in that order,
+    when given), from their statistics; ``None`` when one of them lacks statistics (then
+    nothing may be concluded)."""
     cols = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-    chosen: list[int] = []
-    for rg in range(meta.num_row_groups):
+    found: list[RowGroupIds] = []
+    for rg in range(meta.num_row_groups) if row_groups is None else row_groups:
         group = meta.row_group(rg)
         if group.num_rows == 0:
             continue
         sl, se = (group.column(cols[name]).statistics for name in (LEDGER_ID, ENTRY_ID))
         if sl is None or se is None or not sl.has_min_max or not se.has_min_max:
             return None
-        if sl.min != sl.max:
-            chosen.append(rg)  # ids of several ledgers: no packed range to test against
+        found.append(RowGroupIds(rg, group.num_rows, int(sl.min), int(sl.max), int(se.min), int(se.max)))
+    return found
+
+
+def _row_groups_with(meta: pq.FileMetaData, ids: np.ndarray) -> list[int] | None:
+    """The row groups of a file whose id range (from their statistics) holds one of ``ids``
+    (sorted packed ids); ``None`` (all of them) when a row group lacks statistics."""
+    groups = row_group_ids(meta)
+    if groups is None:
+        return None
+    chosen: list[int] = []
+    for g in groups:
+        if g.min_ledger_id != g.max_ledger_id:
+            chosen.append(g.index)  # ids of several ledgers: no packed range to test against
             continue
-        lo, hi = bound(int(sl.min), int(se.min)), bound(int(sl.max), int(se.max))
+        lo, hi = bound(g.min_ledger_id, g.min_entry_id), bound(g.max_ledger_id, g.max_entry_id)
         at = int(np.searchsorted(ids, lo, side="left"))
         if at < len(ids) and ids[at] <= hi:
-            chosen.append(rg)
+            chosen.append(g.index)
     return chosen
 
 
@@ -224,18 +256,14 @@ def _consecutive_ids(meta: pq.FileMetaData, row_groups: Sequence[int] | None) ->
 
     Rows are stored in id order with unique ids, so a row group whose entry ids span exactly as
     many values as it has rows holds every entry from its smallest to its largest."""
-    cols = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    groups = row_group_ids(meta, row_groups)
+    if groups is None:
+        return None
     runs: list[np.ndarray] = []
-    for rg in range(meta.num_row_groups) if row_groups is None else row_groups:
-        group = meta.row_group(rg)
-        if group.num_rows == 0:
-            continue
-        sl, se = (group.column(cols[name]).statistics for name in (LEDGER_ID, ENTRY_ID))
-        if sl is None or se is None or not sl.has_min_max or not se.has_min_max:
+    for g in groups:
+        if g.min_ledger_id != g.max_ledger_id or g.max_entry_id - g.min_entry_id + 1 != g.rows:
             return None
-        if sl.min != sl.max or int(se.max) - int(se.min) + 1 != group.num_rows:
-            return None
-        runs.append(bound(int(sl.min), int(se.min)) + np.arange(group.num_rows, dtype=np.int64))
+        runs.append(bound(g.min_ledger_id, g.min_entry_id) + np.arange(g.rows, dtype=np.int64))
     return np.concatenate(runs) if runs else np.empty(0, dtype=np.int64)
 
 

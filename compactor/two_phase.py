@@ -121,30 +121,13 @@ def _footer_facts(meta: pq.FileMetaData) -> tuple[IdBounds | None, bool]:
     then nothing may be concluded), and whether its ``is_tombstone`` must be derived again
     (written before empty values deleted)."""
     derive = not flags_follow_rule(meta.metadata)
-    cols = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    groups = arrow_phases.row_group_ids(meta)
+    if groups is None:
+        return None, derive
     bounds = EMPTY_BOUNDS
-    for rg in range(meta.num_row_groups):
-        group = meta.row_group(rg)
-        if group.num_rows == 0:
-            continue
-        sl, se = (group.column(cols[name]).statistics for name in (LEDGER_ID, ENTRY_ID))
-        if sl is None or se is None or not sl.has_min_max or not se.has_min_max:
-            return None, derive
-        bounds = bounds.union(IdBounds(int(sl.min), int(sl.max), int(se.min), int(se.max)))
+    for g in groups:
+        bounds = bounds.union(IdBounds(g.min_ledger_id, g.max_ledger_id, g.min_entry_id, g.max_entry_id))
     return bounds, derive
-
-
-def _column_bytes(meta: pq.FileMetaData, name: str) -> tuple[int, int]:
-    """A column's bytes in a file, as stored (compressed) and as decoded, over its row groups."""
-    stored = decoded = 0
-    for rg in range(meta.num_row_groups):
-        group = meta.row_group(rg)
-        for c in range(group.num_columns):
-            column = group.column(c)
-            if column.path_in_schema == name:
-                stored += column.total_compressed_size
-                decoded += column.total_uncompressed_size
-    return stored, decoded
 
 
 def ids_packable(bounds: Sequence[IdBounds | None]) -> bool:
@@ -255,7 +238,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         if _may_hold_new_rows(job, b):
             rows += meta.num_rows
             new_rows += meta.num_rows
-            stored, decoded = _column_bytes(meta, VALUE)
+            stored, decoded = arrow_phases.column_bytes(meta, [VALUE])
             value_stored += stored
             value_decoded += decoded
             originals.append(path)
