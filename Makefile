@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-postgres lint docs bench bench-quick install java
+.PHONY: run test test-postgres lint docs bench bench-quick install java proto
 
 # Spark needs Java 17 or 21: found, else installed (root on Debian/Ubuntu), else named in one
 # line -- before anything else, so a fresh machine does not fail later in every compaction.
@@ -34,6 +34,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check service compactor ledger api migrations tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict api/client
+
+# Pulsar's protocol messages: api/pulsar/pulsar_api_pb2.py from api/pulsar/pulsar_api.proto
+# (checked in; tests/api/pulsar/test_framing.py fails when it is not current).
+proto: $(STAMP)
+	cd api/pulsar && ../../$(VENV)/bin/python -m grpc_tools.protoc -I. --python_out=. pulsar_api.proto
 
 # The client's API reference, from its docstrings, in site/ (the test suite builds it too, strictly).
 docs: $(STAMP)

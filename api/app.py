@@ -14,6 +14,7 @@ from api.audit import AuditLog
 from api.guard import RequestGuard
 from api.http_metrics import HttpMetrics
 from api.openapi import install_openapi
+from api.pulsar.listener import BrokerListener
 from api.routes import (
     admin,
     broker_stats,
@@ -123,9 +124,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Spark takes seconds to start: check Java (and with warm-up, start Spark and run a
         # throw-away round) now, in the background, so the first compaction does not wait.
         engine.start_in_background()
+        listener = BrokerListener(
+            settings=settings,
+            broker=broker,
+            subscriptions=subs,
+            tenants=tenant_service,
+            authorizer=app.state.authorizer,
+            verifier=app.state.token_verifier,
+            registry=service_metrics.registry,
+        )
+        await listener.start()
+        app.state.pulsar = listener
         try:
             yield
         finally:
+            await listener.stop()
             engine.stop()
             service_metrics.unwatch()
             scrubber.stop()
@@ -140,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.authorizer = None
     app.state.token_verifier = token_verifier(settings) if settings.authentication_enabled else None
     app.state.metrics = service_metrics
+    app.state.pulsar = None
 
     app.add_middleware(AuditLog)
     app.add_middleware(RequestGuard, max_request_bytes=settings.max_request_bytes)

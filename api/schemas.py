@@ -83,6 +83,9 @@ class Health(BaseModel):
     # Present (true) while the start-up warm-up still runs Spark jobs in the background
     # (COMPACTOR_SPARK_WARMUP_JOBS): rounds run meanwhile, but share the cores with it.
     warmingUp: bool | None = None
+    # pulsar://host:port while Pulsar's binary protocol listens (absent when it is off:
+    # COMPACTOR_BROKER_SERVICE_PORT=0).
+    brokerServiceUrl: str | None = None
 
 
 # A role as a path segment: what token subjects look like (names, e-mail addresses, DNs

@@ -487,6 +487,19 @@ class SubscriptionService:
             else:
                 self._remove(state, c)
 
+    def mark_delete(self, name: TopicName, sub: str) -> Position:
+        """The subscription's mark-delete position: every message up to it is acknowledged."""
+        state = self.get(name, sub)
+        with state.lock:
+            return state.mark_delete
+
+    def touch(self, name: TopicName, sub: str, consumer_id: str) -> None:
+        """Keep a consumer attached while it receives nothing: a consumer of Pulsar's binary
+        protocol lives as long as its connection, and may hold no permits for a while."""
+        state = self.get(name, sub)
+        with state.lock:
+            self._consumer(state, consumer_id)
+
     def _consumer(self, state: Subscription, consumer_id: str) -> ConsumerInfo:
         if state.type != EXCLUSIVE and state.type is not None:
             return self._member(state, consumer_id)

@@ -32,6 +32,18 @@ class Settings(BaseSettings):
         description="The URL other instances redirect clients to for this instance's topics; "
         "http(s)://host:port from host and port when empty.",
     )
+    broker_service_port: int = Field(
+        default=6650,
+        ge=0,
+        le=65535,
+        description="Port of Pulsar's binary protocol (pulsar://host:port) on the same host as REST; "
+        "0 turns it off (Pulsar's brokerServicePort).",
+    )
+    allow_auto_topic_creation: bool = Field(
+        default=True,
+        description="Create a topic on its first use by a producer or consumer of the binary protocol, "
+        "in a namespace that exists (Pulsar's allowAutoTopicCreation).",
+    )
     ownership_lease_ms: int = Field(
         default=10_000,
         ge=500,

@@ -486,6 +486,37 @@ class Broker:
         topic.messages_out.add(len(out))
         return out, nxt
 
+    def read_waiting(
+        self, name: TopicName, pos: Position, limit: int, *, read_compacted: bool, timeout_s: float
+    ) -> tuple[list[Entry], Position]:
+        """``read_at`` for a reader that keeps its own position (Pulsar's non-durable cursor):
+        when nothing is there yet, wait up to ``timeout_s`` for the next entry."""
+        topic = self.topic(name)
+        limit = min(limit, self.settings.max_read_messages)
+        out, nxt = self.read_at(topic, pos, limit, read_compacted)
+        if not out and timeout_s > 0:
+            topic.ledger.wait_for_entries(Position(nxt.ledger_id, nxt.entry_id - 1), timeout_s)
+            out, nxt = self.read_at(topic, nxt, limit, read_compacted)
+        topic.messages_out.add(len(out))
+        return out, nxt
+
+    def last_message_id(self, name: TopicName, *, read_compacted: bool) -> Position | None:
+        """The id of the topic's last message, None when it has none. Pulsar's rule for a
+        reader of the compacted view: once compaction has reached the end of the log, the last
+        message it can read is the compacted ledger's last (the log's tail may be deletes that
+        compaction removed, and waiting for them would wait for ever)."""
+        topic = self.topic(name)
+        while True:
+            last = topic.ledger.last_position()
+            view = topic.view if read_compacted else None
+            if view is None or (last is not None and last > view.horizon):
+                return last
+            try:
+                with view.lease():
+                    return view.ledger.last_position
+            except RetiredView:
+                continue  # a compaction committed meanwhile: ask its ledger
+
     def read_at(
         self, topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
     ) -> tuple[list[Entry], Position]:

@@ -29,6 +29,9 @@ def settings(tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
         spark_master="local[2]",
         spark_shuffle_partitions=4,
         spark_warmup=False,
+        # In-process apps do not listen for Pulsar's protocol (they would share port 6650); the
+        # tests of the protocol start the service as a user does, on a port of their own.
+        broker_service_port=0,
     )
 
 

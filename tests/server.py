@@ -63,6 +63,9 @@ class ServerProcess:
         self.data_dir = Path(data_dir)
         self.max_open_files = max_open_files
         self.port = free_port()
+        # Pulsar's binary protocol: never the default 6650, which servers of one run would share.
+        self.broker_port = free_port()
+        self.pulsar_url = f"pulsar://127.0.0.1:{self.broker_port}"
         self.extra_env = dict(env or {})  # a copy: start() records the fresh database in it
         self.unset = unset  # variables of this process's environment the server does not get
         # With TLS on, https, and trust in the server's own (self-signed) certificate.
@@ -80,6 +83,7 @@ class ServerProcess:
             "COMPACTOR_DATA_DIR": str(self.data_dir),
             "COMPACTOR_PORT": str(self.port),
             "COMPACTOR_HOST": "127.0.0.1",
+            "COMPACTOR_BROKER_SERVICE_PORT": str(self.broker_port),
             **self.defaults,
             **self.extra_env,
         }

@@ -20,7 +20,15 @@ def health(request: Request, broker: BrokerDep) -> Health:
     compaction = engine.status if engine is not None else STARTING
     warming = True if engine is not None and engine.warming_up else None
     # Still 200 when degraded: the service serves what it can, and a restart would not help.
+    pulsar = getattr(request.app.state, "pulsar", None)
+    url = pulsar.service_url if pulsar is not None and pulsar.listening else None
     problems = health_problems(broker)
     if problems:
-        return Health(status="degraded", reason="; ".join(problems), compaction=compaction, warmingUp=warming)
-    return Health(status="ok", compaction=compaction, warmingUp=warming)
+        return Health(
+            status="degraded",
+            reason="; ".join(problems),
+            compaction=compaction,
+            warmingUp=warming,
+            brokerServiceUrl=url,
+        )
+    return Health(status="ok", compaction=compaction, warmingUp=warming, brokerServiceUrl=url)

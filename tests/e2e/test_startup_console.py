@@ -67,7 +67,7 @@ def test_start_up_idle_workers_and_ctrl_c_print_no_traceback(server_factory, tmp
             break
         assert time.monotonic() < deadline, health
         time.sleep(0.25)
-    assert health == {"status": "ok", "compaction": "available"}
+    assert health == {"status": "ok", "compaction": "available", "brokerServiceUrl": srv.pulsar_url}
     assert python_workers(srv.proc.pid), "the warm-up's workers wait for their next task"
 
     # Spark retires them after a minute without a task (PythonWorkerFactory: a fixed minute,

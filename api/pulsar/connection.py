@@ -1,0 +1,306 @@
+"""One client connection of Pulsar's binary protocol: a thin state machine over the service.
+
+Frames are cut by ``framing``; commands run in arrival order in one task per connection (a
+client's acks, flows and closes must not overtake each other), and each handler answers with
+the response type the client waits for (the C++ client drops a connection on a reply it does
+not expect). Slow work (writing to a ledger, waiting for messages) runs in the per-producer and
+per-consumer tasks of ``produce`` and ``consume``, so one slow subscribe never holds the sends
+of another producer sharing the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import anyio.to_thread
+
+from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.access import ProducerAccess
+from api.pulsar.errors import ProtocolError, server_error
+from api.pulsar.framing import (
+    FRAME_PADDING,
+    ChecksumMismatch,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    command,
+    encode,
+)
+from service.authorization import Authorizer, Rule
+from service.errors import ServiceError
+from service.names import TopicName
+
+if TYPE_CHECKING:
+    from api.pulsar.consume import WireSubscriber
+    from api.pulsar.produce import WireProducer
+    from service.cursors import SubscriptionService
+    from service.settings import Settings
+    from service.tenants import TenantService
+    from service.tokens import TokenVerifier
+    from service.topics import Broker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SERVER_VERSION = "topic-compactor 0.1.0"
+# The newest protocol version whose behaviour this service gives (a client asking for more is
+# answered with this one, and keeps to it).
+PROTOCOL_VERSION = 21
+# Frames waiting for the command task before the connection stops reading from its socket.
+_MAX_QUEUED = 1024
+_RESUME_AT = 64
+# Pulsar's -1 request id (an error not tied to a request) as the uint64 the wire carries.
+NO_REQUEST = 2**64 - 1
+
+
+class BoundedDict(dict):  # type: ignore[type-arg]
+    """A dict that forgets its oldest entries beyond ``limit`` (state a client may never
+    come back for)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: object, value: object) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.limit:
+            del self[next(iter(self))]
+
+
+@dataclass
+class BrokerContext:
+    """What every connection shares: the service's verbs and settings, and the listener's
+    own URL (a lookup's answer)."""
+
+    settings: Settings
+    broker: Broker
+    subscriptions: SubscriptionService
+    tenants: TenantService
+    authorizer: Authorizer | None
+    verifier: TokenVerifier | None
+    service_url: str
+    connections: set[PulsarConnection]
+    # Readers closed by their seek, by (topic, subscription): where they resume when the client
+    # subscribes again (Pulsar keeps the non-durable cursor across that reconnection).
+    reader_positions: BoundedDict = field(default_factory=lambda: BoundedDict(10_000))
+    access: ProducerAccess = field(default_factory=lambda: ProducerAccess())
+
+
+class PulsarConnection(asyncio.Protocol):
+    """The protocol object asyncio drives for one accepted socket."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.decoder = FrameDecoder(ctx.settings.max_message_size + FRAME_PADDING)
+        self.transport: asyncio.Transport | None = None
+        self.connected = False
+        self.closed = False
+        self.role: str | None = None
+        self.protocol_version = 0
+        self.producers: dict[int, WireProducer] = {}
+        self.consumers: dict[int, WireSubscriber] = {}
+        self._queue: asyncio.Queue[Frame] = asyncio.Queue()
+        self._paused = False
+        self._task: asyncio.Task[None] | None = None
+        self.peer = "?"
+
+    # ------------------------------------------------------------------ asyncio
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ctx.connections.add(self)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except ChecksumMismatch as e:
+            # Before CONNECT nothing can be answered; after it Pulsar closes on a bad frame too.
+            self.close(f"{e}")
+            return
+        except FrameError as e:
+            self.close(f"{e}")
+            return
+        for frame in frames:
+            self._queue.put_nowait(frame)
+        if self._queue.qsize() >= _MAX_QUEUED and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.ctx.connections.discard(self)
+        if self._task is not None:
+            self._task.cancel()
+        for producer in list(self.producers.values()):
+            producer.close()
+        for consumer in list(self.consumers.values()):
+            consumer.close()
+        self.producers.clear()
+        self.consumers.clear()
+
+    # ------------------------------------------------------------------ sending
+
+    def write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def send(self, kind: int, **fields: object) -> None:
+        self.write(encode(command(kind, **fields)))
+
+    def error(self, request_id: int, code: int, message: str) -> None:
+        self.send(pb.BaseCommand.ERROR, request_id=request_id, error=code, message=message)
+
+    def close(self, reason: str) -> None:
+        if not self.closed:
+            log.info("closing Pulsar connection from %s: %s", self.peer, reason)
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    async def drained(self) -> None:
+        """Wait while the socket's write buffer is over its high mark (a slow consumer)."""
+        transport = self.transport
+        while (
+            transport is not None and not self.closed and transport.get_write_buffer_size() > 4 * 1024 * 1024
+        ):
+            await asyncio.sleep(0.005)
+
+    # ------------------------------------------------------------------ commands
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                frame = await self._queue.get()
+                if self._paused and self._queue.qsize() <= _RESUME_AT and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
+                try:
+                    await self._dispatch(frame)
+                except ProtocolClose as e:
+                    self.close(str(e))
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Pulsar connection from %s failed", self.peer)
+            self.close("internal error")
+
+    async def _dispatch(self, frame: Frame) -> None:
+        cmd = frame.command
+        kind = cmd.type
+        if not self.connected:
+            if kind != pb.BaseCommand.CONNECT:
+                raise ProtocolClose(f"{pb.BaseCommand.Type.Name(kind)} before CONNECT")
+            self._connect(cmd.connect)
+            return
+        handler = HANDLERS.get(kind)
+        if handler is None:
+            name = pb.BaseCommand.Type.Name(kind) if kind in pb.BaseCommand.Type.values() else str(kind)
+            raise ProtocolClose(f"unsupported command {name}")
+        await handler(self, frame)
+
+    def _connect(self, connect: pb.CommandConnect) -> None:
+        if self.ctx.settings.authentication_enabled:
+            assert self.ctx.verifier is not None
+            method = connect.auth_method_name
+            token = connect.auth_data.decode("utf-8", "replace") if connect.HasField("auth_data") else ""
+            if method != "token" or not token:
+                self.error(NO_REQUEST, pb.AuthenticationError, "authentication is required: use a token")
+                raise ProtocolClose("no token")
+            try:
+                self.role = self.ctx.verifier.role(token)
+            except ServiceError as e:
+                self.error(NO_REQUEST, pb.AuthenticationError, str(e))
+                raise ProtocolClose(f"authentication failed: {e}") from None
+        self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
+        self.connected = True
+        self.send(
+            pb.BaseCommand.CONNECTED,
+            server_version=SERVER_VERSION,
+            protocol_version=self.protocol_version,
+            max_message_size=self.ctx.settings.max_message_size,
+        )
+
+    # ------------------------------------------------------------------ helpers for handlers
+
+    def topic_name(self, text: str) -> TopicName:
+        """A ``persistent://t/n/x`` name (or Pulsar's short forms ``x`` and ``t/n/x``)."""
+        if "://" not in text:
+            text = f"persistent://public/default/{text}" if "/" not in text else f"persistent://{text}"
+        if not text.startswith("persistent://"):
+            raise ProtocolError(pb.NotAllowedError, f"only persistent topics are served, not {text!r}")
+        try:
+            return TopicName.parse(text)
+        except (ValueError, ServiceError) as e:
+            raise ProtocolError(pb.InvalidTopicName, f"invalid topic name {text!r}: {e}") from None
+
+    def authorize(self, rule: Rule, name: TopicName) -> None:
+        authorizer = self.ctx.authorizer
+        if authorizer is None or self.role is None:
+            return
+        authorizer.check(
+            role=self.role, rule=rule, tenant=name.tenant, namespace=name.namespace, topic=name.topic
+        )
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking service verb on a worker thread (the REST routes' pool)."""
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def request(
+        self,
+        request_id: int,
+        work: Callable[[], Awaitable[None]],
+        *,
+        not_found: int = pb.TopicNotFound,
+        conflict: int = pb.ConsumerBusy,
+    ) -> None:
+        """Run ``work``; a service error becomes an ERROR reply to ``request_id``."""
+        try:
+            await work()
+        except (ServiceError, ProtocolError) as e:
+            self.error(request_id, server_error(e, not_found=not_found, conflict=conflict), str(e))
+
+
+class ProtocolClose(Exception):
+    """The client broke the protocol: the connection is closed (after any reply already sent)."""
+
+
+Handler = Callable[[PulsarConnection, Frame], Awaitable[None]]
+
+
+async def _ping(conn: PulsarConnection, frame: Frame) -> None:
+    conn.send(pb.BaseCommand.PONG)
+
+
+async def _pong(conn: PulsarConnection, frame: Frame) -> None:
+    return None
+
+
+def _handlers() -> dict[int, Handler]:
+    from api.pulsar import consume, lookup, produce
+
+    table: dict[int, Handler] = {pb.BaseCommand.PING: _ping, pb.BaseCommand.PONG: _pong}
+    table.update(lookup.HANDLERS)
+    table.update(produce.HANDLERS)
+    table.update(consume.HANDLERS)
+    return table
+
+
+HANDLERS: dict[int, Handler] = {}
+
+
+def install_handlers() -> None:
+    """Fill the dispatch table once the command modules can be imported (they import this one)."""
+    if not HANDLERS:
+        HANDLERS.update(_handlers())

@@ -1,0 +1,479 @@
+"""Consumers and readers: SUBSCRIBE, FLOW, ACK, REDELIVER_UNACKNOWLEDGED_MESSAGES, SEEK,
+GET_LAST_MESSAGE_ID, UNSUBSCRIBE and CLOSE_CONSUMER, over the same topics, subscriptions, cursors
+and dispatchers as REST.
+
+Pulsar pushes: a consumer grants permits (FLOW) and the broker sends that many messages. Each
+consumer has one delivery task that asks for up to its permits (a long poll on a worker thread)
+and writes them as MESSAGE frames.
+
+- A durable subscription's consumer (``WireConsumer``) receives through
+  ``SubscriptionService.receive``: the subscription's position, acknowledgements and dispatcher
+  are the ones REST consumers share. Ack timeouts and negative-ack delays are the client's (it
+  sends REDELIVER with the ids when due), so the service's own are off for these consumers.
+- A non-durable subscription (``WireReader``: Pulsar's readers) keeps its position on the
+  connection and reads the log (or the compacted view) with ``Broker.read_waiting``, as Pulsar's
+  non-durable cursor does: nothing of it is stored.
+
+A SEEK is answered as Pulsar's broker answers it: the position is reset, the consumer is closed
+from the broker's side (CLOSE_CONSUMER), then SUCCESS; the client subscribes again, at the new
+position, with fresh permits, and nothing sent before the seek reaches the application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.connection import Handler, PulsarConnection
+from api.pulsar.errors import ProtocolError
+from api.pulsar.framing import Frame, command, encode_payload
+from api.pulsar.messages import EARLIEST_ID, LATEST_ID, entry_metadata, id_data, position
+from ledger.entry import Entry, Position
+from service.authorization import Rule
+from service.auto_topics import topic_for_use
+from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
+from service.errors import Conflict, NotFound, ServiceError
+from service.names import TopicName
+from service.topics import EARLIEST, LATEST
+
+log = logging.getLogger(__name__)
+
+_TYPES = {
+    pb.CommandSubscribe.Exclusive: EXCLUSIVE,
+    pb.CommandSubscribe.Shared: SHARED,
+    pb.CommandSubscribe.Failover: FAILOVER,
+    pb.CommandSubscribe.Key_Shared: KEY_SHARED,
+}
+# Messages asked for at once, and how long one ask waits for the first.
+_PAGE = 1000
+_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class _Page:
+    entries: list[Entry]
+    redelivery_counts: list[int] | None = None
+
+
+class WireSubscriber:
+    """What durable consumers and readers share: permits, the delivery task, closing."""
+
+    def __init__(self, conn: PulsarConnection, consumer_id: int, topic: TopicName, subscription: str) -> None:
+        self.conn = conn
+        self.consumer_id = consumer_id
+        self.topic = topic
+        self.subscription = subscription
+        self.permits = 0
+        self.closed = False
+        self._permitted = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._deliver())
+
+    def grant(self, permits: int) -> None:
+        self.permits += permits
+        if self.permits > 0:
+            self._permitted.set()
+
+    async def _fetch(self, limit: int) -> _Page:
+        raise NotImplementedError
+
+    async def _idle(self) -> None:
+        """Called while the consumer has no permits for a while."""
+
+    async def _deliver(self) -> None:
+        conn = self.conn
+        idle_s = max(0.05, conn.ctx.settings.consumer_timeout_ms / 3000)
+        try:
+            while not self.closed:
+                if self.permits <= 0:
+                    self._permitted.clear()
+                    try:
+                        await asyncio.wait_for(self._permitted.wait(), idle_s)
+                    except TimeoutError:
+                        await self._idle()
+                    continue
+                page = await self._fetch(min(self.permits, _PAGE))
+                if self.closed:
+                    return  # what was fetched goes back with the detach, or was only read
+                counts = page.redelivery_counts
+                for i, e in enumerate(page.entries):
+                    cmd = command(
+                        pb.BaseCommand.MESSAGE,
+                        consumer_id=self.consumer_id,
+                        message_id=id_data(e.position),
+                        redelivery_count=counts[i] if counts else 0,
+                    )
+                    conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
+                self.permits -= len(page.entries)
+                await conn.drained()
+        except NotFound:
+            # The subscription or the topic went away under us: Pulsar closes the consumer on
+            # its side and tells the client, which subscribes again (and learns why).
+            if not self.closed:
+                self.close()
+                conn.consumers.pop(self.consumer_id, None)
+                conn.send(pb.BaseCommand.CLOSE_CONSUMER, consumer_id=self.consumer_id, request_id=0)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivering to consumer %s of %s failed", self.consumer_id, self.topic)
+
+    def close(self) -> None:
+        self.closed = True
+        self._permitted.set()
+
+    async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
+        raise NotImplementedError
+
+    async def redeliver(self, ids: list[Position]) -> None:
+        raise NotImplementedError
+
+    async def seek(self, *, message_id: str | None, publish_time: int | None) -> None:
+        raise NotImplementedError
+
+    async def mark_delete(self) -> Position:
+        raise NotImplementedError
+
+    @property
+    def read_compacted(self) -> bool:
+        raise NotImplementedError
+
+
+class WireConsumer(WireSubscriber):
+    """A consumer of a durable subscription, attached as REST consumers are."""
+
+    def __init__(
+        self,
+        conn: PulsarConnection,
+        consumer_id: int,
+        topic: TopicName,
+        subscription: str,
+        service_id: str,
+        read_compacted: bool,
+    ) -> None:
+        super().__init__(conn, consumer_id, topic, subscription)
+        self.service_id = service_id
+        self._read_compacted = read_compacted
+
+    @property
+    def read_compacted(self) -> bool:
+        return self._read_compacted
+
+    async def _fetch(self, limit: int) -> _Page:
+        delivered = await self.conn.call(
+            self.conn.ctx.subscriptions.receive,
+            self.topic,
+            self.subscription,
+            self.service_id,
+            max_messages=limit,
+            timeout_ms=int(_POLL_S * 1000),
+        )
+        return _Page(delivered.entries, delivered.redelivery_counts)
+
+    async def _idle(self) -> None:
+        # No permits for a while (the application is not receiving): stay attached.
+        await self.conn.call(
+            self.conn.ctx.subscriptions.touch, self.topic, self.subscription, self.service_id
+        )
+
+    def close(self) -> None:
+        """Detach from the subscription: what was delivered and not acknowledged goes to the
+        subscription's other consumers, or to the next one."""
+        if self.closed:
+            return
+        super().close()
+        subs = self.conn.ctx.subscriptions
+        topic, sub, sid = self.topic, self.subscription, self.service_id
+
+        def detach() -> None:
+            with contextlib.suppress(ServiceError):  # already gone with its subscription or topic
+                subs.detach(topic, sub, sid)
+
+        asyncio.get_running_loop().run_in_executor(None, detach)
+
+    async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
+        subs = self.conn.ctx.subscriptions
+        await self.conn.call(
+            subs.ack, self.topic, self.subscription, self.service_id, ids, cumulative=cumulative
+        )
+
+    async def redeliver(self, ids: list[Position]) -> None:
+        subs = self.conn.ctx.subscriptions
+        if ids:
+            await self.conn.call(subs.negative_ack, self.topic, self.subscription, self.service_id, ids)
+        else:
+            await self.conn.call(subs.redeliver, self.topic, self.subscription, self.service_id)
+
+    async def seek(self, *, message_id: str | None, publish_time: int | None) -> None:
+        await self.conn.call(
+            self.conn.ctx.subscriptions.seek,
+            self.topic,
+            self.subscription,
+            message_id=message_id,
+            publish_time=publish_time,
+            consumer_id=self.service_id,
+        )
+
+    async def mark_delete(self) -> Position:
+        return await self.conn.call(self.conn.ctx.subscriptions.mark_delete, self.topic, self.subscription)
+
+
+class WireReader(WireSubscriber):
+    """A consumer of a non-durable subscription (Pulsar's readers): its position lives here."""
+
+    def __init__(
+        self,
+        conn: PulsarConnection,
+        consumer_id: int,
+        topic: TopicName,
+        subscription: str,
+        start: Position,
+        read_compacted: bool,
+    ) -> None:
+        super().__init__(conn, consumer_id, topic, subscription)
+        self.position = start
+        self._read_compacted = read_compacted
+
+    @property
+    def read_compacted(self) -> bool:
+        return self._read_compacted
+
+    async def _fetch(self, limit: int) -> _Page:
+        entries, nxt = await self.conn.call(
+            self.conn.ctx.broker.read_waiting,
+            self.topic,
+            self.position,
+            limit,
+            read_compacted=self._read_compacted,
+            timeout_s=_POLL_S,
+        )
+        if not self.closed:
+            self.position = nxt
+        return _Page(entries)
+
+    async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
+        return None  # a non-durable cursor keeps no acknowledgements
+
+    async def redeliver(self, ids: list[Position]) -> None:
+        return None  # a reader reads on; nothing is pending on the broker's side
+
+    async def seek(self, *, message_id: str | None, publish_time: int | None) -> None:
+        self.position = await self.conn.call(_reader_target, self.conn, self.topic, message_id, publish_time)
+
+    async def mark_delete(self) -> Position:
+        return before(self.position)
+
+
+def _reader_target(
+    conn: PulsarConnection, topic: TopicName, message_id: str | None, publish_time: int | None
+) -> Position:
+    broker = conn.ctx.broker
+    managed = broker.topic(topic)
+    if publish_time is not None:
+        return managed.ledger.find_by_publish_time(publish_time)
+    assert message_id is not None
+    return broker.resolve_start(managed, message_id)
+
+
+def _start_of(data: pb.MessageIdData | None, initial: str) -> str:
+    """A SUBSCRIBE's or SEEK's message id as the service names a start: ``earliest``,
+    ``latest`` or ``"L:E"``."""
+    if data is None:
+        return initial
+    pos = position(data)
+    if pos == EARLIEST_ID or pos.ledger_id < 0:
+        return EARLIEST
+    if pos == LATEST_ID:
+        return LATEST
+    return f"{pos.ledger_id}:{max(pos.entry_id, 0)}"
+
+
+async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.subscribe
+    request_id = req.request_id
+
+    async def work() -> None:
+        if req.consumer_id in conn.consumers:
+            raise ProtocolError(
+                pb.ConsumerBusy, f"consumer id {req.consumer_id} is in use on this connection"
+            )
+        name = conn.topic_name(req.topic)
+        conn.authorize(Rule.CONSUME, name)
+        ctx = conn.ctx
+        await conn.call(
+            topic_for_use,
+            broker=ctx.broker,
+            tenants=ctx.tenants,
+            name=name,
+            create=ctx.settings.allow_auto_topic_creation and req.force_topic_creation,
+        )
+        initial = EARLIEST if req.initialPosition == pb.CommandSubscribe.Earliest else LATEST
+        consumer: WireSubscriber
+        if not req.durable:
+            # A reader that the broker closed for its seek comes back at the seek's position.
+            resumed = ctx.reader_positions.pop((name, req.subscription), None)
+            if resumed is not None:
+                start = resumed
+            else:
+                where = _start_of(req.start_message_id if req.HasField("start_message_id") else None, initial)
+                start = await conn.call(_reader_target, conn, name, where, None)
+            consumer = WireReader(conn, req.consumer_id, name, req.subscription, start, req.read_compacted)
+        else:
+            subs = ctx.subscriptions
+            with contextlib.suppress(Conflict):  # it exists: the consumer attaches at its position
+                await conn.call(subs.create, name, req.subscription, initial_position=initial)
+            info = await conn.call(
+                subs.attach,
+                name,
+                req.subscription,
+                consumer_name=req.consumer_name or None,
+                read_compacted=req.read_compacted,
+                subscription_type=_TYPES[req.subType],
+                priority_level=req.priority_level,
+                negative_ack_redelivery_delay_ms=0,
+            )
+            consumer = WireConsumer(
+                conn, req.consumer_id, name, req.subscription, info.consumer_id, req.read_compacted
+            )
+        conn.consumers[req.consumer_id] = consumer
+        consumer.start()
+        conn.send(pb.BaseCommand.SUCCESS, request_id=request_id)
+
+    await conn.request(request_id, work, not_found=pb.TopicNotFound, conflict=pb.ConsumerBusy)
+
+
+def _consumer(conn: PulsarConnection, consumer_id: int) -> WireSubscriber | None:
+    c = conn.consumers.get(consumer_id)
+    return None if c is None or c.closed else c
+
+
+async def flow(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.flow
+    c = _consumer(conn, req.consumer_id)
+    if c is not None:  # a flow racing a close is dropped, as Pulsar does
+        c.grant(req.messagePermits)
+
+
+async def ack(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.ack
+    c = _consumer(conn, req.consumer_id)
+    error: ServiceError | None = None
+    if c is not None and req.message_id:
+        try:
+            await c.ack(
+                [position(m) for m in req.message_id], cumulative=req.ack_type == pb.CommandAck.Cumulative
+            )
+        except ServiceError as e:
+            # Pulsar ignores an ack it cannot apply (an id already acknowledged, or unknown).
+            log.debug("ack from consumer %s ignored: %s", req.consumer_id, e)
+            error = e
+    if req.HasField("request_id"):
+        fields: dict[str, object] = {"consumer_id": req.consumer_id, "request_id": req.request_id}
+        if c is None:
+            fields.update(error=pb.ConsumerNotFound, message=f"consumer {req.consumer_id} not found")
+        elif error is not None:
+            fields.update(error=pb.NotAllowedError, message=str(error))
+        conn.send(pb.BaseCommand.ACK_RESPONSE, **fields)
+
+
+async def redeliver(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.redeliverUnacknowledgedMessages
+    c = _consumer(conn, req.consumer_id)
+    if c is None:
+        return
+    try:
+        await c.redeliver([position(m) for m in req.message_ids])
+    except ServiceError as e:
+        log.debug("redelivery for consumer %s ignored: %s", req.consumer_id, e)
+
+
+async def seek(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.seek
+    c = _consumer(conn, req.consumer_id)
+
+    async def work() -> None:
+        if c is None:
+            raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
+        if req.HasField("message_publish_time"):
+            await c.seek(message_id=None, publish_time=req.message_publish_time)
+        elif req.HasField("message_id"):
+            await c.seek(message_id=_start_of(req.message_id, EARLIEST), publish_time=None)
+        else:
+            raise ProtocolError(pb.NotAllowedError, "a seek needs a message id or a publish time")
+        # As Pulsar's broker: the consumer is closed, the client subscribes again at the new
+        # position (a reader's is kept for it), then the seek is answered.
+        conn.consumers.pop(req.consumer_id, None)
+        c.close()
+        if isinstance(c, WireReader):
+            conn.ctx.reader_positions[(c.topic, c.subscription)] = c.position
+        conn.send(pb.BaseCommand.CLOSE_CONSUMER, consumer_id=req.consumer_id, request_id=0)
+        conn.send(pb.BaseCommand.SUCCESS, request_id=req.request_id)
+
+    await conn.request(req.request_id, work, not_found=pb.TopicNotFound)
+
+
+async def last_message_id(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.getLastMessageId
+    c = _consumer(conn, req.consumer_id)
+
+    async def work() -> None:
+        if c is None:
+            raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
+        last = await conn.call(conn.ctx.broker.last_message_id, c.topic, read_compacted=c.read_compacted)
+        mark = await c.mark_delete()
+        conn.send(
+            pb.BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE,
+            request_id=req.request_id,
+            last_message_id=id_data(last if last is not None else Position(-1, -1)),
+            consumer_mark_delete_position=id_data(mark),
+        )
+
+    await conn.request(req.request_id, work, not_found=pb.TopicNotFound)
+
+
+async def unsubscribe(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.unsubscribe
+    c = _consumer(conn, req.consumer_id)
+
+    async def work() -> None:
+        if c is None:
+            raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
+        if isinstance(c, WireConsumer):
+            subs = conn.ctx.subscriptions
+            others = await conn.call(lambda: subs.get(c.topic, c.subscription).consumer_count() - 1)
+            if others and not req.force:
+                raise ProtocolError(pb.ConsumerBusy, f"subscription {c.subscription!r} has other consumers")
+            conn.consumers.pop(req.consumer_id, None)
+            c.closed = True  # the subscription goes, and its consumers with it
+            await conn.call(subs.delete, c.topic, c.subscription)
+        else:
+            conn.consumers.pop(req.consumer_id, None)
+            c.close()
+        conn.send(pb.BaseCommand.SUCCESS, request_id=req.request_id)
+
+    await conn.request(req.request_id, work, not_found=pb.SubscriptionNotFound, conflict=pb.ConsumerBusy)
+
+
+async def close_consumer(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.close_consumer
+    c = conn.consumers.pop(req.consumer_id, None)
+    if c is not None:
+        c.close()
+    conn.send(pb.BaseCommand.SUCCESS, request_id=req.request_id)
+
+
+HANDLERS: dict[int, Handler] = {
+    pb.BaseCommand.SUBSCRIBE: subscribe,
+    pb.BaseCommand.FLOW: flow,
+    pb.BaseCommand.ACK: ack,
+    pb.BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES: redeliver,
+    pb.BaseCommand.SEEK: seek,
+    pb.BaseCommand.GET_LAST_MESSAGE_ID: last_message_id,
+    pb.BaseCommand.UNSUBSCRIBE: unsubscribe,
+    pb.BaseCommand.CLOSE_CONSUMER: close_consumer,
+}

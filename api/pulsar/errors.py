@@ -1,0 +1,49 @@
+"""Service errors as Pulsar's ``ServerError`` codes, mapped once for every command."""
+
+from __future__ import annotations
+
+from api.pulsar import pulsar_api_pb2 as pb
+from service.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    NotOwner,
+    ServiceError,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+)
+
+
+class ProtocolError(Exception):
+    """A request the connection refuses with ``code`` (an ERROR reply, the connection stays)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def server_error(
+    e: BaseException, *, not_found: int = pb.TopicNotFound, conflict: int = pb.ConsumerBusy
+) -> int:
+    """The ServerError for a service exception; ``not_found`` and ``conflict`` say which code a
+    missing thing or a conflict means for the command at hand (a subscription, a producer...)."""
+    if isinstance(e, ProtocolError):
+        return e.code
+    if isinstance(e, Unauthenticated):
+        return pb.AuthenticationError
+    if isinstance(e, Forbidden):
+        return pb.AuthorizationError
+    if isinstance(e, NotFound):
+        return not_found
+    if isinstance(e, Conflict):
+        return conflict
+    if isinstance(e, (NotOwner, Unavailable)):
+        # The client looks the topic up again and retries (Pulsar's ServiceNotReady).
+        return pb.ServiceNotReady
+    if isinstance(e, (InvalidInput, TooLarge)):
+        return pb.NotAllowedError
+    if isinstance(e, ServiceError):
+        return pb.UnknownError
+    return pb.PersistenceError

@@ -1,0 +1,94 @@
+"""Where a topic lives: PARTITIONED_METADATA, LOOKUP and GET_TOPICS_OF_NAMESPACE."""
+
+from __future__ import annotations
+
+from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.connection import Handler, PulsarConnection
+from api.pulsar.errors import ProtocolError, server_error
+from api.pulsar.framing import Frame
+from service.authorization import Rule
+from service.errors import ServiceError
+from service.names import check_part
+
+
+async def partitioned_metadata(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.partitionMetadata
+    try:
+        name = conn.topic_name(req.topic)
+        conn.authorize(Rule.PRODUCE_OR_CONSUME, name)
+    except (ServiceError, ProtocolError) as e:
+        conn.send(
+            pb.BaseCommand.PARTITIONED_METADATA_RESPONSE,
+            request_id=req.request_id,
+            response=pb.CommandPartitionedTopicMetadataResponse.Failed,
+            error=server_error(e),
+            message=str(e),
+        )
+        return
+    # Every topic is a plain topic (partitioned topics are issue 30's).
+    conn.send(
+        pb.BaseCommand.PARTITIONED_METADATA_RESPONSE,
+        request_id=req.request_id,
+        partitions=0,
+        response=pb.CommandPartitionedTopicMetadataResponse.Success,
+    )
+
+
+async def lookup(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.lookupTopic
+    try:
+        name = conn.topic_name(req.topic)
+        conn.authorize(Rule.PRODUCE_OR_CONSUME, name)
+    except (ServiceError, ProtocolError) as e:
+        conn.send(
+            pb.BaseCommand.LOOKUP_RESPONSE,
+            request_id=req.request_id,
+            response=pb.CommandLookupTopicResponse.Failed,
+            error=server_error(e),
+            message=str(e),
+        )
+        return
+    conn.send(
+        pb.BaseCommand.LOOKUP_RESPONSE,
+        request_id=req.request_id,
+        response=pb.CommandLookupTopicResponse.Connect,
+        brokerServiceUrl=conn.ctx.service_url,
+        authoritative=True,
+    )
+
+
+async def topics_of_namespace(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.getTopicsOfNamespace
+    request_id = req.request_id
+
+    async def work() -> None:
+        tenant, _, namespace = req.namespace.partition("/")
+        try:
+            check_part("tenant", tenant)
+            check_part("namespace", namespace)
+        except ServiceError as e:
+            raise ProtocolError(pb.NotAllowedError, f"invalid namespace {req.namespace!r}: {e}") from None
+        if conn.ctx.authorizer is not None and conn.role is not None:
+            conn.ctx.authorizer.check(
+                role=conn.role,
+                rule=Rule.NAMESPACE_PRODUCE_OR_CONSUME,
+                tenant=tenant,
+                namespace=namespace,
+                topic=None,
+            )
+        await conn.call(conn.ctx.tenants.require_namespace, tenant=tenant, namespace=namespace)
+        topics = (
+            []
+            if req.mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT
+            else conn.ctx.broker.list_topics(tenant, namespace)
+        )
+        conn.send(pb.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, request_id=request_id, topics=topics)
+
+    await conn.request(request_id, work, not_found=pb.MetadataError)
+
+
+HANDLERS: dict[int, Handler] = {
+    pb.BaseCommand.PARTITIONED_METADATA: partitioned_metadata,
+    pb.BaseCommand.LOOKUP: lookup,
+    pb.BaseCommand.GET_TOPICS_OF_NAMESPACE: topics_of_namespace,
+}

@@ -1,0 +1,240 @@
+"""Producers: PRODUCER, SEND and CLOSE_PRODUCER.
+
+Each producer writes through one task: the SENDs that arrive while a write is in flight are
+appended together in the next ``Broker.produce`` call (a group commit under the fsync policy),
+and their receipts go back in the order the client sent them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass
+
+from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.connection import Handler, ProtocolClose, PulsarConnection
+from api.pulsar.errors import ProtocolError, server_error
+from api.pulsar.framing import Frame
+from api.pulsar.messages import id_data, to_record
+from ledger.entry import Record, record_size
+from service.authorization import Rule
+from service.auto_topics import topic_for_use
+from service.errors import ServiceError
+from service.names import TopicName
+
+log = logging.getLogger(__name__)
+
+# Sends one producer may have waiting for their write before the connection stops reading.
+MAX_PENDING_SENDS = 10_000
+_names = itertools.count()
+
+
+@dataclass(slots=True)
+class _Send:
+    sequence_id: int
+    highest_sequence_id: int
+    record: Record
+
+
+class WireProducer:
+    """A producer of one connection, writing to one topic."""
+
+    def __init__(
+        self, conn: PulsarConnection, producer_id: int, name: TopicName, producer_name: str, mode: int
+    ) -> None:
+        self.conn = conn
+        self.producer_id = producer_id
+        self.topic = name
+        self.name = producer_name
+        self.mode = mode
+        self.pending: list[_Send] = []
+        self.closed = False
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Write what is sent, once the producer has its access to the topic."""
+        self._task = asyncio.get_running_loop().create_task(self._write())
+
+    async def add(self, send: _Send) -> None:
+        self.pending.append(send)
+        self._idle.clear()
+        self._wake.set()
+        if len(self.pending) >= MAX_PENDING_SENDS:
+            self._room.clear()
+            await self._room.wait()
+
+    async def _write(self) -> None:
+        conn = self.conn
+        while True:
+            if not self.pending:
+                self._idle.set()
+                if self.closed:
+                    return
+                await self._wake.wait()
+                self._wake.clear()
+                continue
+            batch, self.pending = self.pending, []
+            self._room.set()
+            try:
+                positions = await conn.call(conn.ctx.broker.produce, self.topic, [s.record for s in batch])
+            except Exception as e:
+                if not isinstance(e, (ServiceError, ProtocolError)):
+                    log.exception("writing to %s failed", self.topic)
+                code = server_error(e, not_found=pb.TopicNotFound)
+                for s in batch:
+                    conn.send(
+                        pb.BaseCommand.SEND_ERROR,
+                        producer_id=self.producer_id,
+                        sequence_id=s.sequence_id,
+                        error=code,
+                        message=str(e),
+                    )
+            else:
+                for s, pos in zip(batch, positions, strict=True):
+                    conn.send(
+                        pb.BaseCommand.SEND_RECEIPT,
+                        producer_id=self.producer_id,
+                        sequence_id=s.sequence_id,
+                        message_id=id_data(pos),
+                        highest_sequence_id=s.highest_sequence_id,
+                    )
+
+    async def flush(self) -> None:
+        await self._idle.wait()
+
+    def close(self) -> None:
+        """Stop once what is pending is written (a lost connection's sends are still stored,
+        as their receipts may simply not have reached the client), and give up the topic."""
+        self._stop()
+        self.conn.ctx.access.release(self.topic, self)
+
+    def fence(self) -> None:
+        """An ExclusiveWithFencing producer took the topic: close this one on the client's side."""
+        self._stop()
+        if self.conn.producers.get(self.producer_id) is self:
+            del self.conn.producers[self.producer_id]
+            self.conn.send(pb.BaseCommand.CLOSE_PRODUCER, producer_id=self.producer_id, request_id=0)
+
+    def _stop(self) -> None:
+        self.closed = True
+        self._wake.set()
+        if self._task is None:
+            self._idle.set()
+
+
+async def producer(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.producer
+    request_id = req.request_id
+
+    async def work() -> None:
+        if req.producer_id in conn.producers:
+            raise ProtocolError(
+                pb.ProducerBusy, f"producer id {req.producer_id} is in use on this connection"
+            )
+        name = conn.topic_name(req.topic)
+        conn.authorize(Rule.PRODUCE, name)
+        if req.encrypted:
+            raise ProtocolError(pb.NotAllowedError, "encrypted messages are not supported")
+        ctx = conn.ctx
+        await conn.call(
+            topic_for_use,
+            broker=ctx.broker,
+            tenants=ctx.tenants,
+            name=name,
+            create=ctx.settings.allow_auto_topic_creation,
+        )
+        if req.producer_id in conn.producers:  # sent twice meanwhile
+            raise ProtocolError(
+                pb.ProducerBusy, f"producer id {req.producer_id} is in use on this connection"
+            )
+        producer_name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
+        producer_name = producer_name or f"compactor-{next(_names)}"
+        prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode)
+        got = ctx.access.acquire(name, prod, epoch=req.topic_epoch if req.HasField("topic_epoch") else None)
+        conn.producers[req.producer_id] = prod
+        if isinstance(got, asyncio.Future):
+            # WaitForExclusive behind another producer: the client waits for a second answer.
+            conn.send(
+                pb.BaseCommand.PRODUCER_SUCCESS,
+                request_id=request_id,
+                producer_name=producer_name,
+                producer_ready=False,
+            )
+            asyncio.get_running_loop().create_task(_when_granted(prod, got, request_id))
+            return
+        _ready(prod, request_id, got)
+
+    await conn.request(request_id, work, not_found=pb.TopicNotFound, conflict=pb.ProducerBusy)
+
+
+def _ready(prod: WireProducer, request_id: int, epoch: int) -> None:
+    prod.start()
+    prod.conn.send(
+        pb.BaseCommand.PRODUCER_SUCCESS,
+        request_id=request_id,
+        producer_name=prod.name,
+        last_sequence_id=-1,
+        topic_epoch=epoch,
+        producer_ready=True,
+    )
+
+
+async def _when_granted(prod: WireProducer, granted: asyncio.Future[int], request_id: int) -> None:
+    try:
+        epoch = await granted
+    except asyncio.CancelledError:
+        return  # closed while it waited
+    if prod.closed or prod.conn.closed:
+        prod.conn.ctx.access.release(prod.topic, prod)
+        return
+    _ready(prod, request_id, epoch)
+
+
+async def send(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.send
+    prod = conn.producers.get(req.producer_id)
+    if prod is None or prod.closed:
+        # Pulsar closes a connection that sends for a producer it does not have.
+        raise ProtocolClose(f"SEND for unknown producer {req.producer_id}")
+    if frame.metadata is None:
+        raise ProtocolClose("SEND without a payload")
+    try:
+        record = to_record(frame.metadata, frame.payload)
+        size = record_size(record.key, record.value, record.properties)
+        if size > conn.ctx.settings.max_message_size:
+            raise ProtocolError(
+                pb.NotAllowedError,
+                f"message is {size} bytes; the limit is {conn.ctx.settings.max_message_size}",
+            )
+    except ProtocolError as e:
+        conn.send(
+            pb.BaseCommand.SEND_ERROR,
+            producer_id=req.producer_id,
+            sequence_id=req.sequence_id,
+            error=e.code,
+            message=str(e),
+        )
+        return
+    await prod.add(_Send(req.sequence_id, req.highest_sequence_id, record))
+
+
+async def close_producer(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.close_producer
+    prod = conn.producers.pop(req.producer_id, None)
+    if prod is not None:
+        prod.close()
+        await prod.flush()
+    conn.send(pb.BaseCommand.SUCCESS, request_id=req.request_id)
+
+
+HANDLERS: dict[int, Handler] = {
+    pb.BaseCommand.PRODUCER: producer,
+    pb.BaseCommand.SEND: send,
+    pb.BaseCommand.CLOSE_PRODUCER: close_producer,
+}

@@ -1,0 +1,25 @@
+"""Topics created on first use, as Pulsar's ``allowAutoTopicCreation`` does: a producer or a
+consumer naming a topic that does not exist, in a namespace that does, creates it."""
+
+from __future__ import annotations
+
+import contextlib
+
+from service.errors import Conflict, NotFound
+from service.names import TopicName
+from service.tenants import TenantService
+from service.topics import Broker, ManagedTopic
+
+
+def topic_for_use(*, broker: Broker, tenants: TenantService, name: TopicName, create: bool) -> ManagedTopic:
+    """The topic ``name``; when it does not exist and ``create`` is set, it is created (404 for
+    a namespace that does not exist, and with ``create`` off for the topic)."""
+    try:
+        return broker.topic(name)
+    except NotFound:
+        if not create:
+            raise
+    tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
+    with contextlib.suppress(Conflict):  # another client created it meanwhile
+        broker.create_topic(name)
+    return broker.topic(name)
