@@ -108,6 +108,8 @@ class PulsarConnection(asyncio.Protocol):
         self._paused = False
         self._task: asyncio.Task[None] | None = None
         self.peer = "?"
+        self._out: list[bytes] = []
+        self._flushing = False
 
     # ------------------------------------------------------------------ asyncio
 
@@ -152,8 +154,20 @@ class PulsarConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ sending
 
     def write(self, data: bytes) -> None:
-        if not self.closed and self.transport is not None:
-            self.transport.write(data)
+        """Queue a frame; the frames written in one turn of the event loop go out in one
+        socket write (a write each costs a system call per receipt or message)."""
+        if self.closed or self.transport is None:
+            return
+        self._out.append(data)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        if self._out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self._out))
+        self._out.clear()
 
     def send(self, kind: int, **fields: object) -> None:
         self.write(encode(command(kind, **fields)))
@@ -166,6 +180,7 @@ class PulsarConnection(asyncio.Protocol):
             log.info("closing Pulsar connection from %s: %s", self.peer, reason)
         self.closed = True
         if self.transport is not None:
+            self._flush()  # the replies before the close still go out (an ERROR says why)
             self.transport.close()
 
     async def drained(self) -> None:

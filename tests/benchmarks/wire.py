@@ -16,6 +16,7 @@ row measures (medians of ``runs``, a fresh topic per run, 100-byte values, keyed
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -140,7 +141,7 @@ class WireBench:
         return n * producers / elapsed
 
     def produce_rest(self, producers: int, topic: str | None = None) -> float:
-        from api.client import Client, OutgoingMessage
+        from api.client import Client, Conflict, OutgoingMessage
 
         topic = topic or self._topic("produce-rest")
         n = self.params.messages // producers
@@ -149,6 +150,8 @@ class WireBench:
             for i in range(0, n, 1000)
         ]
         clients = [Client(self.server.url, timeout=120.0) for _ in range(producers)]
+        with contextlib.suppress(Conflict):  # REST produces to topics that exist
+            clients[0].admin.topics.create(topic.removeprefix("persistent://"))
         try:
             prods = [c.create_producer(topic.removeprefix("persistent://")) for c in clients]
 
@@ -253,6 +256,7 @@ class WireBench:
             producer.send_async(value, None)
         done.wait(60)
         t.join(1)
+        producer.flush()
         producer.close()
         consumer.close()
         return percentile(lat, 50), percentile(lat, 99)
