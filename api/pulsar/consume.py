@@ -436,6 +436,26 @@ async def last_message_id(conn: PulsarConnection, frame: Frame) -> None:
     await conn.request(req.request_id, work, not_found=pb.TopicNotFound)
 
 
+async def consumer_stats(conn: PulsarConnection, frame: Frame) -> None:
+    req = frame.command.consumerStats
+    c = _consumer(conn, req.consumer_id)
+    if c is None:
+        conn.send(
+            pb.BaseCommand.CONSUMER_STATS_RESPONSE,
+            request_id=req.request_id,
+            error_code=pb.ConsumerNotFound,
+            error_message=f"consumer {req.consumer_id} not found",
+        )
+        return
+    conn.send(
+        pb.BaseCommand.CONSUMER_STATS_RESPONSE,
+        request_id=req.request_id,
+        availablePermits=max(c.permits, 0),
+        address=conn.peer,
+        type="Reader" if isinstance(c, WireReader) else "Consumer",
+    )
+
+
 async def unsubscribe(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.unsubscribe
     c = _consumer(conn, req.consumer_id)
@@ -474,6 +494,7 @@ HANDLERS: dict[int, Handler] = {
     pb.BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES: redeliver,
     pb.BaseCommand.SEEK: seek,
     pb.BaseCommand.GET_LAST_MESSAGE_ID: last_message_id,
+    pb.BaseCommand.CONSUMER_STATS: consumer_stats,
     pb.BaseCommand.UNSUBSCRIBE: unsubscribe,
     pb.BaseCommand.CLOSE_CONSUMER: close_consumer,
 }

@@ -17,6 +17,8 @@ Sections (``--only`` takes a comma-separated subset; default all):
   keyless messages, skewed, unique and few keys; ``tests.benchmarks.shapes``), 2M messages
   each (quick: 200k), the project against DuckDB; ``--shapes`` picks some by name.
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
+- ``wire``: Pulsar's binary protocol through the official ``pulsar-client`` beside REST
+  (``tests/benchmarks/wire.py``).
 - ``instances``: several ``compactor serve`` on one PostgreSQL (``.ci/postgres``): produce
   throughput through two instances against one, and the takeover time after kill -9 of an owner.
 - ``shared``: consume throughput of 4 Shared consumers against 1 Exclusive, on a real server.
@@ -60,6 +62,7 @@ SECTIONS = (
     "big",
     "shapes",
     "serving",
+    "wire",
     "rounds",
     "instances",
     "shared",
@@ -272,6 +275,16 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"serving benchmark failed: {type(e).__name__}: {e}")
+        if "wire" in args.sections:
+            from tests.benchmarks.wire import WireBench, WireParams, wire_table
+
+            log("wire: starting `compactor serve` for Pulsar's binary protocol")
+            try:
+                wparams = WireParams.quick(runs=args.runs) if args.quick else WireParams(runs=args.runs)
+                emit(wire_table(WireBench(work_dir, wparams, log=log).run()), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"wire benchmark failed: {type(e).__name__}: {e}")
         if "instances" in args.sections:
             from tests.benchmarks.instances import InstancesBench, InstancesParams, instances_table
 

@@ -525,6 +525,46 @@ def test_the_readme_snippet_runs_as_written(shared_server: Server) -> None:
     assert "order-1 b'42 EUR'" in out.stdout
 
 
+def test_a_string_schema_producer_and_consumer(client: pulsar.Client) -> None:
+    topic = fresh("schema")
+    string = pulsar.schema.StringSchema()
+    consumer = client.subscribe(topic, "s", schema=string, initial_position=pulsar.InitialPosition.Earliest)
+    client.create_producer(topic, schema=string, batching_enabled=False).send("text, not bytes")
+    assert consumer.receive(10_000).value() == "text, not bytes"
+
+
+def test_schema_and_consumer_stats_requests_get_their_answers(shared_server: Server) -> None:
+    """Commands the client sends without the application asking (AutoConsume's schema lookup,
+    consumer stats): each gets its own response type, never a dropped connection."""
+    topic = fresh("raw")
+    with _raw(shared_server) as s:
+        _connect(s)
+        s.sendall(encode(command(pb.BaseCommand.GET_SCHEMA, request_id=7, topic=topic)))
+        reply = _reply(s)
+        assert reply.type == pb.BaseCommand.GET_SCHEMA_RESPONSE
+        assert (
+            reply.getSchemaResponse.request_id == 7 and reply.getSchemaResponse.error_code == pb.TopicNotFound
+        )
+        s.sendall(
+            encode(
+                command(
+                    pb.BaseCommand.SUBSCRIBE,
+                    topic=topic,
+                    subscription="s",
+                    subType=pb.CommandSubscribe.Exclusive,
+                    consumer_id=1,
+                    request_id=8,
+                )
+            )
+        )
+        assert _reply(s).type == pb.BaseCommand.SUCCESS
+        s.sendall(encode(command(pb.BaseCommand.FLOW, consumer_id=1, messagePermits=5)))
+        s.sendall(encode(command(pb.BaseCommand.CONSUMER_STATS, request_id=9, consumer_id=1)))
+        stats = _reply(s)
+        assert stats.type == pb.BaseCommand.CONSUMER_STATS_RESPONSE
+        assert stats.consumerStatsResponse.availablePermits == 5
+
+
 # ------------------------------------------------------------------ bad input on the wire
 
 
@@ -544,15 +584,23 @@ def _closed(s: socket.socket) -> bool:
     return True
 
 
-def _connect(s: socket.socket) -> None:
-    s.sendall(encode(command(pb.BaseCommand.CONNECT, client_version="raw", protocol_version=21)))
-    head = s.recv(8)
-    total, _ = struct.unpack(">II", head)
+def _reply(s: socket.socket) -> pb.BaseCommand:
+    """The next simple frame from the server."""
+    head = b""
+    while len(head) < 8:
+        head += s.recv(8 - len(head))
+    total, size = struct.unpack(">II", head)
     body = b""
     while len(body) < total - 4:
         body += s.recv(total - 4 - len(body))
     reply = pb.BaseCommand()
-    reply.ParseFromString(body)
+    reply.ParseFromString(body[:size])
+    return reply
+
+
+def _connect(s: socket.socket) -> None:
+    s.sendall(encode(command(pb.BaseCommand.CONNECT, client_version="raw", protocol_version=21)))
+    reply = _reply(s)
     assert reply.type == pb.BaseCommand.CONNECTED
     assert reply.connected.max_message_size > 0
 
