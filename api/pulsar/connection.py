@@ -31,6 +31,7 @@ from api.pulsar.framing import (
     encode,
 )
 from service.authorization import Authorizer, Rule
+from service.auto_topics import topic_for_use
 from service.errors import ServiceError
 from service.names import TopicName
 
@@ -259,6 +260,21 @@ class PulsarConnection(asyncio.Protocol):
             return TopicName.parse(text)
         except (ValueError, ServiceError) as e:
             raise ProtocolError(pb.InvalidTopicName, f"invalid topic name {text!r}: {e}") from None
+
+    async def use_topic(self, text: str, rule: Rule, *, create: bool) -> TopicName:
+        """The topic a PRODUCER or SUBSCRIBE names, once the role may ``rule`` it; created when
+        it does not exist, ``create`` allows and the service allows auto-creation."""
+        name = self.topic_name(text)
+        self.authorize(rule, name)
+        ctx = self.ctx
+        await self.call(
+            topic_for_use,
+            broker=ctx.broker,
+            tenants=ctx.tenants,
+            name=name,
+            create=create and ctx.settings.allow_auto_topic_creation,
+        )
+        return name
 
     def authorize(self, rule: Rule, name: TopicName) -> None:
         authorizer = self.ctx.authorizer

@@ -33,7 +33,6 @@ from api.pulsar.framing import Frame, command, encode_payload
 from api.pulsar.messages import EARLIEST_ID, LATEST_ID, entry_metadata, id_data, position
 from ledger.entry import Entry, Position
 from service.authorization import Rule
-from service.auto_topics import topic_for_use
 from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
 from service.errors import Conflict, NotFound, ServiceError
 from service.names import TopicName
@@ -61,11 +60,19 @@ class _Page:
 class WireSubscriber:
     """What durable consumers and readers share: permits, the delivery task, closing."""
 
-    def __init__(self, conn: PulsarConnection, consumer_id: int, topic: TopicName, subscription: str) -> None:
+    def __init__(
+        self,
+        conn: PulsarConnection,
+        consumer_id: int,
+        topic: TopicName,
+        subscription: str,
+        read_compacted: bool,
+    ) -> None:
         self.conn = conn
         self.consumer_id = consumer_id
         self.topic = topic
         self.subscription = subscription
+        self.read_compacted = read_compacted
         self.permits = 0
         self.closed = False
         self._permitted = asyncio.Event()
@@ -139,10 +146,6 @@ class WireSubscriber:
     async def mark_delete(self) -> Position:
         raise NotImplementedError
 
-    @property
-    def read_compacted(self) -> bool:
-        raise NotImplementedError
-
 
 class WireConsumer(WireSubscriber):
     """A consumer of a durable subscription, attached as REST consumers are."""
@@ -156,13 +159,8 @@ class WireConsumer(WireSubscriber):
         service_id: str,
         read_compacted: bool,
     ) -> None:
-        super().__init__(conn, consumer_id, topic, subscription)
+        super().__init__(conn, consumer_id, topic, subscription, read_compacted)
         self.service_id = service_id
-        self._read_compacted = read_compacted
-
-    @property
-    def read_compacted(self) -> bool:
-        return self._read_compacted
 
     async def _fetch(self, limit: int) -> _Page:
         delivered = await self.conn.call(
@@ -235,13 +233,8 @@ class WireReader(WireSubscriber):
         start: Position,
         read_compacted: bool,
     ) -> None:
-        super().__init__(conn, consumer_id, topic, subscription)
+        super().__init__(conn, consumer_id, topic, subscription, read_compacted)
         self.position = start
-        self._read_compacted = read_compacted
-
-    @property
-    def read_compacted(self) -> bool:
-        return self._read_compacted
 
     async def _fetch(self, limit: int) -> _Page:
         entries, nxt = await self.conn.call(
@@ -249,7 +242,7 @@ class WireReader(WireSubscriber):
             self.topic,
             self.position,
             limit,
-            read_compacted=self._read_compacted,
+            read_compacted=self.read_compacted,
             timeout_s=_POLL_S,
         )
         if not self.closed:
@@ -302,16 +295,8 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
             raise ProtocolError(
                 pb.ConsumerBusy, f"consumer id {req.consumer_id} is in use on this connection"
             )
-        name = conn.topic_name(req.topic)
-        conn.authorize(Rule.CONSUME, name)
+        name = await conn.use_topic(req.topic, Rule.CONSUME, create=req.force_topic_creation)
         ctx = conn.ctx
-        await conn.call(
-            topic_for_use,
-            broker=ctx.broker,
-            tenants=ctx.tenants,
-            name=name,
-            create=ctx.settings.allow_auto_topic_creation and req.force_topic_creation,
-        )
         initial = EARLIEST if req.initialPosition == pb.CommandSubscribe.Earliest else LATEST
         consumer: WireSubscriber
         if not req.durable:

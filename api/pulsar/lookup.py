@@ -8,53 +8,51 @@ from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
 from service.authorization import Rule
 from service.errors import ServiceError
-from service.names import check_part
+from service.names import TopicName, check_part
+
+
+def _named(
+    conn: PulsarConnection, topic: str
+) -> tuple[TopicName | None, ServiceError | ProtocolError | None]:
+    """The topic a lookup names, if the role may look it up; else the refusal."""
+    try:
+        name = conn.topic_name(topic)
+        conn.authorize(Rule.PRODUCE_OR_CONSUME, name)
+    except (ServiceError, ProtocolError) as e:
+        return None, e
+    return name, None
 
 
 async def partitioned_metadata(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.partitionMetadata
-    try:
-        name = conn.topic_name(req.topic)
-        conn.authorize(Rule.PRODUCE_OR_CONSUME, name)
-    except (ServiceError, ProtocolError) as e:
-        conn.send(
-            pb.BaseCommand.PARTITIONED_METADATA_RESPONSE,
-            request_id=req.request_id,
-            response=pb.CommandPartitionedTopicMetadataResponse.Failed,
-            error=server_error(e),
-            message=str(e),
-        )
-        return
-    # Every topic is a plain topic (partitioned topics are issue 30's).
-    conn.send(
-        pb.BaseCommand.PARTITIONED_METADATA_RESPONSE,
-        request_id=req.request_id,
-        partitions=0,
-        response=pb.CommandPartitionedTopicMetadataResponse.Success,
-    )
+    _, refused = _named(conn, req.topic)
+    answer = pb.CommandPartitionedTopicMetadataResponse
+    if refused is not None:
+        fields: dict[str, object] = {
+            "response": answer.Failed,
+            "error": server_error(refused),
+            "message": str(refused),
+        }
+    else:
+        # Every topic is a plain topic (partitioned topics are issue 30's).
+        fields = {"response": answer.Success, "partitions": 0}
+    conn.send(pb.BaseCommand.PARTITIONED_METADATA_RESPONSE, request_id=req.request_id, **fields)
 
 
 async def lookup(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.lookupTopic
-    try:
-        name = conn.topic_name(req.topic)
-        conn.authorize(Rule.PRODUCE_OR_CONSUME, name)
-    except (ServiceError, ProtocolError) as e:
-        conn.send(
-            pb.BaseCommand.LOOKUP_RESPONSE,
-            request_id=req.request_id,
-            response=pb.CommandLookupTopicResponse.Failed,
-            error=server_error(e),
-            message=str(e),
-        )
-        return
-    conn.send(
-        pb.BaseCommand.LOOKUP_RESPONSE,
-        request_id=req.request_id,
-        response=pb.CommandLookupTopicResponse.Connect,
-        brokerServiceUrl=conn.ctx.service_url,
-        authoritative=True,
-    )
+    _, refused = _named(conn, req.topic)
+    answer = pb.CommandLookupTopicResponse
+    if refused is not None:
+        fields: dict[str, object] = {
+            "response": answer.Failed,
+            "error": server_error(refused),
+            "message": str(refused),
+        }
+    else:
+        # Every topic is served by the instance the client connected to.
+        fields = {"response": answer.Connect, "brokerServiceUrl": conn.ctx.service_url, "authoritative": True}
+    conn.send(pb.BaseCommand.LOOKUP_RESPONSE, request_id=req.request_id, **fields)
 
 
 async def topics_of_namespace(conn: PulsarConnection, frame: Frame) -> None:

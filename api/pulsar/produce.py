@@ -19,7 +19,6 @@ from api.pulsar.framing import Frame
 from api.pulsar.messages import id_data, to_record
 from ledger.entry import Record, record_size
 from service.authorization import Rule
-from service.auto_topics import topic_for_use
 from service.errors import ServiceError
 from service.names import TopicName
 
@@ -137,22 +136,10 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
             raise ProtocolError(
                 pb.ProducerBusy, f"producer id {req.producer_id} is in use on this connection"
             )
-        name = conn.topic_name(req.topic)
-        conn.authorize(Rule.PRODUCE, name)
         if req.encrypted:
             raise ProtocolError(pb.NotAllowedError, "encrypted messages are not supported")
+        name = await conn.use_topic(req.topic, Rule.PRODUCE, create=True)
         ctx = conn.ctx
-        await conn.call(
-            topic_for_use,
-            broker=ctx.broker,
-            tenants=ctx.tenants,
-            name=name,
-            create=ctx.settings.allow_auto_topic_creation,
-        )
-        if req.producer_id in conn.producers:  # sent twice meanwhile
-            raise ProtocolError(
-                pb.ProducerBusy, f"producer id {req.producer_id} is in use on this connection"
-            )
         producer_name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
         producer_name = producer_name or f"compactor-{next(_names)}"
         prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode)
