@@ -68,7 +68,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ownership = None
         if settings.several_instances:
             registry = InstanceRegistry(
-                db=db, url=settings.advertised_url, lease_ms=settings.ownership_lease_ms
+                db=db,
+                url=settings.advertised_url,
+                lease_ms=settings.ownership_lease_ms,
+                broker_url=settings.broker_service_url,
             )
             ownership = LeaseOwnership(db=db, registry=registry, lease_ms=settings.ownership_lease_ms)
         broker = Broker(settings=settings, db=db, ownership=ownership)

@@ -70,9 +70,11 @@ class NotOwner(ServiceError):
     """Another instance owns the topic; ``url`` is its advertised URL (a redirect, not an error
     of the client's)."""
 
-    def __init__(self, reason: str, url: str) -> None:
+    def __init__(self, reason: str, url: str, broker_url: str | None = None) -> None:
         super().__init__(reason)
         self.url = url
+        # The owner's pulsar://host:port (a lookup's answer), None when it does not listen.
+        self.broker_url = broker_url
 
 
 class CompactionUnavailable(Exception):

@@ -32,9 +32,10 @@ def db_now_ms(session: Session) -> int:
 class InstanceRegistry:
     """This instance's row in ``instances`` and the view of the others."""
 
-    def __init__(self, *, db: Database, url: str, lease_ms: int) -> None:
+    def __init__(self, *, db: Database, url: str, lease_ms: int, broker_url: str | None = None) -> None:
         self.db = db
         self.url = url
+        self.broker_url = broker_url
         self.lease_ms = lease_ms
         self._id: int | None = None
 
@@ -49,7 +50,7 @@ class InstanceRegistry:
         with self.db.session() as s:
             now = db_now_ms(s)
             self.forget_dead(s, now)
-            row = models.Instance(url=self.url, started_at=now, heartbeat_at=now)
+            row = models.Instance(url=self.url, started_at=now, heartbeat_at=now, broker_url=self.broker_url)
             s.add(row)
             s.flush()
             self._id = row.id
@@ -75,6 +76,13 @@ class InstanceRegistry:
 
     def url_of(self, session: Session, instance_id: int) -> str | None:
         return session.scalar(select(models.Instance.url).where(models.Instance.id == instance_id))
+
+    def urls_of(self, session: Session, instance_id: int) -> tuple[str | None, str | None]:
+        """The instance's advertised URL and its broker URL (Pulsar's binary protocol)."""
+        row = session.execute(
+            select(models.Instance.url, models.Instance.broker_url).where(models.Instance.id == instance_id)
+        ).first()
+        return (row[0], row[1]) if row is not None else (None, None)
 
     def forget_dead(self, session: Session, now: int) -> None:
         """Rows of instances silent for a day and holding no topic (each start adds one)."""

@@ -99,6 +99,8 @@ class Instance(Base):
     url: Mapped[str] = mapped_column(String(512))
     started_at: Mapped[int] = mapped_column(BigInteger)
     heartbeat_at: Mapped[int] = mapped_column(BigInteger)
+    # pulsar://host:port of its binary protocol; None when it does not listen for it.
+    broker_url: Mapped[str | None] = mapped_column(String(512), nullable=True)
 
 
 class TopicLease(Base):

@@ -67,6 +67,7 @@ class Owner:
     instance_id: int | None
     url: str | None
     valid: bool  # the lease has not lapsed
+    broker_url: str | None = None  # where it serves Pulsar's binary protocol, if it does
 
 
 class LeaseOwnership:
@@ -97,8 +98,8 @@ class LeaseOwnership:
             row = s.get(models.TopicLease, topic_id)
             if row is None or row.instance_id is None:
                 return Owner(None, None, False)
-            url = self.registry.url_of(s, row.instance_id)
-            return Owner(row.instance_id, url, row.expires_at > now)
+            url, broker_url = self.registry.urls_of(s, row.instance_id)
+            return Owner(row.instance_id, url, row.expires_at > now, broker_url)
 
     # ---------------------------------------------------------------- claiming
 

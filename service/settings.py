@@ -304,6 +304,17 @@ class Settings(BaseSettings):
                 raise ValueError(f"TLS file {f} does not exist")
         return self
 
+    @property
+    def broker_service_url(self) -> str | None:
+        """``pulsar://host:port`` of the binary protocol, the advertised URL's host and the broker
+        service port (None when the port is 0: off)."""
+        if self.broker_service_port == 0:
+            return None
+        host = urlsplit(self.advertised_url).hostname or self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"pulsar://{host}:{self.broker_service_port}"
+
     def exposure_refusal(self) -> str | None:
         """Why ``serve`` must not start as configured, or None: without authentication the
         service listens on loopback only, unless the operator says otherwise."""

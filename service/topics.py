@@ -230,7 +230,7 @@ class Broker:
             if lease is None:
                 owner = self.ownership.owner(topic_id)
                 if owner.url is not None and owner.url != self.ownership.url:
-                    raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url)
+                    raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url, owner.broker_url)
                 raise Unavailable(f"topic {name} is changing owners; look it up again", retry_after=1)
             log.info("taking topic %s (epoch %d)", name, lease.epoch)
             try:
@@ -266,7 +266,7 @@ class Broker:
             topic_id = row.id
         owner = self.ownership.owner(topic_id)
         if owner.valid and owner.url is not None and owner.url != self.ownership.url:
-            raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url)
+            raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url, owner.broker_url)
         return self._acquire(name, topic_id)
 
     def owner_url(self, name: TopicName) -> str:
@@ -280,6 +280,19 @@ class Broker:
         except NotOwner as e:
             return e.url
         return self.ownership.url
+
+    def owner_broker_url(self, name: TopicName) -> str | None:
+        """Where Pulsar's binary protocol serves the topic (a lookup's answer): the owner's broker
+        URL, this instance's when it owns the topic or takes it now, or when the topic does not
+        exist yet (it is created where its first producer or consumer is). None when the owner
+        does not listen for the protocol."""
+        try:
+            self.topic(name)
+        except NotOwner as e:
+            return e.broker_url
+        except NotFound:
+            pass
+        return self.settings.broker_service_url
 
     def _close_idle_files(self) -> None:
         """Close sealed-ledger files no read used lately: a consumer that keeps up reads each

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -102,10 +101,7 @@ class BrokerListener:
             reuse_address=True,
         )
         # A lookup answers with the advertised host (as REST's redirects) and this port.
-        host = urlsplit(self.settings.advertised_url).hostname or self.settings.host
-        if ":" in host:
-            host = f"[{host}]"
-        self.ctx.service_url = f"pulsar://{host}:{self.settings.broker_service_port}"
+        self.ctx.service_url = self.settings.broker_service_url or ""
         log.info("Pulsar's binary protocol on %s", self.ctx.service_url)
         if self.registry is not None:
             self._collector = ProtocolCollector(self.ctx)

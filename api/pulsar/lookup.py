@@ -40,8 +40,20 @@ async def partitioned_metadata(conn: PulsarConnection, frame: Frame) -> None:
 
 
 async def lookup(conn: PulsarConnection, frame: Frame) -> None:
+    """The broker URL of the topic's owner: this instance, or with several instances the one
+    holding its lease (the client connects there directly)."""
     req = frame.command.lookupTopic
-    _, refused = _named(conn, req.topic)
+    name, refused = _named(conn, req.topic)
+    url: str | None = None
+    if name is not None:
+        try:
+            url = await conn.call(conn.ctx.broker.owner_broker_url, name)
+        except ServiceError as e:
+            refused = e
+        if url is None and refused is None:
+            refused = ProtocolError(
+                pb.ServiceNotReady, f"the owner of {name} does not serve Pulsar's binary protocol"
+            )
     answer = pb.CommandLookupTopicResponse
     if refused is not None:
         fields: dict[str, object] = {
@@ -50,8 +62,7 @@ async def lookup(conn: PulsarConnection, frame: Frame) -> None:
             "message": str(refused),
         }
     else:
-        # Every topic is served by the instance the client connected to.
-        fields = {"response": answer.Connect, "brokerServiceUrl": conn.ctx.service_url, "authoritative": True}
+        fields = {"response": answer.Connect, "brokerServiceUrl": url, "authoritative": True}
     conn.send(pb.BaseCommand.LOOKUP_RESPONSE, request_id=req.request_id, **fields)
 
 

@@ -2,8 +2,10 @@
 
 ``GET /lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}`` answers the owner's URLs. A
 topic nobody holds (new, or its owner's lease lapsed) is taken by the instance asked, as a
-Pulsar broker assigns an unowned bundle on lookup. There is no binary protocol here:
-``brokerUrl`` is the owner's HTTP(S) URL too.
+Pulsar broker assigns an unowned bundle on lookup. ``brokerUrl`` is where the owner serves
+Pulsar's binary protocol (``pulsar://host:port``; its HTTP(S) URL when it does not listen for the
+protocol), ``httpUrl`` its REST URL: a Pulsar client given an ``http://`` service URL looks topics
+up here and connects to ``brokerUrl``.
 """
 
 from __future__ import annotations
@@ -20,4 +22,5 @@ router = APIRouter(prefix="/lookup/v2/topic/persistent", tags=["lookup"])
 @router.get("/{tenant}/{namespace}/{topic}", response_model=LookupOut, dependencies=[CanLookup])
 async def lookup(name: TopicDep, broker: BrokerDep) -> LookupOut:
     url = await run_in_threadpool(broker.owner_url, name)
-    return LookupOut(brokerUrl=url, httpUrl=url)
+    binary = await run_in_threadpool(broker.owner_broker_url, name)
+    return LookupOut(brokerUrl=binary or url, httpUrl=url)

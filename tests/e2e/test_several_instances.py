@@ -39,6 +39,8 @@ def _token(role: str = "admin") -> str:
 
 
 HEADERS = {"Authorization": f"Bearer {_token()}"}
+# Each instance's pulsar:// URL by its HTTP URL.
+_PULSAR_URLS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -83,6 +85,7 @@ class Cluster:
             s.start()
             self.servers.append(s)
             started.append(s)
+            _PULSAR_URLS[s.url] = s.pulsar_url
         started[0].create_namespaces(NS, token=_token())
         return started
 
@@ -113,7 +116,7 @@ def _owner(server: ServerProcess, topic: str) -> str:
     r = httpx.get(f"{server.url}/lookup/v2/topic/persistent/{topic}", headers=HEADERS, timeout=30)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["brokerUrl"] == body["httpUrl"]
+    assert body["brokerUrl"] == _PULSAR_URLS[body["httpUrl"]]  # where it serves Pulsar's protocol
     return str(body["httpUrl"])
 
 
@@ -186,6 +189,37 @@ def test_topics_spread_and_every_instance_takes_produce(cluster: Cluster) -> Non
     assert result.exit_code == 0, result.output
     with cluster.client(owner) as c:
         assert _read_all(c, topic)[-1][1] == b"from-the-cli"
+
+
+def test_a_pulsar_client_at_any_instance_is_sent_to_the_owner(cluster: Cluster) -> None:
+    """The binary protocol's lookup answers the owner's broker URL: the official client, given
+    the instance that does not own the topic, produces and consumes at the owner."""
+    import pulsar
+
+    a, b = cluster.start(2)
+    topics = [f"{NS}/wire-{i}" for i in range(4)]
+    with cluster.client(a) as admin:
+        for t in topics:
+            admin.admin.topics.create(t)
+    topic = next(t for t in topics if _owner(a, t) == a.url)  # a owns it; the client asks b
+    client = pulsar.Client(
+        b.pulsar_url,
+        authentication=pulsar.AuthenticationToken(_token()),
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    try:
+        producer = client.create_producer(f"persistent://{topic}", batching_enabled=False)
+        consumer = client.subscribe(
+            f"persistent://{topic}", "s", initial_position=pulsar.InitialPosition.Earliest
+        )
+        sent = [producer.send(f"v{i}".encode()) for i in range(3)]
+        got = [consumer.receive(10_000) for _ in range(3)]
+        assert [m.message_id() for m in got] == sent
+    finally:
+        client.close()
+    # Written at the owner: its REST read has them.
+    with cluster.client(a) as c:
+        assert [v for _, v in _read_all(c, topic)] == [b"v0", b"v1", b"v2"]
 
 
 def test_kill_9_of_the_owner_another_instance_serves_within_two_leases(cluster: Cluster) -> None:
