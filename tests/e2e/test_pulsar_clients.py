@@ -302,6 +302,42 @@ def test_read_compacted_consumer_after_a_rest_compaction(
     assert len(receive_all(full, 30)) == 30
 
 
+@pytest.mark.spark
+def test_read_compacted_after_a_threshold_compaction(server_factory: type[Server], tmp_path: Path) -> None:
+    """No REST call: the scheduler compacts what the wire produced, and a readCompacted reader
+    of the real client gets the latest message of every key, under its original id."""
+    env = {"COMPACTOR_COMPACTION_MONITOR_INTERVAL_SECONDS": "0.3"}
+    srv = server_factory(tmp_path / "data", env=env)
+    srv.start()
+    c = pulsar.Client(srv.pulsar_url, logger=QUIET)
+    try:
+        topic = fresh("threshold")
+        producer = c.create_producer(topic, batching_enabled=False)
+        latest = {}
+        for i in range(40):
+            latest[f"k{i % 8}"] = (
+                producer.send(f"v{i}".encode(), partition_key=f"k{i % 8}"),
+                f"v{i}".encode(),
+            )
+        admin = f"{srv.url}/admin/v2/persistent/{topic.removeprefix('persistent://')}"
+        # The topic's threshold, set once everything is written: one round covers it all.
+        assert httpx.post(f"{admin}/compactionThreshold", json=100).status_code == 204
+        deadline = time.monotonic() + 180
+        while not any(r["status"] == "SUCCESS" for r in httpx.get(f"{admin}/compactionRuns").json()):
+            assert time.monotonic() < deadline, "the scheduler did not compact the topic"
+            time.sleep(0.2)
+        assert httpx.get(f"{admin}/compactionRuns").json()[0]["trigger"] == "threshold"
+        reader = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        got = []
+        while reader.has_message_available():
+            m = reader.read_next(10_000)
+            got.append((m.partition_key(), m.message_id(), m.data()))
+        assert {k: (mid, v) for k, mid, v in got} == latest
+        assert len(got) == 8
+    finally:
+        c.close()
+
+
 def test_the_asyncio_client_produces_and_consumes(shared_server: Server) -> None:
     topic = fresh("aio")
 
