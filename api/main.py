@@ -84,6 +84,30 @@ def _env(name: str, value: object) -> None:
         os.environ[f"COMPACTOR_{name}"] = str(value)
 
 
+def _broker_port_refusal(host: str, port: int) -> str | None:
+    """Why the port of Pulsar's binary protocol cannot be listened on (another broker, a Pulsar
+    standalone, on 6650), or None; checked before start-up, so it is one line, not a trace."""
+    if port == 0:
+        return None
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        return f"cannot resolve {host} for Pulsar's binary protocol: {e}"
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(address)
+            except OSError as e:
+                return (
+                    f"cannot listen for Pulsar's binary protocol on {host}:{port}: {e.strerror}; set "
+                    "COMPACTOR_BROKER_SERVICE_PORT to a free port, or 0 to turn the protocol off"
+                )
+    return None
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on [COMPACTOR_HOST].")] = None,
@@ -115,6 +139,10 @@ def serve(
     except Exception as e:  # pydantic's ValidationError: show it as a usage error, not a trace
         raise typer.BadParameter(str(e)) from None
     refusal = settings.exposure_refusal()
+    if refusal is not None:
+        typer.echo(f"error: {refusal}", err=True)
+        raise typer.Exit(2)
+    refusal = _broker_port_refusal(settings.host, settings.broker_service_port)
     if refusal is not None:
         typer.echo(f"error: {refusal}", err=True)
         raise typer.Exit(2)

@@ -44,6 +44,23 @@ def test_refuses_to_serve_a_network_without_authentication(tmp_path: Path) -> No
     assert not (tmp_path / "data").exists()  # refused before touching anything
 
 
+def test_a_busy_broker_port_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Another broker (a Pulsar standalone) on the binary protocol's port: one line that says
+    what to do, before anything is touched, and no traceback."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = _serve(tmp_path, COMPACTOR_BROKER_SERVICE_PORT=str(port), COMPACTOR_PORT="0")
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen for Pulsar's binary protocol on 127.0.0.1:{port}" in done.stderr
+    assert "COMPACTOR_BROKER_SERVICE_PORT" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data").exists()
+
+
 def test_serves_every_address_when_told_or_when_authenticating(
     server_factory: type[Server], tmp_path: Path
 ) -> None:
