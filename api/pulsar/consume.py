@@ -34,7 +34,7 @@ from api.pulsar.messages import EARLIEST_ID, LATEST_ID, entry_metadata, id_data,
 from ledger.entry import Entry, Position
 from service.authorization import Rule
 from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
-from service.errors import Conflict, NotFound, ServiceError
+from service.errors import Conflict, NotFound, NotOwner, OwnershipLost, ServiceError, Unavailable
 from service.names import TopicName
 from service.topics import EARLIEST, LATEST
 
@@ -104,7 +104,16 @@ class WireSubscriber:
                     except TimeoutError:
                         await self._idle()
                     continue
-                page = await self._fetch(min(self.permits, _PAGE))
+                try:
+                    page = await self._fetch(min(self.permits, _PAGE))
+                except OwnershipLost:
+                    raise
+                except Unavailable as busy:
+                    # For a while (a compacted ledger being rebuilt, a backlog of seals): ask again
+                    # after the pause the service names, as a REST client retries.
+                    log.info("consumer %s of %s waits: %s", self.consumer_id, self.topic, busy)
+                    await asyncio.sleep(min(max(busy.retry_after, 0.1), 5))
+                    continue
                 if self.closed:
                     return  # what was fetched goes back with the detach, or was only read
                 counts = page.redelivery_counts
@@ -118,17 +127,22 @@ class WireSubscriber:
                     conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
                 self.permits -= len(page.entries)
                 await conn.drained()
-        except NotFound:
-            # The subscription or the topic went away under us: Pulsar closes the consumer on
-            # its side and tells the client, which subscribes again (and learns why).
-            if not self.closed:
-                self.close()
-                conn.consumers.pop(self.consumer_id, None)
-                conn.send(pb.BaseCommand.CLOSE_CONSUMER, consumer_id=self.consumer_id, request_id=0)
+        except (NotFound, NotOwner, OwnershipLost):
+            # The subscription or the topic went away under us, or to another instance: Pulsar
+            # closes the consumer on its side and tells the client, which looks the topic up
+            # and subscribes again (and learns why).
+            self._closed_by_broker()
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("delivering to consumer %s of %s failed", self.consumer_id, self.topic)
+            self._closed_by_broker()  # never a consumer that silently stops receiving
+
+    def _closed_by_broker(self) -> None:
+        if not self.closed:
+            self.close()
+            self.conn.consumers.pop(self.consumer_id, None)
+            self.conn.send(pb.BaseCommand.CLOSE_CONSUMER, consumer_id=self.consumer_id, request_id=0)
 
     def close(self) -> None:
         self.closed = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import re
 import socket
 import struct
@@ -520,6 +521,30 @@ def test_metrics_count_the_protocol_connections_producers_and_consumers(server: 
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert gauges()["compactor_pulsar_consumers"] == 0
+
+
+def test_a_consumer_whose_subscription_is_deleted_is_closed_and_comes_back(
+    client: pulsar.Client, shared_server: Server
+) -> None:
+    """The broker closes a consumer whose subscription goes away under it (CLOSE_CONSUMER), and
+    the client subscribes again: it never silently stops receiving."""
+    topic = fresh("gone")
+    path = topic.removeprefix("persistent://")
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"before")
+    assert consumer.receive(10_000).data() == b"before"
+    r = httpx.delete(f"{shared_server.url}/admin/v2/persistent/{path}/subscription/s")
+    assert r.status_code in (200, 204), r.text
+    producer.send(b"after")
+    # Subscribed again from the earliest message: both come (the acknowledgement went with
+    # the deleted subscription).
+    got = []
+    deadline = time.monotonic() + 30
+    while b"after" not in got and time.monotonic() < deadline:
+        with contextlib.suppress(pulsar.Timeout):
+            got.append(consumer.receive(1000).data())
+    assert b"after" in got
 
 
 def test_unsubscribe_deletes_the_subscription(client: pulsar.Client, shared_server: Server) -> None:
