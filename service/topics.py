@@ -269,30 +269,26 @@ class Broker:
             raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url, owner.broker_url)
         return self._acquire(name, topic_id)
 
-    def owner_url(self, name: TopicName) -> str:
-        """The advertised URL of the topic's owner (Pulsar's lookup): this instance when it owns
-        the topic or takes it now."""
+    def owner_urls(self, name: TopicName) -> tuple[str, str | None]:
+        """The advertised URL of the topic's owner (Pulsar's lookup) and where it serves Pulsar's
+        binary protocol (None when it does not): this instance's when it owns the topic or takes
+        it now. ``NotFound`` for a topic that does not exist."""
         if self.ownership is None:
             self.topic(name)
-            return self.settings.advertised_url
+            return self.settings.advertised_url, self.settings.broker_service_url
         try:
             self.topic(name)
         except NotOwner as e:
-            return e.url
-        return self.ownership.url
+            return e.url, e.broker_url
+        return self.ownership.url, self.settings.broker_service_url
 
     def owner_broker_url(self, name: TopicName) -> str | None:
-        """Where Pulsar's binary protocol serves the topic (a lookup's answer): the owner's broker
-        URL, this instance's when it owns the topic or takes it now, or when the topic does not
-        exist yet (it is created where its first producer or consumer is). None when the owner
-        does not listen for the protocol."""
+        """The binary protocol's lookup: ``owner_urls``' broker URL, and this instance's for a
+        topic that does not exist yet (it is created where its first producer or consumer is)."""
         try:
-            self.topic(name)
-        except NotOwner as e:
-            return e.broker_url
+            return self.owner_urls(name)[1]
         except NotFound:
-            pass
-        return self.settings.broker_service_url
+            return self.settings.broker_service_url
 
     def _close_idle_files(self) -> None:
         """Close sealed-ledger files no read used lately: a consumer that keeps up reads each

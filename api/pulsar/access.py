@@ -49,10 +49,6 @@ class ProducerAccess:
     def __init__(self) -> None:
         self._topics: dict[TopicName, _Topic] = {}
 
-    def producers(self, topic: TopicName) -> int:
-        t = self._topics.get(topic)
-        return len(t.producers) if t else 0
-
     def acquire(
         self, topic: TopicName, producer: Holder, *, epoch: int | None = None
     ) -> int | asyncio.Future[int]:

@@ -23,7 +23,6 @@ from api.pulsar.access import ProducerAccess
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import (
     FRAME_PADDING,
-    ChecksumMismatch,
     Frame,
     FrameDecoder,
     FrameError,
@@ -127,11 +126,7 @@ class PulsarConnection(asyncio.Protocol):
             return
         try:
             frames = self.decoder.feed(data)
-        except ChecksumMismatch as e:
-            # Before CONNECT nothing can be answered; after it Pulsar closes on a bad frame too.
-            self.close(f"{e}")
-            return
-        except FrameError as e:
+        except FrameError as e:  # a wrong checksum too: Pulsar closes on a bad frame
             self.close(f"{e}")
             return
         for frame in frames:

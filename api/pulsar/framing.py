@@ -17,8 +17,6 @@ from google.protobuf.message import DecodeError
 from api.pulsar import pulsar_api_pb2 as pb
 
 MAGIC_CRC32C = 0x0E01
-# Pulsar's broker entry metadata magic: only sent to clients that ask for it, never read here.
-MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 # Room for a frame's command and metadata beyond the largest message a client may send
 # (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
@@ -44,8 +42,6 @@ class Frame:
     command: pb.BaseCommand
     metadata: pb.MessageMetadata | None = None
     payload: bytes = b""
-    # The metadata and payload exactly as received (for entries kept as the client sent them).
-    raw_metadata: bytes = b""
 
 
 class FrameDecoder:
@@ -113,15 +109,14 @@ def parse_frame(body: memoryview) -> Frame:
     (meta_size,) = _U32.unpack_from(checked, 0)
     if meta_size > len(checked) - 4:
         raise FrameError(f"metadata size {meta_size} runs past the frame")
-    raw_metadata = bytes(checked[4 : 4 + meta_size])
     metadata = pb.MessageMetadata()
     try:
-        metadata.ParseFromString(raw_metadata)
+        metadata.ParseFromString(checked[4 : 4 + meta_size])
     except DecodeError as e:
         raise FrameError(f"the message metadata does not parse: {e}") from None
     if not metadata.IsInitialized():
         raise FrameError(f"the message metadata lacks {', '.join(metadata.FindInitializationErrors())}")
-    return Frame(command, metadata, bytes(checked[4 + meta_size :]), raw_metadata)
+    return Frame(command, metadata, bytes(checked[4 + meta_size :]))
 
 
 def encode(command: pb.BaseCommand) -> bytes:

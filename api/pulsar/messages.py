@@ -16,7 +16,7 @@ LATEST_ID = Position(2**63 - 1, 2**63 - 1)
 def to_record(metadata: pb.MessageMetadata, payload: bytes) -> Record:
     """One unbatched message. A ``null_value`` message is stored with a null value (a delete
     when keyed, as an empty value is: Pulsar's rule)."""
-    if metadata.num_messages_in_batch > 1 or metadata.HasField("num_messages_in_batch"):
+    if metadata.HasField("num_messages_in_batch"):  # a batch entry, even of one message
         raise ProtocolError(pb.NotAllowedError, "batched messages are not supported yet; disable batching")
     if metadata.compression != pb.NONE:
         raise ProtocolError(pb.NotAllowedError, "compressed messages are not supported yet")

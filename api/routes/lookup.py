@@ -21,6 +21,5 @@ router = APIRouter(prefix="/lookup/v2/topic/persistent", tags=["lookup"])
 
 @router.get("/{tenant}/{namespace}/{topic}", response_model=LookupOut, dependencies=[CanLookup])
 async def lookup(name: TopicDep, broker: BrokerDep) -> LookupOut:
-    url = await run_in_threadpool(broker.owner_url, name)
-    binary = await run_in_threadpool(broker.owner_broker_url, name)
+    url, binary = await run_in_threadpool(broker.owner_urls, name)
     return LookupOut(brokerUrl=binary or url, httpUrl=url)
