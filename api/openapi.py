@@ -40,9 +40,10 @@ _NAME_LIMITS = {
     "topic": {"pattern": NAME_PATTERN, "minLength": 1, "maxLength": 128},
     "sub": {"pattern": SUBSCRIPTION_PATTERN, "minLength": 1, "maxLength": 256},
 }
-# A message id as the service writes it, or where a read or seek may start.
-MESSAGE_ID_PATTERN = r"^[0-9]{1,18}:[0-9]{1,18}$"
-POSITION_PATTERN = r"^(earliest|latest|[0-9]{1,18}:[0-9]{1,18})$"
+# A message id as the service writes it ("L:E", a Pulsar batch's member "L:E:i"), or where a
+# read or seek may start.
+MESSAGE_ID_PATTERN = r"^[0-9]{1,18}:[0-9]{1,18}(:[0-9]{1,9})?$"
+POSITION_PATTERN = r"^(earliest|latest|[0-9]{1,18}:[0-9]{1,18}(:[0-9]{1,9})?)$"
 BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _POSITION = {"type": "string", "pattern": POSITION_PATTERN, "maxLength": 64}
 _WHOLE = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
@@ -142,6 +143,12 @@ COLUMNS_PAGE: dict[str, Any] = {
         "publishTimes": {"type": "array", "items": {"type": "integer"}},
         "eventTimes": {"type": ["array", "null"], "items": {"type": ["integer", "null"]}},
         "redeliveryCounts": {"type": ["array", "null"], "items": {"type": "integer"}},
+        "batchIndexes": {
+            "type": ["array", "null"],
+            "items": {"type": ["integer", "null"]},
+            "description": "A Pulsar batch member's index in its batch (its id is ledgerId:"
+            "(entryId - batchIndex):batchIndex); null for the other messages, or for a page without any.",
+        },
         "nextMessageId": {"type": ["string", "null"]},
     },
 }

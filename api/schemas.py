@@ -53,7 +53,7 @@ class MessageOut(BaseModel):
     @classmethod
     def of(cls, e: Entry) -> MessageOut:
         return cls(
-            messageId=f"{e.ledger_id}:{e.entry_id}",
+            messageId=e.message_id,
             key=e.key,
             value=base64.b64encode(e.value).decode() if e.value is not None else None,
             properties=e.properties,

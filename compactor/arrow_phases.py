@@ -74,6 +74,7 @@ from ledger.schema import (
     PUBLISH_TIME,
     SPARK_DDL,
     VALUE,
+    conform,
     derived_delete_flags,
 )
 
@@ -302,7 +303,11 @@ def _chunks(
             if row_groups is not None and not row_groups:
                 return
         made = _consecutive_ids(f.metadata, row_groups) if dead is None and not segment.previous else None
-        decoded = [c for c in read if c not in (LEDGER_ID, ENTRY_ID)] if made is not None else read
+        names = f.schema_arrow.names
+        # Columns newer than the file (ledger.schema: only ever added at the end) are nulls.
+        missing = [c for c in read if c not in names]
+        here = [c for c in read if c not in missing]
+        decoded = [c for c in here if c not in (LEDGER_ID, ENTRY_ID)] if made is not None else here
         at = 0
         batches = f.iter_batches(
             batch_size=_chunk_rows(f.metadata, read), columns=decoded, row_groups=row_groups
@@ -316,10 +321,12 @@ def _chunks(
                 # One line naming the file and the check: the service reports it as the round's error.
                 raise damage_of(segment.path, e) or e from e
             if made is not None:
-                table = _with_ids(batch, made[at : at + batch.num_rows], read)
+                table = _with_ids(batch, made[at : at + batch.num_rows], here)
                 at += batch.num_rows
             else:
                 table = pa.Table.from_batches([batch])
+            if missing:
+                table = conform(table, read)
             if dead is not None:
                 live = ~dead[row : row + table.num_rows]
                 row += table.num_rows

@@ -55,7 +55,7 @@ from ledger.layers import (
     check_order,
     final_name,
 )
-from ledger.schema import ENTRY_COLUMNS, ENTRY_ID, LEDGER_ID, table_to_entries
+from ledger.schema import ENTRY_COLUMNS, ENTRY_ID, LEDGER_ID, present, table_to_entries
 
 __all__ = [
     "MANIFEST_NAME",
@@ -509,7 +509,9 @@ class CompactedLedger:
         index = self._part_index(part)
         try:
             with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
-                table = pf.read_row_groups(list(range(first_rg, last_rg + 1)), columns=ENTRY_COLUMNS)
+                table = pf.read_row_groups(
+                    list(range(first_rg, last_rg + 1)), columns=present(ENTRY_COLUMNS, pf.schema_arrow.names)
+                )
         except Exception as e:
             raise damage_of(self._path(part), e) or e from e
         offset = index.rg_starts[first_rg]

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-_ID_RE = re.compile(r"^(\d{1,19}):(\d{1,19})$")
+_ID_RE = re.compile(r"^(\d{1,19}):(\d{1,19})(?::(\d{1,9}))?$")
 MAX_ID = 2**63 - 1
 
 
@@ -28,11 +28,14 @@ class Position(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        """Parse ``"L:E"``; raises ``ValueError`` for anything else."""
+        """Parse ``"L:E"``, or a batch member's ``"L:E:B"`` (:func:`message_id`); raises
+        ``ValueError`` for anything else."""
         m = _ID_RE.match(text)
         if m is None:
-            raise ValueError(f"not a message id: {text!r} (expected 'ledgerId:entryId')")
-        ledger_id, entry_id = int(m.group(1)), int(m.group(2))
+            raise ValueError(
+                f"not a message id: {text!r} (expected 'ledgerId:entryId' or 'ledgerId:entryId:batchIndex')"
+            )
+        ledger_id, entry_id = int(m.group(1)), int(m.group(2)) + int(m.group(3) or 0)
         if ledger_id > MAX_ID or entry_id > MAX_ID:
             raise ValueError(f"message id out of range: {text!r}")
         return cls(ledger_id, entry_id)
@@ -51,6 +54,9 @@ class Record:
     properties: dict[str, str] = field(default_factory=dict)
     publish_time: int = 0
     event_time: int | None = None
+    # Set on the members of a Pulsar batch (see :func:`message_id`); None on a message sent alone.
+    batch_index: int | None = None
+    batch_size: int | None = None
 
     @property
     def is_tombstone(self) -> bool:
@@ -71,10 +77,17 @@ class Entry(NamedTuple):
     properties: dict[str, str]
     publish_time: int
     event_time: int | None
+    batch_index: int | None = None
+    batch_size: int | None = None
 
     @property
     def position(self) -> Position:
         return Position(self.ledger_id, self.entry_id)
+
+    @property
+    def message_id(self) -> str:
+        """The id clients see (:func:`message_id`)."""
+        return message_id(self.ledger_id, self.entry_id, self.batch_index)
 
     @property
     def is_tombstone(self) -> bool:
@@ -83,6 +96,20 @@ class Entry(NamedTuple):
     def size(self) -> int:
         """Payload bytes, as counted for backlog and ledger size limits."""
         return record_size(self.key, self.value, self.properties)
+
+
+def message_id(ledger_id: int, entry_id: int, batch_index: int | None) -> str:
+    """The id a client sees for the message stored at ``(ledger_id, entry_id)``.
+
+    The members of a Pulsar batch are stored as consecutive entries, member ``i`` of the batch
+    that starts at entry ``E`` at ``E + i``, so that every position in the service stays a pair.
+    Clients name them as Pulsar does, by the batch's entry and the member's index:
+    ``"L:E:i"``. :meth:`Position.parse` maps that back to ``(L, E + i)``, so the order of ids
+    is the order of positions either way.
+    """
+    if batch_index is None:
+        return f"{ledger_id}:{entry_id}"
+    return f"{ledger_id}:{entry_id - batch_index}:{batch_index}"
 
 
 def is_delete(key: str | None, value: bytes | None) -> bool:

@@ -26,6 +26,8 @@ All integers are little-endian. A file is a header followed by zero or more fram
             PROPERTY_HEADER_FORMAT u32 name_length, u32 value_length
             name_length bytes      property name, UTF-8
             value_length bytes     property value, UTF-8
+        when FLAG_IN_BATCH is set (a member of a Pulsar batch, see ``ledger.entry.message_id``):
+            BATCH_FORMAT u32 batch_index, u32 batch_size
 
 The flags tell an absent key (``None``) from an empty one (``""``), and a tombstone
 (``value is None``) from an empty value (``b""``). A body must be consumed exactly: trailing
@@ -65,16 +67,23 @@ PROPERTY_HEADER_FORMAT = "<II"  # name length, value length
 PROPERTY_HEADER_SIZE = 8
 assert struct.calcsize(PROPERTY_HEADER_FORMAT) == PROPERTY_HEADER_SIZE
 
+BATCH_FORMAT = "<II"  # batch index, batch size
+BATCH_SIZE = 8
+assert struct.calcsize(BATCH_FORMAT) == BATCH_SIZE
+
 _HEADER = struct.Struct(HEADER_FORMAT)
 _FRAME_HEADER = struct.Struct(FRAME_HEADER_FORMAT)
 _BODY_HEADER = struct.Struct(BODY_HEADER_FORMAT)
 _PROPERTY_HEADER = struct.Struct(PROPERTY_HEADER_FORMAT)
+_BATCH = struct.Struct(BATCH_FORMAT)
 _ENTRY_ID = struct.Struct("<Q")  # the first field of a body
 
 FLAG_HAS_KEY = 0x01
 FLAG_HAS_VALUE = 0x02
 FLAG_HAS_EVENT_TIME = 0x04
-_KNOWN_FLAGS = FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME
+# Added with Pulsar's batches; files without it read as before (a file with it needs this version).
+FLAG_IN_BATCH = 0x08
+_KNOWN_FLAGS = FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME | FLAG_IN_BATCH
 
 MIN_BODY_SIZE = BODY_HEADER_SIZE
 # A length field above this is treated as garbage, not as a record to wait for: it keeps
@@ -173,6 +182,8 @@ def encode_body(entry_id: int, record: Record) -> bytes:
     if record.event_time is not None:
         flags |= FLAG_HAS_EVENT_TIME
         event_time = record.event_time
+    if record.batch_index is not None:
+        flags |= FLAG_IN_BATCH
     parts: list[bytes] = []
     try:
         parts.append(
@@ -194,6 +205,8 @@ def encode_body(entry_id: int, record: Record) -> bytes:
             parts.append(_PROPERTY_HEADER.pack(len(name_bytes), len(text_bytes)))
             parts.append(name_bytes)
             parts.append(text_bytes)
+        if flags & FLAG_IN_BATCH:
+            parts.append(_BATCH.pack(record.batch_index, record.batch_size))
     except struct.error as e:
         raise ValueError(f"record for entry {entry_id} does not fit the format: {e}") from e
     body = b"".join(parts)
@@ -255,6 +268,11 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
             name_len, text_len = _PROPERTY_HEADER.unpack_from(take(PROPERTY_HEADER_SIZE, "property header"))
             name = str(take(name_len, "property name"), "utf-8")
             properties[name] = str(take(text_len, "property value"), "utf-8")
+        batch_index = batch_size = None
+        if flags & FLAG_IN_BATCH:
+            batch_index, batch_size = _BATCH.unpack_from(take(BATCH_SIZE, "batch index and size"))
+            if batch_index >= batch_size:
+                raise MalformedBodyError(f"batch index {batch_index} not below batch size {batch_size}")
     except UnicodeDecodeError as e:
         raise MalformedBodyError(f"invalid UTF-8: {e}") from e
     if pos != size:
@@ -269,4 +287,6 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
         properties=properties,
         publish_time=int(publish_time),
         event_time=int(event_time) if flags & FLAG_HAS_EVENT_TIME else None,
+        batch_index=batch_index,
+        batch_size=batch_size,
     )

@@ -43,6 +43,7 @@ from ledger.schema import (
     PROPERTIES,
     PUBLISH_TIME,
     entries_to_table,
+    is_ledger_schema,
     table_to_entries,
 )
 
@@ -246,7 +247,7 @@ class SealedLedger:
         except Exception as e:
             raise damage_of(path, e, opening=True) or e from e
         meta = self._file.metadata
-        if meta.schema.to_arrow_schema().names != ARROW_SCHEMA.names:
+        if not is_ledger_schema(meta.schema.to_arrow_schema().names):
             self._file.close()
             raise IntegrityError(path, FOOTER, f"not a sealed ledger (columns {meta.schema.names})")
         # _starts[i] is the entry id of the first row of row group i.

@@ -4,6 +4,11 @@ Sealed original ledgers and compacted ledgers share this schema so that a compac
 can read the previous compacted ledger and the new original ledgers as one input.
 Rows are always stored in message-id order: ``(ledger_id, entry_id)`` ascending.
 
+Columns are only ever added at the end, nullable (``batch_index`` and ``batch_size`` came with
+Pulsar's batches): a file written before a column existed has the columns before it, and
+readers fill the missing ones with nulls (:func:`present`, :func:`conform`), so no file is
+ever rewritten for a format change.
+
 ``is_tombstone`` holds Pulsar's delete rule (:func:`is_delete`): a keyed message whose value is
 null or empty deletes its key. Files written since that rule carry ``DELETES_RULE`` in their
 schema metadata; in a file without it (written when only a null value deleted) the flag says
@@ -30,12 +35,27 @@ IS_TOMBSTONE = "is_tombstone"
 PROPERTIES = "properties"
 PUBLISH_TIME = "publish_time"
 EVENT_TIME = "event_time"
+BATCH_INDEX = "batch_index"
+BATCH_SIZE = "batch_size"
 
 # Schema metadata of every file whose ``is_tombstone`` follows :func:`is_delete`.
 DELETES_RULE_KEY = b"compactor.deletes"
 DELETES_RULE = b"null-or-empty-keyed"
 
-COLUMNS = (LEDGER_ID, ENTRY_ID, KEY, VALUE, IS_TOMBSTONE, PROPERTIES, PUBLISH_TIME, EVENT_TIME)
+COLUMNS = (
+    LEDGER_ID,
+    ENTRY_ID,
+    KEY,
+    VALUE,
+    IS_TOMBSTONE,
+    PROPERTIES,
+    PUBLISH_TIME,
+    EVENT_TIME,
+    BATCH_INDEX,
+    BATCH_SIZE,
+)
+# The columns every file has; the ones after them may be missing from older files.
+FIRST_COLUMNS = COLUMNS[:8]
 # What an entry is made of (``table_to_entries``): a reader of entries decodes only these.
 ENTRY_COLUMNS = [c for c in COLUMNS if c != IS_TOMBSTONE]
 
@@ -49,9 +69,34 @@ ARROW_SCHEMA = pa.schema(
         pa.field(PROPERTIES, pa.map_(pa.string(), pa.string())),
         pa.field(PUBLISH_TIME, pa.int64(), nullable=False),
         pa.field(EVENT_TIME, pa.int64()),
+        pa.field(BATCH_INDEX, pa.int32()),
+        pa.field(BATCH_SIZE, pa.int32()),
     ],
     metadata={DELETES_RULE_KEY: DELETES_RULE},
 )
+
+
+def is_ledger_schema(names: Sequence[str]) -> bool:
+    """Whether a file with these columns is a ledger file of this or an earlier format."""
+    return len(names) >= len(FIRST_COLUMNS) and list(names) == list(COLUMNS[: len(names)])
+
+
+def present(columns: Sequence[str], names: Sequence[str]) -> list[str]:
+    """Those of ``columns`` that a file with columns ``names`` has."""
+    have = set(names)
+    return [c for c in columns if c in have]
+
+
+def conform(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``table`` with ``columns`` in that order, the ones an older file lacks added as nulls."""
+    if table.column_names == list(columns):
+        return table
+    n = table.num_rows
+    have = set(table.column_names)
+    return pa.table(
+        [table.column(c) if c in have else pa.nulls(n, ARROW_SCHEMA.field(c).type) for c in columns],
+        schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns]),
+    )
 
 
 def flags_follow_rule(metadata: dict[bytes, bytes] | None) -> bool:
@@ -70,7 +115,7 @@ def derived_delete_flags(keys: pa.ChunkedArray | pa.Array, values: pa.ChunkedArr
 # sealed or compacted, lines up column for column without schema inference.
 SPARK_DDL = (
     "ledger_id BIGINT, entry_id BIGINT, key STRING, value BINARY, is_tombstone BOOLEAN, "
-    "properties MAP<STRING, STRING>, publish_time BIGINT, event_time BIGINT"
+    "properties MAP<STRING, STRING>, publish_time BIGINT, event_time BIGINT, batch_index INT, batch_size INT"
 )
 
 
@@ -95,7 +140,13 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
     else:
         properties = [dict(p) if p else {} for p in column.to_pylist()]
     # tuple.__new__ over zip builds each entry in C; Entry._make would add a Python call per row.
-    rows = zip(lids, eids, keys, values, properties, pts, ets, strict=True)
+    names = table.column_names
+    if BATCH_INDEX in names and table.column(BATCH_INDEX).null_count != table.num_rows:
+        batch_indexes = table.column(BATCH_INDEX).to_pylist()
+        batch_sizes = table.column(BATCH_SIZE).to_pylist()
+    else:  # no batch member among them (or a file from before batches)
+        batch_indexes = batch_sizes = [None] * table.num_rows
+    rows = zip(lids, eids, keys, values, properties, pts, ets, batch_indexes, batch_sizes, strict=True)
     return list(map(tuple.__new__, repeat(Entry), rows))
 
 
@@ -132,6 +183,12 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
     only the fields are read in Python; the delete flags are computed over the columns, and
     properties, empty on most messages, are converted only when some message has them."""
     n = len(rows)
+    indexes = [r.batch_index for r in rows]
+    if indexes.count(None) != n:
+        batch_index = pa.array(indexes, pa.int32())
+        batch_size = pa.array([r.batch_size for r in rows], pa.int32())
+    else:
+        batch_index = batch_size = pa.nulls(n, pa.int32())
     keys = pa.array([r.key for r in rows], pa.string())
     values = pa.array([r.value for r in rows], pa.binary())
     props = [r.properties for r in rows]
@@ -150,6 +207,8 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
             properties,
             pa.array([r.publish_time for r in rows], pa.int64()),
             pa.array([r.event_time for r in rows], pa.int64()),
+            batch_index,
+            batch_size,
         ],
         schema=ARROW_SCHEMA,
     )

@@ -58,6 +58,7 @@ from service.dispatchers import (
     SUBSCRIPTION_TYPES,
     Dispatcher,
     read_positions,
+    rest_of_batch,
 )
 from service.errors import Conflict, InvalidInput, NotFound, NotOwner, TooLarge, Unavailable
 from service.names import TopicName
@@ -655,9 +656,13 @@ class SubscriptionService:
         counts: list[int] = []
         delivered: list[_Key] = []
         pending, redelivered = state.pending, state.redelivered
-        while len(out) < limit:
+        while True:
+            # Never stop inside a Pulsar batch (see ``dispatchers.rest_of_batch``).
+            rest = rest_of_batch(out[-1]) if out else 0
+            if len(out) >= limit and not rest:
+                break
             entries, nxt = self.broker.read_at(
-                state.topic, state.read_pos, limit - len(out), consumer.read_compacted
+                state.topic, state.read_pos, max(limit - len(out), rest), consumer.read_compacted
             )
             if not entries:
                 break

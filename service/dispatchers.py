@@ -150,6 +150,14 @@ class HashRangeAutoSplitSelector:
         return out
 
 
+def rest_of_batch(e: Entry) -> int:
+    """How many members of ``e``'s Pulsar batch are stored after it (0 for a message sent
+    alone): see ``ledger.entry.message_id``."""
+    if e.batch_index is None or e.batch_size is None:
+        return 0
+    return e.batch_size - 1 - e.batch_index
+
+
 def read_positions(ledger: ManagedLedger, wanted: list[Key]) -> dict[Key, Entry]:
     """The entries at ``wanted`` (ascending), read in runs; positions no longer in the log
     (deleted by retention) are left out."""
@@ -347,10 +355,15 @@ class Dispatcher:
                     self._take(state, consumer_id, pos, h, n)
                     out.append(e)
                     counts.append(n)
-        while len(out) < limit:
+        while True:
+            # A Pulsar batch is one entry to its client, which acknowledges it only once it has
+            # every member: never stop inside one (the limit yields by less than a batch).
+            rest = rest_of_batch(out[-1]) if out else 0
+            if len(out) >= limit and not rest:
+                break
             if self.key_shared and len(self.replay) >= LOOK_AHEAD_LIMIT:
                 break
-            want = limit - len(out)
+            want = max(limit - len(out), rest)
             if self.key_shared:
                 want = max(want, _KEY_SHARED_READ)
             entries, nxt = ledger.read(state.read_pos, want)

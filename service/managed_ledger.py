@@ -329,7 +329,12 @@ class ManagedLedger:
             if self._full():  # a roll-over after the last batch failed: the ledger is still full
                 self._roll_over_counted(reserved)
             room = self._settings.max_entries_per_ledger - self._wal.written_entries
-            chunk = records[i : i + room]
+            end = i + room
+            # A Pulsar batch's members are one entry to the client: never split over two
+            # ledgers (the ledger takes the rest of the batch beyond its entry limit).
+            while end < len(records) and records[end].batch_index:
+                end += 1
+            chunk = records[i:end]
             size_before = self._wal.written_size_bytes
             first, token = self._wal.append(chunk)
             self.entries_added += len(chunk)

@@ -448,6 +448,8 @@ class Broker:
                 properties=r.properties,
                 publish_time=publish_time,
                 event_time=r.event_time,
+                batch_index=r.batch_index,
+                batch_size=r.batch_size,
             )
             for r in records
         ]

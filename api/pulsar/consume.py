@@ -24,16 +24,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.connection import Handler, PulsarConnection
+from api.pulsar.connection import BoundedDict, Handler, PulsarConnection
 from api.pulsar.errors import ProtocolError
 from api.pulsar.framing import Frame, command, encode_payload
-from api.pulsar.messages import EARLIEST_ID, LATEST_ID, entry_metadata, id_data, position
+from api.pulsar.messages import (
+    EARLIEST_ID,
+    LATEST_ID,
+    batch_message,
+    entry_id_data,
+    entry_metadata,
+    id_data,
+    position,
+)
 from ledger.entry import Entry, Position
 from service.authorization import Rule
 from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
+from service.dispatchers import rest_of_batch
 from service.errors import Conflict, NotFound, NotOwner, OwnershipLost, ServiceError, Unavailable
 from service.names import TopicName
 from service.topics import EARLIEST, LATEST
@@ -49,6 +59,9 @@ _TYPES = {
 # Messages asked for at once, and how long one ask waits for the first.
 _PAGE = 1000
 _POLL_S = 1.0
+# Batches a consumer remembers sending until they are acknowledged (the oldest forgotten first:
+# an ack of a forgotten batch then acknowledges the batch's first member only).
+_MAX_BATCHES = 100_000
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,8 @@ class WireSubscriber:
         self.read_compacted = read_compacted
         self.permits = 0
         self.closed = False
+        # Batches sent and not yet acknowledged whole: (ledger, batch entry) -> members sent.
+        self.batches: dict[Position, list[Position]] = BoundedDict(_MAX_BATCHES)
         self._permitted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -116,16 +131,7 @@ class WireSubscriber:
                     continue
                 if self.closed:
                     return  # what was fetched goes back with the detach, or was only read
-                counts = page.redelivery_counts
-                for i, e in enumerate(page.entries):
-                    cmd = command(
-                        pb.BaseCommand.MESSAGE,
-                        consumer_id=self.consumer_id,
-                        message_id=id_data(e.position),
-                        redelivery_count=counts[i] if counts else 0,
-                    )
-                    conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
-                self.permits -= len(page.entries)
+                self.permits -= self._send(page)
                 await conn.drained()
         except (NotFound, NotOwner, OwnershipLost):
             # The subscription or the topic went away under us, or to another instance: Pulsar
@@ -138,6 +144,69 @@ class WireSubscriber:
             log.exception("delivering to consumer %s of %s failed", self.consumer_id, self.topic)
             self._closed_by_broker()  # never a consumer that silently stops receiving
 
+    def _send(self, page: _Page) -> int:
+        """Write ``page`` as MESSAGE frames, the members of one stored batch as one batch
+        message (see ``messages.batch_message``); returns the permits spent, a batch's whole
+        size for a batch, as the client counts it."""
+        entries, counts = page.entries, page.redelivery_counts
+        spent = 0
+        i = 0
+        while i < len(entries):
+            e = entries[i]
+            if e.batch_index is None:
+                cmd = command(
+                    pb.BaseCommand.MESSAGE,
+                    consumer_id=self.consumer_id,
+                    message_id=id_data(e.position),
+                    redelivery_count=counts[i] if counts else 0,
+                )
+                self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
+                spent += 1
+                i += 1
+                continue
+            start = e.entry_id - e.batch_index
+            j = i + 1
+            while (
+                j < len(entries)
+                and entries[j].batch_index is not None
+                and entries[j].ledger_id == e.ledger_id
+                and entries[j].entry_id - entries[j].batch_index == start  # type: ignore[operator]
+            ):
+                j += 1
+            members = entries[i:j]
+            mid, metadata, payload, ack_set = batch_message(members)
+            self.batches[Position(e.ledger_id, start)] = [m.position for m in members]
+            cmd = command(
+                pb.BaseCommand.MESSAGE,
+                consumer_id=self.consumer_id,
+                message_id=mid,
+                redelivery_count=max(counts[i:j]) if counts else 0,
+                ack_set=ack_set,
+            )
+            self.conn.write(encode_payload(cmd, metadata, payload))
+            spent += e.batch_size or len(members)
+            i = j
+        return spent
+
+    def positions(self, ids: Sequence[pb.MessageIdData], *, cumulative: bool) -> list[Position]:
+        """The stored positions a client's ids name. A batch named whole (no batch index:
+        every member acknowledged) is the members this consumer was sent; with an ``ack_set``
+        (batch-index acknowledgement), the members whose bit is clear."""
+        out: list[Position] = []
+        for data in ids:
+            pos = position(data)
+            members = self.batches.get(pos) if data.batch_index < 0 else None
+            if members is None:
+                out.append(pos)
+                continue
+            if data.ack_set:
+                acked = [m for m in members if not _bit(data.ack_set, m.entry_id - pos.entry_id)]
+                out.extend(acked[-1:] if cumulative else acked)
+            else:
+                del self.batches[pos]
+                out.extend(members[-1:] if cumulative else members)
+        return out
+
     def _closed_by_broker(self) -> None:
         if not self.closed:
             self.close()
@@ -147,6 +216,9 @@ class WireSubscriber:
     def close(self) -> None:
         self.closed = True
         self._permitted.set()
+
+    async def wait_closed(self) -> None:
+        """Until what ``close`` started is done (a consumer detached from its subscription)."""
 
     async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
         raise NotImplementedError
@@ -175,6 +247,7 @@ class WireConsumer(WireSubscriber):
     ) -> None:
         super().__init__(conn, consumer_id, topic, subscription, read_compacted)
         self.service_id = service_id
+        self._detached: asyncio.Future[None] | None = None
 
     async def _fetch(self, limit: int) -> _Page:
         delivered = await self.conn.call(
@@ -206,7 +279,11 @@ class WireConsumer(WireSubscriber):
             with contextlib.suppress(ServiceError):  # already gone with its subscription or topic
                 subs.detach(topic, sub, sid)
 
-        asyncio.get_running_loop().run_in_executor(None, detach)
+        self._detached = asyncio.get_running_loop().run_in_executor(None, detach)
+
+    async def wait_closed(self) -> None:
+        if self._detached is not None:
+            await self._detached
 
     async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
         subs = self.conn.ctx.subscriptions
@@ -259,6 +336,19 @@ class WireReader(WireSubscriber):
             read_compacted=self.read_compacted,
             timeout_s=_POLL_S,
         )
+        # The rest of a batch the page ends inside (its members are one entry to the client).
+        while entries and (rest := rest_of_batch(entries[-1])):
+            more, after = await self.conn.call(
+                self.conn.ctx.broker.read_waiting,
+                self.topic,
+                nxt,
+                rest,
+                read_compacted=self.read_compacted,
+                timeout_s=0,
+            )
+            if not more:
+                break
+            entries, nxt = entries + more, after
         if not self.closed:
             self.position = nxt
         return _Page(entries)
@@ -274,6 +364,25 @@ class WireReader(WireSubscriber):
 
     async def mark_delete(self) -> Position:
         return before(self.position)
+
+
+def _last_message(conn: PulsarConnection, topic: TopicName, read_compacted: bool) -> pb.MessageIdData:
+    """The wire id of the topic's last message (-1:-1 when it has none): a batch member's names
+    its batch and index, as the client's received ids do, or ``has_message_available`` would
+    compare an entry with a batch and wait for a message that never comes."""
+    broker = conn.ctx.broker
+    last = broker.last_message_id(topic, read_compacted=read_compacted)
+    if last is None:
+        return id_data(Position(-1, -1))
+    entries, _ = broker.read_at(broker.topic(topic), last, 1, read_compacted)
+    if entries and entries[0].position == last:
+        return entry_id_data(entries[0])
+    return id_data(last)
+
+
+def _bit(words: Sequence[int], i: int) -> bool:
+    """Bit ``i`` of a wire bit set (int64 words, least significant bit first); past its end, set."""
+    return i // 64 >= len(words) or bool((words[i // 64] >> (i % 64)) & 1)
 
 
 def _reader_target(
@@ -364,9 +473,8 @@ async def ack(conn: PulsarConnection, frame: Frame) -> None:
     error: ServiceError | None = None
     if c is not None and req.message_id:
         try:
-            await c.ack(
-                [position(m) for m in req.message_id], cumulative=req.ack_type == pb.CommandAck.Cumulative
-            )
+            cumulative = req.ack_type == pb.CommandAck.Cumulative
+            await c.ack(c.positions(req.message_id, cumulative=cumulative), cumulative=cumulative)
         except ServiceError as e:
             # Pulsar ignores an ack it cannot apply (an id already acknowledged, or unknown).
             log.debug("ack from consumer %s ignored: %s", req.consumer_id, e)
@@ -386,7 +494,7 @@ async def redeliver(conn: PulsarConnection, frame: Frame) -> None:
     if c is None:
         return
     try:
-        await c.redeliver([position(m) for m in req.message_ids])
+        await c.redeliver(c.positions(req.message_ids, cumulative=False))
     except ServiceError as e:
         log.debug("redelivery for consumer %s ignored: %s", req.consumer_id, e)
 
@@ -423,12 +531,12 @@ async def last_message_id(conn: PulsarConnection, frame: Frame) -> None:
     async def work() -> None:
         if c is None:
             raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
-        last = await conn.call(conn.ctx.broker.last_message_id, c.topic, read_compacted=c.read_compacted)
+        last = await conn.call(_last_message, conn, c.topic, c.read_compacted)
         mark = await c.mark_delete()
         conn.send(
             pb.BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE,
             request_id=req.request_id,
-            last_message_id=id_data(last if last is not None else Position(-1, -1)),
+            last_message_id=last,
             consumer_mark_delete_position=id_data(mark),
         )
 
@@ -483,6 +591,10 @@ async def close_consumer(conn: PulsarConnection, frame: Frame) -> None:
     c = conn.consumers.pop(req.consumer_id, None)
     if c is not None:
         c.close()
+        # Answered once the consumer is gone, as Pulsar does: a client that subscribes again
+        # right after (an Exclusive subscription) must find the subscription free.
+        with contextlib.suppress(Exception):
+            await c.wait_closed()
     conn.send(pb.BaseCommand.SUCCESS, request_id=req.request_id)
 
 

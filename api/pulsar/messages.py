@@ -3,6 +3,13 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+from collections.abc import Sequence
+
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.errors import ProtocolError
 from ledger.entry import Entry, Position, Record
@@ -13,22 +20,132 @@ EARLIEST_ID = Position(-1, -1)
 LATEST_ID = Position(2**63 - 1, 2**63 - 1)
 
 
-def to_record(metadata: pb.MessageMetadata, payload: bytes) -> Record:
-    """One unbatched message. A ``null_value`` message is stored with a null value (a delete
-    when keyed, as an empty value is: Pulsar's rule)."""
-    if metadata.HasField("num_messages_in_batch"):  # a batch entry, even of one message
-        raise ProtocolError(pb.NotAllowedError, "batched messages are not supported yet; disable batching")
-    if metadata.compression != pb.NONE:
-        raise ProtocolError(pb.NotAllowedError, "compressed messages are not supported yet")
+# Pulsar's codecs, by the library that decodes each (pyarrow's raw LZ4 block, raw Snappy and
+# zstd frames are the formats Pulsar's clients write; ZLIB is the zlib format).
+_CODECS = {pb.LZ4: "lz4_raw", pb.SNAPPY: "snappy", pb.ZSTD: "zstd"}
+# A batch may not claim more members than this (the clients' default is 1,000 messages).
+MAX_BATCH_MESSAGES = 100_000
+_SIZE = struct.Struct(">I")
+
+
+def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> list[Record]:
+    """The messages of one SEND: the message itself, or every member of a batch (its index and
+    size kept, see ``ledger.entry.message_id``). A ``null_value`` message is stored with a null
+    value (a delete when keyed, as an empty value is: Pulsar's rule). ``max_size`` bounds what
+    a compressed payload may expand to."""
     if metadata.HasField("num_chunks_from_msg") or metadata.encryption_keys:
         raise ProtocolError(pb.NotAllowedError, "chunked or encrypted messages are not supported")
-    key = metadata.partition_key if metadata.HasField("partition_key") else None
+    payload = _uncompressed(metadata, payload, max_size)
+    if not metadata.HasField("num_messages_in_batch"):
+        return [_record(metadata, payload)]
+    return _members(metadata, payload)
+
+
+def _uncompressed(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> bytes:
+    if metadata.compression == pb.NONE:
+        return payload
+    size = metadata.uncompressed_size
+    if size > max_size:
+        raise ProtocolError(pb.NotAllowedError, f"the payload expands to {size} bytes, above {max_size}")
+    try:
+        if metadata.compression == pb.ZLIB:
+            d = zlib.decompressobj()
+            out = d.decompress(payload, size)
+            if d.unconsumed_tail:
+                raise ValueError("longer than its uncompressed size")
+        else:
+            codec = _CODECS.get(metadata.compression)
+            if codec is None:
+                raise ValueError(f"unknown compression {metadata.compression}")
+            out = pa.decompress(payload, decompressed_size=size, codec=codec, asbytes=True)
+    except (ValueError, OSError, zlib.error, pa.ArrowException) as e:
+        raise ProtocolError(pb.NotAllowedError, f"the payload does not decompress: {e}") from e
+    if len(out) != size:
+        raise ProtocolError(pb.NotAllowedError, f"the payload decompresses to {len(out)} bytes, not {size}")
+    return bytes(out)
+
+
+def _record(md: pb.MessageMetadata | pb.SingleMessageMetadata, payload: bytes, **batch: int) -> Record:
     return Record(
-        key=key,
-        value=None if metadata.null_value else payload,
-        properties={kv.key: kv.value for kv in metadata.properties},
-        event_time=metadata.event_time or None,
+        key=md.partition_key if md.HasField("partition_key") else None,
+        value=None if md.null_value else payload,
+        properties={kv.key: kv.value for kv in md.properties},
+        event_time=md.event_time or None,
+        **batch,  # type: ignore[arg-type]
     )
+
+
+def _members(metadata: pb.MessageMetadata, payload: bytes) -> list[Record]:
+    """A batch's members: each ``[u32 metadata size][SingleMessageMetadata][payload]``."""
+    n = metadata.num_messages_in_batch
+    if not 0 < n <= MAX_BATCH_MESSAGES:
+        raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")
+    view = memoryview(payload)
+    records: list[Record] = []
+    at = 0
+    try:
+        for i in range(n):
+            (size,) = _SIZE.unpack_from(view, at)
+            at += 4
+            if size > len(view) - at:
+                raise ValueError("a member's metadata overruns the batch")
+            single = pb.SingleMessageMetadata.FromString(view[at : at + size])
+            at += size
+            if single.payload_size > len(view) - at:
+                raise ValueError("a member's payload overruns the batch")
+            value = bytes(view[at : at + single.payload_size])
+            at += single.payload_size
+            if not single.compacted_out:
+                records.append(_record(single, value, batch_index=i, batch_size=n))
+    except (struct.error, ValueError, DecodeError) as e:
+        raise ProtocolError(pb.NotAllowedError, f"malformed batch: {e}") from e
+    if at != len(view):
+        raise ProtocolError(pb.NotAllowedError, f"malformed batch: {len(view) - at} bytes after its members")
+    return records
+
+
+def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, bytes, list[int]]:
+    """One MESSAGE for consecutive members of one stored batch: its id ``(L, E)``, the metadata,
+    the payload and the ``ack_set``. The payload has every member slot of the batch, so that
+    the client numbers the members as the producer did; a slot whose member is not sent (acked,
+    compacted out, or in another page) is an empty placeholder, and ``ack_set`` -- the members
+    to deliver, the bit Pulsar's clients honour -- leaves it out (empty when all are sent)."""
+    first = entries[0]
+    assert first.batch_index is not None and first.batch_size is not None
+    n = first.batch_size
+    present = {e.batch_index: e for e in entries if e.batch_index is not None}
+    out = bytearray()
+    for i in range(n):
+        e = present.get(i)
+        if e is None:
+            single = pb.SingleMessageMetadata(payload_size=0, compacted_out=True)
+            value = b""
+        else:
+            value = e.value or b""
+            single = pb.SingleMessageMetadata(payload_size=len(value))
+            if e.key is not None:
+                single.partition_key = e.key
+            if e.properties:
+                single.properties.extend(pb.KeyValue(key=k, value=v) for k, v in e.properties.items())
+            if e.event_time:
+                single.event_time = e.event_time
+            if e.value is None:
+                single.null_value = True
+        meta = single.SerializeToString()
+        out += _SIZE.pack(len(meta))
+        out += meta
+        out += value
+    md = pb.MessageMetadata(
+        producer_name="", sequence_id=0, publish_time=first.publish_time, num_messages_in_batch=n
+    )
+    ack_set: list[int] = []
+    if len(present) != n:
+        words = [0] * ((n + 63) // 64)
+        for i in present:
+            words[i // 64] |= 1 << (i % 64)
+        ack_set = [w - (1 << 64) if w >= 1 << 63 else w for w in words]  # int64 on the wire
+    mid = pb.MessageIdData(ledgerId=first.ledger_id, entryId=first.entry_id - first.batch_index)
+    return mid, md.SerializeToString(), bytes(out), ack_set
 
 
 def entry_metadata(e: Entry) -> bytes:
@@ -52,10 +169,25 @@ def id_data(pos: Position, partition: int = -1) -> pb.MessageIdData:
 
 def position(data: pb.MessageIdData) -> Position:
     """A wire id as the log's position; Pulsar's earliest (-1:-1) and latest (2**63-1) pass
-    through as the signed values the service uses."""
+    through as the signed values the service uses. A batch member's id ``(L, E, i)`` is the
+    position ``(L, E + i)`` (``ledger.entry.message_id``)."""
     lid, eid = data.ledgerId, data.entryId
     if lid >= _U64 // 2:
         lid -= _U64
     if eid >= _U64 // 2:
         eid -= _U64
+    if data.batch_index > 0 and 0 <= eid < LATEST_ID.entry_id - data.batch_index:
+        eid += data.batch_index
     return Position(lid, eid)
+
+
+def entry_id_data(e: Entry) -> pb.MessageIdData:
+    """The wire id of a stored message: a batch member's names its batch and index."""
+    if e.batch_index is None:
+        return id_data(e.position)
+    return pb.MessageIdData(
+        ledgerId=e.ledger_id,
+        entryId=e.entry_id - e.batch_index,
+        batch_index=e.batch_index,
+        batch_size=e.batch_size or 0,
+    )

@@ -16,7 +16,7 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import Handler, ProtocolClose, PulsarConnection
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
-from api.pulsar.messages import id_data, to_record
+from api.pulsar.messages import id_data, to_records
 from ledger.entry import Record, record_size
 from service.authorization import Rule
 from service.errors import ServiceError
@@ -33,7 +33,7 @@ _names = itertools.count()
 class _Send:
     sequence_id: int
     highest_sequence_id: int
-    record: Record
+    records: list[Record]  # one message, or the members of a batch (stored next to each other)
 
 
 class WireProducer:
@@ -81,7 +81,8 @@ class WireProducer:
             batch, self.pending = self.pending, []
             self._room.set()
             try:
-                positions = await conn.call(conn.ctx.broker.produce, self.topic, [s.record for s in batch])
+                records = [r for s in batch for r in s.records]
+                positions = await conn.call(conn.ctx.broker.produce, self.topic, records)
             except Exception as e:
                 if not isinstance(e, (ServiceError, ProtocolError)):
                     log.exception("writing to %s failed", self.topic)
@@ -95,14 +96,17 @@ class WireProducer:
                         message=str(e),
                     )
             else:
-                for s, pos in zip(batch, positions, strict=True):
+                at = 0
+                for s in batch:
+                    # A batch's receipt names its first member's entry: the client numbers the rest.
                     conn.send(
                         pb.BaseCommand.SEND_RECEIPT,
                         producer_id=self.producer_id,
                         sequence_id=s.sequence_id,
-                        message_id=id_data(pos),
+                        message_id=id_data(positions[at]),
                         highest_sequence_id=s.highest_sequence_id,
                     )
+                    at += len(s.records)
 
     async def flush(self) -> None:
         await self._idle.wait()
@@ -191,10 +195,11 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
         raise ProtocolClose(f"SEND for unknown producer {req.producer_id}")
     if frame.metadata is None:
         raise ProtocolClose("SEND without a payload")
+    limit = conn.ctx.settings.max_message_size
     try:
-        record = to_record(frame.metadata, frame.payload)
-        size = record_size(record.key, record.value, record.properties)
-        if size > conn.ctx.settings.max_message_size:
+        records = to_records(frame.metadata, frame.payload, limit)
+        size = sum(record_size(r.key, r.value, r.properties) for r in records)
+        if size > limit:
             raise ProtocolError(
                 pb.NotAllowedError,
                 f"message is {size} bytes; the limit is {conn.ctx.settings.max_message_size}",
@@ -208,7 +213,15 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
             message=str(e),
         )
         return
-    await prod.add(_Send(req.sequence_id, req.highest_sequence_id, record))
+    if not records:  # a batch whose every member was left out: nothing to store, nothing lost
+        conn.send(
+            pb.BaseCommand.SEND_RECEIPT,
+            producer_id=req.producer_id,
+            sequence_id=req.sequence_id,
+            highest_sequence_id=req.highest_sequence_id,
+        )
+        return
+    await prod.add(_Send(req.sequence_id, req.highest_sequence_id, records))
 
 
 async def close_producer(conn: PulsarConnection, frame: Frame) -> None:

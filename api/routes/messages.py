@@ -77,7 +77,7 @@ def message_json(e: Entry, redelivery_count: int | None = None) -> dict[str, obj
     """A message as the REST API writes it; with ``redelivery_count`` as a consumer gets it."""
     value = e.value
     out: dict[str, object] = {
-        "messageId": f"{e.ledger_id}:{e.entry_id}",
+        "messageId": e.message_id,
         "key": e.key,
         "value": binascii.b2a_base64(value, newline=False).decode() if value is not None else None,
         "properties": e.properties,
@@ -102,7 +102,7 @@ def columns_json(
     on per-message dicts and base64 calls.
     """
     columns: Sequence[tuple[Any, ...]] = list(zip(*entries, strict=True)) or [()] * len(Entry._fields)
-    lids, eids, keys, values, propss, pts, ets = columns
+    lids, eids, keys, values, propss, pts, ets, batch_indexes, _ = columns
     return {
         "count": len(entries),
         "ledgerIds": lids,
@@ -114,4 +114,7 @@ def columns_json(
         "publishTimes": pts,
         "eventTimes": ets if any(e is not None for e in ets) else None,
         "redeliveryCounts": redelivery_counts,
+        # A batch member's index in its batch (ledger.entry.message_id), null for the others;
+        # null when no message of the page is a batch member.
+        "batchIndexes": batch_indexes if any(b is not None for b in batch_indexes) else None,
     }

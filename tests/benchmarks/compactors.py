@@ -402,7 +402,9 @@ def verify_same_output(outputs: Sequence[Output]) -> int:
         return 0
     prints = [(o.compactor, fingerprint(o.files, o.dead)) for o in outputs]
     for name, fp in prints:
-        if fp.columns and fp.columns != EXPECTED_COLUMNS:
+        # The ledger columns of this format, or of an earlier one (inputs written before the
+        # last columns were added give DuckDB's output their columns only).
+        if fp.columns and not (len(fp.columns) >= 8 and fp.columns == EXPECTED_COLUMNS[: len(fp.columns)]):
             raise OutputMismatch(f"{name}: columns {fp.columns}, expected {EXPECTED_COLUMNS}")
         if fp.rows > 1 and not bool(np.all(fp.ids[1:] > fp.ids[:-1])):
             bad = int(np.argmin(fp.ids[1:] > fp.ids[:-1]))

@@ -3,20 +3,25 @@
 ``python -m tests.benchmarks --only wire`` (or ``python -m tests.benchmarks.wire``). What each
 row measures (medians of ``runs``, a fresh topic per run, 100-byte values, keyed):
 
-- produce: ``messages`` messages from 1 producer, and from 4 producers (threads, each its own
-  client) at once. Over the wire: the official client's ``send_async`` without batching, the
-  pending queue at its default 1,000; over REST: ``api.client`` ``send_many`` of 1,000 per
-  request. Messages/s from the first send to the last receipt.
+- produce: ``messages`` messages from 1 producer, and from 4 producers at once. Over the wire:
+  the official client's ``send_async``, unbatched (4 producers: threads, each its own client),
+  and batched (the client's defaults: up to 1,000 messages or 10 ms a batch; 4 producers:
+  processes, each its own client, since the Python client spends tens of microseconds of its
+  own per ``send_async``); over REST: ``api.client`` ``send_many`` of 1,000 per request.
+  Messages/s from the first send to the last receipt.
 - consume: a consumer from the earliest message reading those ``messages`` (acknowledging
   each, as an application does), and a readCompacted consumer after a compaction (``keys``
-  keys). Over REST: ``batch_receive`` of 1,000 with a cumulative ack per page.
-- latency: ``latency_messages`` sends at ``rate`` a second, each timed from the send to its
-  delivery to a subscribed consumer (publish to receive, the same clock); p50 and p99.
+  keys), of a topic produced unbatched and of one produced in batches. Over REST:
+  ``batch_receive`` of 1,000 with a cumulative ack per page.
+- latency: ``latency_messages`` sends at ``rate`` a second, unbatched, and batched at
+  ``batched_rate`` a second, each timed from the send to its delivery to a subscribed
+  consumer (publish to receive, the same clock); p50 and p99.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import threading
 import time
@@ -36,11 +41,15 @@ class WireParams:
     value_bytes: int = 100
     latency_messages: int = 3_000
     rate: int = 1_000
+    batched_latency_messages: int = 30_000
+    batched_rate: int = 10_000
     runs: int = 3
 
     @classmethod
     def quick(cls, runs: int = 2) -> WireParams:
-        return cls(messages=20_000, keys=2_000, latency_messages=1_000, runs=runs)
+        return cls(
+            messages=20_000, keys=2_000, latency_messages=1_000, batched_latency_messages=5_000, runs=runs
+        )
 
 
 @dataclass
@@ -82,6 +91,9 @@ class WireBench:
                 for producers in (1, 4):
                     result.add(f"produce, {producers} producer(s)", "wire", self.produce_wire(producers))
                     result.add(f"produce, {producers} producer(s)", "REST", self.produce_rest(producers))
+                    result.add(
+                        f"produce batched, {producers} producer(s)", "wire", self.produce_batched(producers)
+                    )
                 topic = self._topic("consume")
                 self.produce_rest(1, topic=topic)
                 result.add("consume", "wire", self.consume_wire(topic, read_compacted=False))
@@ -89,9 +101,22 @@ class WireBench:
                 self.compact(topic)
                 result.add("consume readCompacted", "wire", self.consume_wire(topic, read_compacted=True))
                 result.add("consume readCompacted", "REST", self.consume_rest(topic, read_compacted=True))
-                p50, p99 = self.latency_wire()
-                result.add("latency p50 ms", "wire", p50)
-                result.add("latency p99 ms", "wire", p99)
+                topic = self._topic("consume-batched")
+                self.produce_batched(1, topic=topic)
+                result.add("consume, batched topic", "wire", self.consume_wire(topic, read_compacted=False))
+                result.add("consume, batched topic", "REST", self.consume_rest(topic, read_compacted=False))
+                self.compact(topic)
+                result.add(
+                    "consume readCompacted, batched topic",
+                    "wire",
+                    self.consume_wire(topic, read_compacted=True),
+                )
+                p50, p99 = self.latency_wire(batched=False)
+                result.add(f"latency p50 ms at {self.params.rate:,} msg/s", "wire", p50)
+                result.add(f"latency p99 ms at {self.params.rate:,} msg/s", "wire", p99)
+                p50, p99 = self.latency_wire(batched=True)
+                result.add(f"latency p50 ms at {self.params.batched_rate:,} msg/s, batched", "wire", p50)
+                result.add(f"latency p99 ms at {self.params.batched_rate:,} msg/s, batched", "wire", p99)
             self.client.close()
         finally:
             self.server.stop()
@@ -139,6 +164,23 @@ class WireBench:
             for c in clients:
                 c.close()
         return n * producers / elapsed
+
+    def produce_batched(self, producers: int, topic: str | None = None) -> float:
+        """Batched sends from ``producers`` processes at once (see the module docstring)."""
+        topic = topic or self._topic("produce-batched")
+        n = self.params.messages // producers
+        ctx = multiprocessing.get_context("spawn")
+        url, size = self.server.pulsar_url, self.params.value_bytes
+        with ctx.Pool(producers) as pool:
+            # All start at one moment, once each has its client and messages ready.
+            start_at = time.time() + 5
+            runs = [
+                pool.apply_async(_send_batched, (url, topic, n, size, start_at)) for _ in range(producers)
+            ]
+            spans = [r.get(600) for r in runs]
+        first = min(start for start, _ in spans)
+        last = max(end for _, end in spans)
+        return n * producers / (last - first)
 
     def produce_rest(self, producers: int, topic: str | None = None) -> float:
         from api.client import Client, Conflict, OutgoingMessage
@@ -227,14 +269,16 @@ class WireBench:
 
     # ------------------------------------------------------------------ latency
 
-    def latency_wire(self) -> tuple[float, float]:
+    def latency_wire(self, *, batched: bool) -> tuple[float, float]:
         topic = self._topic("latency")
         consumer = self.client.subscribe(topic, "latency")
-        producer = self.client.create_producer(topic, batching_enabled=False)
+        producer = self.client.create_producer(
+            topic, batching_enabled=batched, batching_max_publish_delay_ms=1, block_if_queue_full=True
+        )
         sent: dict[bytes, float] = {}
         lat: list[float] = []
         done = threading.Event()
-        n = self.params.latency_messages
+        n = self.params.batched_latency_messages if batched else self.params.latency_messages
 
         def receive() -> None:
             for _ in range(n):
@@ -245,7 +289,7 @@ class WireBench:
 
         t = threading.Thread(target=receive)
         t.start()
-        interval = 1 / self.params.rate
+        interval = 1 / (self.params.batched_rate if batched else self.params.rate)
         start = time.perf_counter()
         for i in range(n):
             wait = start + i * interval - time.perf_counter()
@@ -260,6 +304,42 @@ class WireBench:
         producer.close()
         consumer.close()
         return percentile(lat, 50), percentile(lat, 99)
+
+
+def _send_batched(url: str, topic: str, n: int, value_bytes: int, start_at: float) -> tuple[float, float]:
+    """In a process of its own: ``n`` batched sends; returns when the first went and the last
+    receipt came (``time.time``, comparable across processes)."""
+    import pulsar
+
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer(
+            topic,
+            batching_enabled=True,
+            batching_max_messages=1000,
+            batching_max_publish_delay_ms=10,
+            max_pending_messages=30_000,
+            block_if_queue_full=True,
+        )
+        messages = _values(n, value_bytes)
+        left = [n]
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def receipt(res: object, _mid: object) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+        time.sleep(max(0.0, start_at - time.time()))
+        start = time.time()
+        for key, value in messages:
+            producer.send_async(value, receipt, partition_key=key)
+        done.wait(600)
+        return start, time.time()
+    finally:
+        client.close()
 
 
 def wire_table(result: WireResult) -> Table:
@@ -285,8 +365,9 @@ def wire_table(result: WireResult) -> Table:
                 cells.append(f"{median(values):,.0f} msg/s")
         table.add(what, *cells)
     table.notes.append(
-        "wire produce: unbatched sends (batching is not served yet); latency at "
-        f"{p.rate:,} msg/s, send to delivery, {p.latency_messages:,} messages"
+        "wire produce: unbatched, or batched (up to 1,000 messages or 10 ms a batch; 4 producers are "
+        f"processes); latency send to delivery, {p.latency_messages:,} messages unbatched, "
+        f"{p.batched_latency_messages:,} batched (1 ms batches)"
     )
     return table
 

@@ -36,6 +36,8 @@ from ledger.parquet_store import seal_table
 from ledger.paths import sealed_path
 from ledger.schema import (
     ARROW_SCHEMA,
+    BATCH_INDEX,
+    BATCH_SIZE,
     ENTRY_ID,
     EVENT_TIME,
     IS_TOMBSTONE,
@@ -211,6 +213,8 @@ def ledger_table(
             PROPERTIES: _properties(rng, n, spec.properties),
             PUBLISH_TIME: pa.array(first_publish_time + np.arange(n, dtype=np.int64) // 10),
             EVENT_TIME: pa.nulls(n, pa.int64()),
+            BATCH_INDEX: pa.nulls(n, pa.int32()),
+            BATCH_SIZE: pa.nulls(n, pa.int32()),
         },
         schema=ARROW_SCHEMA,
     )

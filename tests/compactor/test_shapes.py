@@ -111,6 +111,8 @@ def test_entry_ids_are_decoded_where_the_statistics_do_not_show_consecutive_entr
             "properties": [[("n", str(e))] for e in entries],
             "publish_time": [1_000 + e for e in entries],
             "event_time": [None] * len(entries),
+            "batch_index": [None] * len(entries),
+            "batch_size": [None] * len(entries),
         },
         schema=ARROW_SCHEMA,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ from compactor.spark import explain_string, get_spark, local_cores, spark_conf
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, write_manifest
 from ledger.entry import Position, is_delete
 from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
-from ledger.schema import ARROW_SCHEMA
+from ledger.schema import ARROW_SCHEMA, FIRST_COLUMNS
 
 pytestmark = pytest.mark.spark
 
@@ -38,9 +39,19 @@ class Topic:
     root: Path
     ledgers: dict[int, Path] = field(default_factory=dict)
 
-    def seal(self, ledger_id: int, messages: Sequence[Msg], *, legacy: bool = False) -> Path:
+    def seal(
+        self,
+        ledger_id: int,
+        messages: Sequence[Msg],
+        *,
+        legacy: bool = False,
+        before_batches: bool = False,
+        batch_size: int | None = None,
+    ) -> Path:
         """``legacy``: as sealed before empty values deleted (only a null value flagged, and
-        no rule in the schema metadata)."""
+        no rule in the schema metadata). ``before_batches``: without the batch columns, as
+        sealed before Pulsar's batches. ``batch_size``: the messages are members of batches of
+        that size, one after the other."""
         rows = [
             {
                 "ledger_id": ledger_id,
@@ -51,12 +62,17 @@ class Topic:
                 "properties": [("seq", str(i))],
                 "publish_time": 1_000 + i,
                 "event_time": None,
+                "batch_index": i % batch_size if batch_size else None,
+                "batch_size": batch_size,
             }
             for i, (key, value) in enumerate(messages)
         ]
         path = sealed_path(self.root, ledger_id)
         schema = ARROW_SCHEMA.remove_metadata() if legacy else ARROW_SCHEMA
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=4)
+        table = pa.Table.from_pylist(rows, schema=schema)
+        if before_batches:
+            table = table.select(list(FIRST_COLUMNS))
+        pq.write_table(table, path, row_group_size=4)
         self.ledgers[ledger_id] = path
         return path
 
@@ -145,6 +161,29 @@ def test_latest_value_per_key_keeps_its_original_id(topic: Topic, compactor: Two
     # Properties and times come through untouched.
     first = CompactedLedger(result.directory).read(P(1, 2), 1)[0][0]
     assert (first.properties, first.publish_time, first.event_time) == ({"seq": "2"}, 1_002, None)
+
+
+@pytest.mark.parametrize("strategy", ["offset", "eventTime"])
+def test_ledgers_from_before_batches_and_batch_members_compact_together(
+    topic: Topic, compactor: TwoPhaseCompactor, strategy: str
+) -> None:
+    # An upgraded topic: ledger 1 sealed before the batch columns existed, ledger 2 with
+    # members of Pulsar batches of 3. Both kinds are read in one round (the Arrow path and,
+    # for the event-time strategy, Spark SQL), and members keep their index and size.
+    topic.seal(1, [("a", b"a0"), ("b", b"b0"), ("c", b"c0")], before_batches=True)
+    topic.seal(
+        2, [("a", b"a1"), ("d", b"d0"), ("b", None), ("e", b"e0"), ("d", b"d1"), ("f", b"f0")], batch_size=3
+    )
+    job = dataclasses.replace(topic.job(3, horizon=P(2, 5)), strategy=strategy)
+    result = compactor.compact(job)
+    entries, _ = CompactedLedger(result.directory).read(P(0, 0), 100)
+    assert [(e.position, e.key, e.batch_index, e.batch_size, e.message_id) for e in entries] == [
+        (P(1, 2), "c", None, None, "1:2"),
+        (P(2, 0), "a", 0, 3, "2:0:0"),
+        (P(2, 3), "e", 0, 3, "2:3:0"),
+        (P(2, 4), "d", 1, 3, "2:3:1"),
+        (P(2, 5), "f", 2, 3, "2:3:2"),
+    ]
 
 
 def test_tombstone_removes_its_key(topic: Topic, compactor: TwoPhaseCompactor) -> None:

@@ -24,12 +24,24 @@ def record(
     properties: dict[str, str] | None = None,
     publish_time: int = 1_700_000_000_000,
     event_time: int | None = None,
+    batch: tuple[int, int] | None = None,
 ) -> Record:
-    return Record(key, value, properties or {}, publish_time, event_time)
+    index, size = batch if batch is not None else (None, None)
+    return Record(key, value, properties or {}, publish_time, event_time, batch_index=index, batch_size=size)
 
 
 def as_entry(entry_id: int, r: Record) -> Entry:
-    return Entry(LEDGER, entry_id, r.key, r.value, dict(r.properties), r.publish_time, r.event_time)
+    return Entry(
+        LEDGER,
+        entry_id,
+        r.key,
+        r.value,
+        dict(r.properties),
+        r.publish_time,
+        r.event_time,
+        r.batch_index,
+        r.batch_size,
+    )
 
 
 def split_frames(data: bytes) -> list[bytes]:
@@ -96,6 +108,8 @@ def test_corrupt_record_error_str_has_path_and_offset() -> None:
         record(event_time=0),
         record(event_time=-5, publish_time=-1),
         record(key="κλειδί", value=bytes(range(256)) * 10),
+        record(batch=(0, 1)),  # a batch of one
+        record(value=None, properties={"p": "q"}, batch=(2, 5)),  # a member, after its properties
     ],
 )
 def test_record_round_trip(r: Record) -> None:
@@ -171,6 +185,21 @@ def _body(r: Record | None = None) -> bytes:
 def test_malformed_bodies_are_rejected(mangle: Callable[[bytes], bytes]) -> None:
     with pytest.raises(MalformedBodyError):
         fmt.decode_body(mangle(_body()), LEDGER)
+
+
+def test_a_batch_member_whose_index_is_not_below_its_size_is_malformed() -> None:
+    body = _body(record(batch=(1, 3)))
+    bad = body[:-8] + struct.pack("<II", 3, 3)
+    with pytest.raises(MalformedBodyError, match="batch index 3"):
+        fmt.decode_body(bad, LEDGER)
+    with pytest.raises(MalformedBodyError, match="overruns"):
+        fmt.decode_body(body[:-4], LEDGER)
+
+
+def test_a_body_from_before_batches_reads_as_a_message_sent_alone() -> None:
+    # The earlier format had no batch flag: its bodies are today's bodies without one.
+    e = fmt.decode_body(_body(record(properties={"p": "q"})), LEDGER)
+    assert (e.batch_index, e.batch_size, e.message_id) == (None, None, f"{LEDGER}:0")
 
 
 def test_invalid_utf8_key_is_rejected() -> None:

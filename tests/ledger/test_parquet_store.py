@@ -12,7 +12,7 @@ import pytest
 
 from ledger.entry import Record
 from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter, seal_table
-from ledger.schema import records_to_table
+from ledger.schema import FIRST_COLUMNS, records_to_table
 
 LEDGER = 9
 
@@ -104,3 +104,19 @@ def test_pages_across_row_groups_read_back_every_entry_in_order(tmp_path: Path, 
         assert [e.entry_id for e in ledger.read(5, 3)] == [5, 6, 7]
     finally:
         ledger.close()
+
+
+def test_a_sealed_ledger_of_the_format_before_batches_still_reads(tmp_path: Path) -> None:
+    # Written before the batch columns existed: the first columns only. No file is rewritten
+    # for a format change; readers fill the columns it lacks.
+    table = records_to_table(LEDGER, rows(0, 20)).select(list(FIRST_COLUMNS))
+    path = tmp_path / "old.parquet"
+    pq.write_table(table, path, row_group_size=8)
+    ledger = SealedLedger(path, ledger_id=LEDGER)
+    try:
+        entries = ledger.read(0, 20)
+    finally:
+        ledger.close()
+    assert [(e.entry_id, e.key, e.batch_index, e.batch_size) for e in entries] == [
+        (i, f"k{i}", None, None) for i in range(20)
+    ]

@@ -6,8 +6,18 @@ import itertools
 
 import pyarrow as pa
 
-from ledger.entry import Entry, Record, is_delete
-from ledger.schema import ARROW_SCHEMA, entries_to_table, records_to_table, table_to_entries
+from ledger.entry import Entry, Position, Record, is_delete
+from ledger.schema import (
+    ARROW_SCHEMA,
+    COLUMNS,
+    FIRST_COLUMNS,
+    conform,
+    entries_to_table,
+    is_ledger_schema,
+    present,
+    records_to_table,
+    table_to_entries,
+)
 
 
 def _records() -> list[Record]:
@@ -61,3 +71,29 @@ def test_properties_come_back_from_slices_and_chunks_of_a_table() -> None:
     fresh = table_to_entries(table.slice(0, 2))
     fresh[0].properties["x"] = "y"  # each entry owns its dict
     assert fresh[1].properties == {}
+
+
+def test_batch_members_keep_their_index_and_size_and_name_their_batch() -> None:
+    records = [
+        Record(key="a", value=b"1"),
+        *(Record(key=f"b{i}", value=b"2", batch_index=i, batch_size=3) for i in range(3)),
+    ]
+    back = table_to_entries(records_to_table(7, records))
+    assert [(e.batch_index, e.batch_size) for e in back] == [(None, None), (0, 3), (1, 3), (2, 3)]
+    # Member i of the batch stored from entry 1 is "7:1:i", which parses back to its entry.
+    assert [e.message_id for e in back] == ["7:0", "7:1:0", "7:1:1", "7:1:2"]
+    assert [Position.parse(e.message_id) for e in back] == [e.position for e in back]
+
+
+def test_a_table_of_the_format_before_batches_reads_as_messages_sent_alone() -> None:
+    table = records_to_table(1, [Record(key="k", value=b"v", properties={"p": "q"})]).select(
+        list(FIRST_COLUMNS)
+    )
+    assert is_ledger_schema(table.column_names)
+    assert table_to_entries(table) == [Entry(1, 0, "k", b"v", {"p": "q"}, 0, None, None, None)]
+    assert conform(table, COLUMNS).schema == ARROW_SCHEMA.remove_metadata()
+    assert conform(table, COLUMNS).column("batch_index").null_count == 1
+    assert present(COLUMNS, table.column_names) == list(FIRST_COLUMNS)
+    # Anything else is not a ledger file: a column missing in the middle, or a foreign one.
+    assert not is_ledger_schema([c for c in COLUMNS if c != "key"])
+    assert not is_ledger_schema([*FIRST_COLUMNS, "other"])

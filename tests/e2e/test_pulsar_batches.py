@@ -1,0 +1,208 @@
+"""Pulsar's batches through the official ``pulsar-client`` against a real ``compactor serve``:
+every member of a batch is a message of the topic, with the id ``(ledger, entry, index)`` that
+the producer's receipt gave it, whichever way it is read."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pulsar
+import pytest
+
+from tests.conftest import Server
+from tests.e2e.test_pulsar_clients import QUIET, fresh, read_available, receive_all, rest_messages
+
+pytestmark = [pytest.mark.e2e]
+
+CODECS = {
+    "none": pulsar.CompressionType.NONE,
+    "lz4": pulsar.CompressionType.LZ4,
+    "zlib": pulsar.CompressionType.ZLib,
+    "zstd": pulsar.CompressionType.ZSTD,
+    "snappy": pulsar.CompressionType.SNAPPY,
+}
+
+
+@pytest.fixture
+def client(shared_server: Server) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
+    yield c
+    c.close()
+
+
+def batched(client: pulsar.Client, topic: str, codec: str = "none", size: int = 10) -> pulsar.Producer:
+    return client.create_producer(
+        topic,
+        batching_enabled=True,
+        batching_max_messages=size,
+        batching_max_publish_delay_ms=50,
+        compression_type=CODECS[codec],
+    )
+
+
+def send_all(producer: pulsar.Producer, messages: list[tuple[str | None, bytes]]) -> list[pulsar.MessageId]:
+    """Send asynchronously (so that the client batches them) and wait for every receipt."""
+    ids: list[pulsar.MessageId | None] = [None] * len(messages)
+
+    def done(i: int) -> object:
+        def callback(result: pulsar.Result, mid: pulsar.MessageId) -> None:
+            assert result == pulsar.Result.Ok, result
+            ids[i] = mid
+
+        return callback
+
+    for i, (key, value) in enumerate(messages):
+        kwargs = {"partition_key": key} if key is not None else {}
+        producer.send_async(value, done(i), properties={"i": str(i)}, **kwargs)
+    producer.flush()
+    deadline = time.monotonic() + 15
+    while any(m is None for m in ids):
+        assert time.monotonic() < deadline, "receipts missing"
+        time.sleep(0.01)
+    return [m for m in ids if m is not None]
+
+
+def text(mid: pulsar.MessageId) -> str:
+    return f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}"
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_a_batched_producer_with_each_codec_and_a_consumer_agree_on_every_id(
+    client: pulsar.Client, shared_server: Server, codec: str
+) -> None:
+    topic = fresh(f"batch-{codec}")
+    messages = [(f"k{i % 4}", f"value-{i}-".encode() * (i % 5 + 1)) for i in range(25)]
+    sent = send_all(batched(client, topic, codec), messages)
+    # Batches of up to 10: members share an entry and count up their index.
+    assert max(m.batch_index() for m in sent) > 0
+    assert len({(m.ledger_id(), m.entry_id()) for m in sent}) < len(sent)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_all(consumer, len(messages))
+    assert [m.message_id() for m in got] == sent
+    assert [(m.partition_key(), m.data()) for m in got] == messages
+    assert [m.properties() for m in got] == [{"i": str(i)} for i in range(len(messages))]
+    # REST names each member as the client does.
+    assert [m["messageId"] for m in rest_messages(shared_server, topic)] == [
+        f"{m.ledger_id()}:{m.entry_id()}" + (f":{m.batch_index()}" if m.batch_index() >= 0 else "")
+        for m in sent
+    ]
+
+
+def test_acknowledged_batches_are_not_delivered_again(client: pulsar.Client) -> None:
+    topic = fresh("batch-ack")
+    sent = send_all(batched(client, topic), [(None, f"m{i}".encode()) for i in range(30)])
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_all(consumer, 20)
+    for m in got:
+        consumer.acknowledge(m)
+    consumer.close()
+    again = client.subscribe(topic, "s")
+    rest = receive_all(again, 10)
+    assert [m.message_id() for m in rest] == sent[20:]
+    with pytest.raises(pulsar.Timeout):
+        again.receive(500)
+
+
+def test_batch_index_acks_redeliver_only_the_unacknowledged_members(client: pulsar.Client) -> None:
+    topic = fresh("batch-index-ack")
+    sent = send_all(batched(client, topic), [(None, f"m{i}".encode()) for i in range(10)])
+    assert {(m.ledger_id(), m.entry_id()) for m in sent} == {(sent[0].ledger_id(), sent[0].entry_id())}
+    consumer = client.subscribe(
+        topic,
+        "s",
+        initial_position=pulsar.InitialPosition.Earliest,
+        consumer_type=pulsar.ConsumerType.Shared,
+        batch_index_ack_enabled=True,
+    )
+    got = receive_all(consumer, 10)
+    for m in got[::2]:  # every other member of the one batch
+        consumer.acknowledge(m)
+    time.sleep(0.5)  # the client groups acks for 100 ms
+    consumer.close()
+    again = client.subscribe(
+        topic, "s", consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
+    )
+    rest = receive_all(again, 5)
+    assert [m.message_id() for m in rest] == sent[1::2]
+    with pytest.raises(pulsar.Timeout):
+        again.receive(500)
+
+
+def test_read_compacted_gets_the_retained_members_with_their_ids(
+    client: pulsar.Client, shared_server: Server
+) -> None:
+    topic = fresh("batch-compacted")
+    path = topic.removeprefix("persistent://")
+    messages: list[tuple[str | None, bytes]] = []
+    for i in range(40):
+        # Empty values delete their key (Pulsar's rule); k0 ends deleted.
+        messages.append((f"k{i % 6}", b"" if i in (13, 36) else f"v{i}".encode()))
+    sent = send_all(batched(client, topic, "lz4", size=7), messages)
+    latest: dict[str, tuple[pulsar.MessageId, bytes]] = {}
+    for (key, value), mid in zip(messages, sent, strict=True):
+        assert key is not None
+        if value:
+            latest[key] = (mid, value)
+        else:
+            latest.pop(key, None)
+    with httpx.Client(base_url=shared_server.url, timeout=30) as http:
+        assert http.put(f"/admin/v2/persistent/{path}/compaction").status_code == 204
+        deadline = time.monotonic() + 180
+        while (status := http.get(f"/admin/v2/persistent/{path}/compaction").json()["status"]) == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert status == "SUCCESS"
+    consumer = client.subscribe(
+        topic, "compacted", is_read_compacted=True, initial_position=pulsar.InitialPosition.Earliest
+    )
+    got = receive_all(consumer, len(latest))
+    assert {m.partition_key(): (m.message_id(), m.data()) for m in got} == latest
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(500)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert read_available(reader) == [v for _, v in sorted(latest.values())]
+    # A TableView sees the latest value of every key.
+    view = client.create_table_view(topic)
+    try:
+        deadline = time.monotonic() + 10
+        while len(view) < len(latest) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {k: view.get(k) for k in latest} == {k: v for k, (_, v) in latest.items()}
+    finally:
+        view.close()
+
+
+def test_a_reader_seeks_to_a_batch_member(client: pulsar.Client) -> None:
+    topic = fresh("batch-seek")
+    sent = send_all(batched(client, topic), [(None, f"m{i}".encode()) for i in range(10)])
+    reader = client.create_reader(topic, sent[4], start_message_id_inclusive=True)
+    assert [reader.read_next(5000).message_id() for _ in range(6)] == sent[4:]
+    assert not reader.has_message_available()
+
+
+@pytest.mark.parametrize("queue", [1, 100])
+def test_batches_larger_than_the_receiver_queue_are_delivered_and_acknowledged_whole(
+    client: pulsar.Client, shared_server: Server, queue: int
+) -> None:
+    # The client acknowledges a batch only once it has had every member, so the broker never
+    # splits one over two deliveries, whatever the permits.
+    topic = fresh("batch-queue")
+    sent = send_all(batched(client, topic, size=250), [(None, f"m{i}".encode()) for i in range(1_000)])
+    consumer = client.subscribe(
+        topic, "s", initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=queue
+    )
+    got = receive_all(consumer, 1_000)
+    assert [m.message_id() for m in got] == sent
+    for m in got:
+        consumer.acknowledge(m)
+    path = topic.removeprefix("persistent://")
+    deadline = time.monotonic() + 10
+    while (
+        backlog := httpx.get(f"{shared_server.url}/admin/v2/persistent/{path}/stats").json()["subscriptions"][
+            "s"
+        ]["msgBacklog"]
+    ) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert backlog == 0
