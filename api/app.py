@@ -134,6 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             tenants=tenant_service,
             authorizer=app.state.authorizer,
             verifier=app.state.token_verifier,
+            policies=policy_store,
             registry=service_metrics.registry,
         )
         await listener.start()

@@ -72,6 +72,7 @@ POLICY_BODY: dict[str, Any] = {
         ),
         "retentionTimeMs": _nullable(_WHOLE),
         "retentionSizeBytes": _nullable(_WHOLE),
+        "deduplicationEnabled": _nullable({"type": "boolean"}),
     },
 }
 SCHEMA_PATCHES: dict[str, dict[str, Any]] = {
@@ -242,6 +243,12 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: 
                 **_nullable(_WHOLE),
                 "title": "CompactionThreshold",
                 "description": "Bytes; 0: off; null: unset.",
+            }
+        elif path.endswith(("/deduplication", "/deduplicationEnabled")):
+            body["schema"] = {
+                **_nullable({"type": "boolean"}),
+                "title": "Deduplication",
+                "description": "Pulsar's producer deduplication on or off; null: unset.",
             }
         elif "messages" in body["schema"].get("properties", {}):  # the produce batch
             body["schema"]["properties"]["messages"]["minItems"] = 1

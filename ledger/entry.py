@@ -57,6 +57,9 @@ class Record:
     # Set on the members of a Pulsar batch (see :func:`message_id`); None on a message sent alone.
     batch_index: int | None = None
     batch_size: int | None = None
+    # The Pulsar producer that sent it and the sequence id it gave it (None over REST).
+    producer_name: str | None = None
+    sequence_id: int | None = None
 
     @property
     def is_tombstone(self) -> bool:
@@ -79,6 +82,8 @@ class Entry(NamedTuple):
     event_time: int | None
     batch_index: int | None = None
     batch_size: int | None = None
+    producer_name: str | None = None
+    sequence_id: int | None = None
 
     @property
     def position(self) -> Position:

@@ -28,6 +28,9 @@ All integers are little-endian. A file is a header followed by zero or more fram
             value_length bytes     property value, UTF-8
         when FLAG_IN_BATCH is set (a member of a Pulsar batch, see ``ledger.entry.message_id``):
             BATCH_FORMAT u32 batch_index, u32 batch_size
+        when FLAG_HAS_PRODUCER is set (sent by a Pulsar producer):
+            PRODUCER_FORMAT u32 name_length, u64 sequence_id
+            name_length bytes      the producer's name, UTF-8
 
 The flags tell an absent key (``None``) from an empty one (``""``), and a tombstone
 (``value is None``) from an empty value (``b""``). A body must be consumed exactly: trailing
@@ -71,11 +74,16 @@ BATCH_FORMAT = "<II"  # batch index, batch size
 BATCH_SIZE = 8
 assert struct.calcsize(BATCH_FORMAT) == BATCH_SIZE
 
+PRODUCER_FORMAT = "<IQ"  # producer name length, sequence id
+PRODUCER_SIZE = 12
+assert struct.calcsize(PRODUCER_FORMAT) == PRODUCER_SIZE
+
 _HEADER = struct.Struct(HEADER_FORMAT)
 _FRAME_HEADER = struct.Struct(FRAME_HEADER_FORMAT)
 _BODY_HEADER = struct.Struct(BODY_HEADER_FORMAT)
 _PROPERTY_HEADER = struct.Struct(PROPERTY_HEADER_FORMAT)
 _BATCH = struct.Struct(BATCH_FORMAT)
+_PRODUCER = struct.Struct(PRODUCER_FORMAT)
 _ENTRY_ID = struct.Struct("<Q")  # the first field of a body
 
 FLAG_HAS_KEY = 0x01
@@ -83,7 +91,8 @@ FLAG_HAS_VALUE = 0x02
 FLAG_HAS_EVENT_TIME = 0x04
 # Added with Pulsar's batches; files without it read as before (a file with it needs this version).
 FLAG_IN_BATCH = 0x08
-_KNOWN_FLAGS = FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME | FLAG_IN_BATCH
+FLAG_HAS_PRODUCER = 0x10
+_KNOWN_FLAGS = FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME | FLAG_IN_BATCH | FLAG_HAS_PRODUCER
 
 MIN_BODY_SIZE = BODY_HEADER_SIZE
 # A length field above this is treated as garbage, not as a record to wait for: it keeps
@@ -184,6 +193,8 @@ def encode_body(entry_id: int, record: Record) -> bytes:
         event_time = record.event_time
     if record.batch_index is not None:
         flags |= FLAG_IN_BATCH
+    if record.producer_name is not None:
+        flags |= FLAG_HAS_PRODUCER
     parts: list[bytes] = []
     try:
         parts.append(
@@ -207,6 +218,10 @@ def encode_body(entry_id: int, record: Record) -> bytes:
             parts.append(text_bytes)
         if flags & FLAG_IN_BATCH:
             parts.append(_BATCH.pack(record.batch_index, record.batch_size))
+        if flags & FLAG_HAS_PRODUCER:
+            producer = (record.producer_name or "").encode("utf-8")
+            parts.append(_PRODUCER.pack(len(producer), record.sequence_id or 0))
+            parts.append(producer)
     except struct.error as e:
         raise ValueError(f"record for entry {entry_id} does not fit the format: {e}") from e
     body = b"".join(parts)
@@ -273,6 +288,10 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
             batch_index, batch_size = _BATCH.unpack_from(take(BATCH_SIZE, "batch index and size"))
             if batch_index >= batch_size:
                 raise MalformedBodyError(f"batch index {batch_index} not below batch size {batch_size}")
+        producer_name = sequence_id = None
+        if flags & FLAG_HAS_PRODUCER:
+            name_len, sequence_id = _PRODUCER.unpack_from(take(PRODUCER_SIZE, "producer header"))
+            producer_name = str(take(name_len, "producer name"), "utf-8")
     except UnicodeDecodeError as e:
         raise MalformedBodyError(f"invalid UTF-8: {e}") from e
     if pos != size:
@@ -289,4 +308,6 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
         event_time=int(event_time) if flags & FLAG_HAS_EVENT_TIME else None,
         batch_index=batch_index,
         batch_size=batch_size,
+        producer_name=producer_name,
+        sequence_id=sequence_id,
     )

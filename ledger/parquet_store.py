@@ -40,6 +40,7 @@ from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,
     LEDGER_ID,
+    PRODUCER_NAME,
     PROPERTIES,
     PUBLISH_TIME,
     entries_to_table,
@@ -78,7 +79,12 @@ def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROU
 # bounds, the binary search) and the publish time. Every page carries a CRC, verified by
 # every reader (``ledger.checksums``).
 LEDGER_WRITER_OPTIONS: dict[str, object] = {
-    "use_dictionary": [LEDGER_ID, f"{PROPERTIES}.key_value.key", f"{PROPERTIES}.key_value.value"],
+    "use_dictionary": [
+        LEDGER_ID,
+        f"{PROPERTIES}.key_value.key",
+        f"{PROPERTIES}.key_value.value",
+        PRODUCER_NAME,
+    ],
     "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
     **WRITE_OPTIONS,
 }

@@ -4,10 +4,10 @@ Sealed original ledgers and compacted ledgers share this schema so that a compac
 can read the previous compacted ledger and the new original ledgers as one input.
 Rows are always stored in message-id order: ``(ledger_id, entry_id)`` ascending.
 
-Columns are only ever added at the end, nullable (``batch_index`` and ``batch_size`` came with
-Pulsar's batches): a file written before a column existed has the columns before it, and
-readers fill the missing ones with nulls (:func:`present`, :func:`conform`), so no file is
-ever rewritten for a format change.
+Columns are only ever added at the end, nullable (``batch_index``, ``batch_size``,
+``producer_name`` and ``sequence_id`` came with Pulsar's binary protocol): a file written
+before a column existed has the columns before it, and readers fill the missing ones with
+nulls (:func:`present`, :func:`conform`), so no file is ever rewritten for a format change.
 
 ``is_tombstone`` holds Pulsar's delete rule (:func:`is_delete`): a keyed message whose value is
 null or empty deletes its key. Files written since that rule carry ``DELETES_RULE`` in their
@@ -37,6 +37,8 @@ PUBLISH_TIME = "publish_time"
 EVENT_TIME = "event_time"
 BATCH_INDEX = "batch_index"
 BATCH_SIZE = "batch_size"
+PRODUCER_NAME = "producer_name"
+SEQUENCE_ID = "sequence_id"
 
 # Schema metadata of every file whose ``is_tombstone`` follows :func:`is_delete`.
 DELETES_RULE_KEY = b"compactor.deletes"
@@ -53,6 +55,8 @@ COLUMNS = (
     EVENT_TIME,
     BATCH_INDEX,
     BATCH_SIZE,
+    PRODUCER_NAME,
+    SEQUENCE_ID,
 )
 # The columns every file has; the ones after them may be missing from older files.
 FIRST_COLUMNS = COLUMNS[:8]
@@ -71,6 +75,8 @@ ARROW_SCHEMA = pa.schema(
         pa.field(EVENT_TIME, pa.int64()),
         pa.field(BATCH_INDEX, pa.int32()),
         pa.field(BATCH_SIZE, pa.int32()),
+        pa.field(PRODUCER_NAME, pa.string()),
+        pa.field(SEQUENCE_ID, pa.int64()),
     ],
     metadata={DELETES_RULE_KEY: DELETES_RULE},
 )
@@ -115,7 +121,8 @@ def derived_delete_flags(keys: pa.ChunkedArray | pa.Array, values: pa.ChunkedArr
 # sealed or compacted, lines up column for column without schema inference.
 SPARK_DDL = (
     "ledger_id BIGINT, entry_id BIGINT, key STRING, value BINARY, is_tombstone BOOLEAN, "
-    "properties MAP<STRING, STRING>, publish_time BIGINT, event_time BIGINT, batch_index INT, batch_size INT"
+    "properties MAP<STRING, STRING>, publish_time BIGINT, event_time BIGINT, "
+    "batch_index INT, batch_size INT, producer_name STRING, sequence_id BIGINT"
 )
 
 
@@ -146,7 +153,13 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
         batch_sizes = table.column(BATCH_SIZE).to_pylist()
     else:  # no batch member among them (or a file from before batches)
         batch_indexes = batch_sizes = [None] * table.num_rows
-    rows = zip(lids, eids, keys, values, properties, pts, ets, batch_indexes, batch_sizes, strict=True)
+    if PRODUCER_NAME in names and table.column(PRODUCER_NAME).null_count != table.num_rows:
+        producers = table.column(PRODUCER_NAME).to_pylist()
+        sequence_ids = table.column(SEQUENCE_ID).to_pylist()
+    else:  # sent over REST (or a file from before producers were kept)
+        producers = sequence_ids = [None] * table.num_rows
+    batch = (batch_indexes, batch_sizes, producers, sequence_ids)
+    rows = zip(lids, eids, keys, values, properties, pts, ets, *batch, strict=True)
     return list(map(tuple.__new__, repeat(Entry), rows))
 
 
@@ -189,6 +202,12 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
         batch_size = pa.array([r.batch_size for r in rows], pa.int32())
     else:
         batch_index = batch_size = pa.nulls(n, pa.int32())
+    producers = [r.producer_name for r in rows]
+    if producers.count(None) != n:
+        producer_name = pa.array(producers, pa.string())
+        sequence_id = pa.array([r.sequence_id for r in rows], pa.int64())
+    else:
+        producer_name, sequence_id = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
     keys = pa.array([r.key for r in rows], pa.string())
     values = pa.array([r.value for r in rows], pa.binary())
     props = [r.properties for r in rows]
@@ -209,6 +228,8 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
             pa.array([r.event_time for r in rows], pa.int64()),
             batch_index,
             batch_size,
+            producer_name,
+            sequence_id,
         ],
         schema=ARROW_SCHEMA,
     )

@@ -201,7 +201,7 @@ class ScrubRun(Base):
 
 
 class Policy(Base):
-    """Compaction and retention policy of a namespace (``topic == ""``) or a topic.
+    """Compaction, retention and deduplication policy of a namespace (``topic == ""``) or a topic.
 
     A NULL column means "not set here": the topic inherits the namespace's, then the service's.
     """
@@ -222,6 +222,7 @@ class Policy(Base):
     compaction_strategy: Mapped[str | None] = mapped_column(String(256), nullable=True)
     retention_time_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     retention_size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    deduplication_enabled: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 class Tenant(Base):

@@ -1,4 +1,5 @@
-"""Compaction and retention policies at three levels: topic over namespace over the service.
+"""Compaction, retention and deduplication policies at three levels: topic over namespace over
+the service.
 
 A policy row holds the values set at one scope; a NULL column is "not set here". The
 effective policy of a topic takes each field from the narrowest scope that sets it.
@@ -34,6 +35,7 @@ class Policy:
     compactionStrategy: str | None = None
     retentionTimeMs: int | None = None
     retentionSizeBytes: int | None = None
+    deduplicationEnabled: bool | None = None
 
 
 FIELDS = [f.name for f in fields(Policy)]
@@ -47,6 +49,7 @@ COLUMN = {
     "compactionStrategy": "compaction_strategy",
     "retentionTimeMs": "retention_time_ms",
     "retentionSizeBytes": "retention_size_bytes",
+    "deduplicationEnabled": "deduplication_enabled",
 }
 
 
@@ -54,9 +57,9 @@ def validate(field: str, value: Any) -> Any:
     """The value, checked; ``InvalidInput`` (400) for anything out of range."""
     if value is None:
         return None
-    if field == "retainNullKey":
+    if field in ("retainNullKey", "deduplicationEnabled"):
         if not isinstance(value, bool):
-            raise InvalidInput("retainNullKey must be true or false")
+            raise InvalidInput(f"{field} must be true or false")
         return value
     if field == "compactionStrategy":
         if not isinstance(value, str) or not _STRATEGY.match(value):
@@ -169,6 +172,7 @@ class PolicyStore:
             compactionStrategy="offset",
             retentionTimeMs=None,
             retentionSizeBytes=None,
+            deduplicationEnabled=s.broker_deduplication_enabled,
         )
 
     @staticmethod

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
         description="Create a topic on its first use by a producer or consumer of the binary protocol, "
         "in a namespace that exists (Pulsar's allowAutoTopicCreation).",
     )
+    broker_deduplication_enabled: bool = Field(
+        default=False,
+        description="Pulsar's producer deduplication for topics whose namespace or topic policy does "
+        "not say (Pulsar's brokerDeduplicationEnabled).",
+    )
     ownership_lease_ms: int = Field(
         default=10_000,
         ge=500,

@@ -26,11 +26,12 @@ from sqlalchemy.exc import IntegrityError as DuplicateRow
 from ledger import paths
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record, record_size
-from service import models
+from service import deduplication, models
 from service.clock import now_ms
 from service.compacted_view import CompactedView, LayerFiles, RetiredView
 from service.counters import Tally
 from service.db import Database
+from service.deduplication import ProducerSequences
 from service.errors import (
     BeingRepaired,
     Conflict,
@@ -90,6 +91,9 @@ class ManagedTopic:
     repair: DroppedView | None = None
     # This instance's hold on the topic: writes are acknowledged only while it is valid.
     lease: Lease = field(default_factory=forever)
+    # Pulsar's deduplication state, built from the ledgers on first use (service.deduplication).
+    sequences: ProducerSequences | None = None
+    sequences_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def compacted_view(self) -> CompactedView | None:
         return self.view
@@ -450,6 +454,8 @@ class Broker:
                 event_time=r.event_time,
                 batch_index=r.batch_index,
                 batch_size=r.batch_size,
+                producer_name=r.producer_name,
+                sequence_id=r.sequence_id,
             )
             for r in records
         ]
@@ -510,6 +516,15 @@ class Broker:
             out, nxt = self.read_at(topic, nxt, limit, read_compacted)
         topic.messages_out.add(len(out))
         return out, nxt
+
+    def producer_sequences(self, name: TopicName) -> ProducerSequences:
+        """The highest sequence id stored from each Pulsar producer of the topic (built from its
+        ledgers the first time, then kept by the producers that write)."""
+        topic = self.topic(name)
+        with topic.sequences_lock:
+            if topic.sequences is None:
+                topic.sequences = deduplication.load(topic.ledger)
+            return topic.sequences
 
     def last_message_id(self, name: TopicName, *, read_compacted: bool) -> Position | None:
         """The id of the topic's last message, None when it has none. Pulsar's rule for a

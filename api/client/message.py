@@ -29,6 +29,11 @@ _ID_VERSION = 1
 class MessageId:
     """A message's position ``(ledger_id, entry_id)``, ordered, written ``"L:E"``.
 
+    A member of a Pulsar batch (sent by a Pulsar client) carries its ``batch_index`` too and is
+    written as Pulsar names it, ``"L:B:i"``: the batch's entry ``B = entry_id - i`` and its index
+    ``i``; the position alone orders and compares ids (``"L:B:i"`` and ``"L:E"`` with
+    ``E = B + i`` are one message).
+
     ``MessageId.earliest`` and ``MessageId.latest`` are the sentinels Pulsar has; they order
     before and after every real id and are written ``"earliest"`` and ``"latest"``.
     ``serialize()`` gives bytes to store (a reader can be positioned by them later).
@@ -36,6 +41,7 @@ class MessageId:
 
     ledger_id: int
     entry_id: int
+    batch_index: int | None = field(default=None, compare=False)
 
     earliest: ClassVar[MessageId]
     latest: ClassVar[MessageId]
@@ -49,32 +55,43 @@ class MessageId:
             0 <= self.ledger_id <= _MAX_ID and 0 <= self.entry_id <= _MAX_ID
         ):
             raise ValueError(f"message id out of range: {pair}")
+        if self.batch_index is not None and not 0 <= self.batch_index <= self.entry_id:
+            raise ValueError(f"batch index out of range: {self.batch_index} (entry {self.entry_id})")
 
     def __str__(self) -> str:
         if self == MessageId.earliest:
             return "earliest"
         if self == MessageId.latest:
             return "latest"
+        if self.batch_index is not None:
+            return f"{self.ledger_id}:{self.entry_id - self.batch_index}:{self.batch_index}"
         return f"{self.ledger_id}:{self.entry_id}"
 
     def __repr__(self) -> str:
         if self in (MessageId.earliest, MessageId.latest):
             return f"MessageId.{self}"
+        if self.batch_index is not None:
+            return f"MessageId({self.ledger_id}, {self.entry_id}, batch_index={self.batch_index})"
         return f"MessageId({self.ledger_id}, {self.entry_id})"
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
-        """``"L:E"``, ``"earliest"`` or ``"latest"``; ``ValueError`` for anything else."""
+        """``"L:E"``, a batch member's ``"L:B:i"``, ``"earliest"`` or ``"latest"``;
+        ``ValueError`` for anything else."""
         if text == "earliest":
             return cls.earliest
         if text == "latest":
             return cls.latest
-        ledger, sep, entry = text.partition(":")
-        if not (sep and ledger.isdigit() and entry.isdigit() and ledger.isascii() and entry.isascii()):
+        parts = text.split(":")
+        if not (2 <= len(parts) <= 3 and all(p.isdigit() and p.isascii() for p in parts)):
             raise ValueError(
-                f"not a message id: {text!r} (expected 'ledgerId:entryId', 'earliest', 'latest')"
+                f"not a message id: {text!r} (expected 'ledgerId:entryId', 'ledgerId:entryId:batchIndex', "
+                "'earliest', 'latest')"
             )
-        return cls(int(ledger), int(entry))
+        if len(parts) == 3:
+            index = int(parts[2])
+            return cls(int(parts[0]), int(parts[1]) + index, index)
+        return cls(int(parts[0]), int(parts[1]))
 
     def serialize(self) -> bytes:
         """17 bytes: a version byte, then ledger and entry id as big-endian signed 64-bit."""
@@ -165,7 +182,7 @@ def _setters(cls: type, names: Sequence[str]) -> tuple[Callable[[Any, Any], None
     return tuple(cls.__dict__[name].__set__ for name in names)
 
 
-_SET_ID = _setters(MessageId, ("ledger_id", "entry_id"))
+_SET_ID = _setters(MessageId, ("ledger_id", "entry_id", "batch_index"))
 _SET_MESSAGE = _setters(
     Message,
     ("id", "partition_key", "payload", "props", "publish_time", "event_time", "redeliveries", "topic"),
@@ -183,21 +200,23 @@ def _page(topic: str, body: Mapping[str, Any]) -> list[Message]:
     props = body.get("properties") or itertools.repeat(None, n)
     events = body.get("eventTimes") or itertools.repeat(None, n)
     redeliveries = body.get("redeliveryCounts") or itertools.repeat(0, n)
+    batches = body.get("batchIndexes") or itertools.repeat(None, n)
     columns = (body["ledgerIds"], body["entryIds"], body["keys"], lengths, props, body["publishTimes"])
-    if any(len(c) != n for c in (*columns, events, redeliveries) if isinstance(c, list)):
+    if any(len(c) != n for c in (*columns, events, redeliveries, batches) if isinstance(c, list)):
         raise ServerError(200, "the server sent a page whose columns differ in length")
-    set_ledger, set_entry = _SET_ID
+    set_ledger, set_entry, set_batch = _SET_ID
     s_id, s_key, s_payload, s_props, s_publish, s_event, s_redeliveries, s_topic = _SET_MESSAGE
     new = object.__new__
     out: list[Message] = []
     append = out.append
     at = 0
-    for ledger, entry, key, size, p, publish, event, redelivered in zip(
-        *columns, events, redeliveries, strict=True
+    for ledger, entry, key, size, p, publish, event, redelivered, batch in zip(
+        *columns, events, redeliveries, batches, strict=True
     ):
         mid = new(MessageId)
         set_ledger(mid, ledger)
         set_entry(mid, entry)
+        set_batch(mid, batch)
         m = new(Message)
         s_id(m, mid)
         s_key(m, key)

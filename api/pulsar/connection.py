@@ -33,6 +33,7 @@ from service.authorization import Authorizer, Rule
 from service.auto_topics import topic_for_use
 from service.errors import ServiceError
 from service.names import TopicName
+from service.policies import PolicyStore
 
 if TYPE_CHECKING:
     from api.pulsar.consume import WireSubscriber
@@ -83,6 +84,7 @@ class BrokerContext:
     tenants: TenantService
     authorizer: Authorizer | None
     verifier: TokenVerifier | None
+    policies: PolicyStore
     service_url: str
     connections: set[PulsarConnection]
     # Readers closed by their seek, by (topic, subscription): where they resume when the client

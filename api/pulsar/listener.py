@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 from api.pulsar.connection import BrokerContext, PulsarConnection, install_handlers
 from service.authorization import Authorizer
 from service.cursors import SubscriptionService
+from service.policies import PolicyStore
 from service.settings import Settings
 from service.tenants import TenantService
 from service.tokens import TokenVerifier
@@ -60,6 +61,7 @@ class BrokerListener:
         tenants: TenantService,
         authorizer: Authorizer | None,
         verifier: TokenVerifier | None,
+        policies: PolicyStore,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
@@ -71,6 +73,7 @@ class BrokerListener:
             tenants=tenants,
             authorizer=authorizer,
             verifier=verifier,
+            policies=policies,
             service_url="",
             connections=set(),
         )

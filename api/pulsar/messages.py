@@ -35,9 +35,11 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     a compressed payload may expand to."""
     if metadata.HasField("num_chunks_from_msg") or metadata.encryption_keys:
         raise ProtocolError(pb.NotAllowedError, "chunked or encrypted messages are not supported")
+    if metadata.sequence_id >= _U64 // 2:
+        raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
     payload = _uncompressed(metadata, payload, max_size)
     if not metadata.HasField("num_messages_in_batch"):
-        return [_record(metadata, payload)]
+        return [_record(metadata, payload, metadata.producer_name, metadata.sequence_id)]
     return _members(metadata, payload)
 
 
@@ -65,13 +67,24 @@ def _uncompressed(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -
     return bytes(out)
 
 
-def _record(md: pb.MessageMetadata | pb.SingleMessageMetadata, payload: bytes, **batch: int) -> Record:
+def _record(
+    md: pb.MessageMetadata | pb.SingleMessageMetadata,
+    payload: bytes,
+    producer: str,
+    sequence_id: int,
+    index: int | None = None,
+    size: int | None = None,
+) -> Record:
     return Record(
-        key=md.partition_key if md.HasField("partition_key") else None,
-        value=None if md.null_value else payload,
-        properties={kv.key: kv.value for kv in md.properties},
-        event_time=md.event_time or None,
-        **batch,  # type: ignore[arg-type]
+        md.partition_key if md.HasField("partition_key") else None,
+        None if md.null_value else payload,
+        {kv.key: kv.value for kv in md.properties} if md.properties else {},
+        0,
+        md.event_time or None,
+        index,
+        size,
+        producer,
+        sequence_id,
     )
 
 
@@ -81,6 +94,7 @@ def _members(metadata: pb.MessageMetadata, payload: bytes) -> list[Record]:
     if not 0 < n <= MAX_BATCH_MESSAGES:
         raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")
     view = memoryview(payload)
+    producer, first = metadata.producer_name, metadata.sequence_id
     records: list[Record] = []
     at = 0
     try:
@@ -96,7 +110,10 @@ def _members(metadata: pb.MessageMetadata, payload: bytes) -> list[Record]:
             value = bytes(view[at : at + single.payload_size])
             at += single.payload_size
             if not single.compacted_out:
-                records.append(_record(single, value, batch_index=i, batch_size=n))
+                # A member's own sequence id, else the batch's first plus its index (as clients
+                # number them).
+                sequence_id = single.sequence_id if single.HasField("sequence_id") else first + i
+                records.append(_record(single, value, producer, sequence_id, i, n))
     except (struct.error, ValueError, DecodeError) as e:
         raise ProtocolError(pb.NotAllowedError, f"malformed batch: {e}") from e
     if at != len(view):
@@ -123,6 +140,8 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
         else:
             value = e.value or b""
             single = pb.SingleMessageMetadata(payload_size=len(value))
+            if e.sequence_id is not None:
+                single.sequence_id = e.sequence_id
             if e.key is not None:
                 single.partition_key = e.key
             if e.properties:
@@ -136,7 +155,10 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
         out += meta
         out += value
     md = pb.MessageMetadata(
-        producer_name="", sequence_id=0, publish_time=first.publish_time, num_messages_in_batch=n
+        producer_name=first.producer_name or "",
+        sequence_id=(first.sequence_id or 0) - (first.batch_index or 0),
+        publish_time=first.publish_time,
+        num_messages_in_batch=n,
     )
     ack_set: list[int] = []
     if len(present) != n:
@@ -150,7 +172,9 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
 
 def entry_metadata(e: Entry) -> bytes:
     """The serialized ``MessageMetadata`` a consumer receives with ``e``."""
-    md = pb.MessageMetadata(producer_name="", sequence_id=0, publish_time=e.publish_time)
+    md = pb.MessageMetadata(
+        producer_name=e.producer_name or "", sequence_id=e.sequence_id or 0, publish_time=e.publish_time
+    )
     if e.key is not None:
         md.partition_key = e.key
     if e.properties:

@@ -17,8 +17,9 @@ from api.pulsar.connection import Handler, ProtocolClose, PulsarConnection
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
 from api.pulsar.messages import id_data, to_records
-from ledger.entry import Record, record_size
+from ledger.entry import Position, Record, record_size
 from service.authorization import Rule
+from service.deduplication import ProducerSequences
 from service.errors import ServiceError
 from service.names import TopicName
 
@@ -36,17 +37,32 @@ class _Send:
     records: list[Record]  # one message, or the members of a batch (stored next to each other)
 
 
+def _highest(s: _Send) -> int:
+    """The last sequence id a send covers (a batch's last member's: the clients do not all
+    set ``highest_sequence_id``, and its members carry theirs)."""
+    return max(s.sequence_id, s.highest_sequence_id, s.records[-1].sequence_id or 0)
+
+
 class WireProducer:
-    """A producer of one connection, writing to one topic."""
+    """A producer of one connection, writing to one topic. With deduplication on
+    (``sequences``), a send whose sequence id is not above the highest stored from this
+    producer's name is not stored again: its receipt names no message (-1:-1), as Pulsar's."""
 
     def __init__(
-        self, conn: PulsarConnection, producer_id: int, name: TopicName, producer_name: str, mode: int
+        self,
+        conn: PulsarConnection,
+        producer_id: int,
+        name: TopicName,
+        producer_name: str,
+        mode: int,
+        sequences: ProducerSequences | None = None,
     ) -> None:
         self.conn = conn
         self.producer_id = producer_id
         self.topic = name
         self.name = producer_name
         self.mode = mode
+        self.sequences = sequences
         self.pending: list[_Send] = []
         self.closed = False
         self._wake = asyncio.Event()
@@ -80,6 +96,10 @@ class WireProducer:
                 continue
             batch, self.pending = self.pending, []
             self._room.set()
+            if self.sequences is not None:
+                batch = self._new_sends(batch)
+                if not batch:
+                    continue
             try:
                 records = [r for s in batch for r in s.records]
                 positions = await conn.call(conn.ctx.broker.produce, self.topic, records)
@@ -96,6 +116,8 @@ class WireProducer:
                         message=str(e),
                     )
             else:
+                if self.sequences is not None:
+                    self.sequences.stored(self.name, (_highest(s) for s in batch))
                 at = 0
                 for s in batch:
                     # A batch's receipt names its first member's entry: the client numbers the rest.
@@ -107,6 +129,26 @@ class WireProducer:
                         highest_sequence_id=s.highest_sequence_id,
                     )
                     at += len(s.records)
+
+    def _new_sends(self, batch: list[_Send]) -> list[_Send]:
+        """The sends of ``batch`` not stored before (Pulsar's rule: a sequence id above the
+        highest stored); the others get their receipt now."""
+        assert self.sequences is not None
+        last = self.sequences.last(self.name)
+        fresh: list[_Send] = []
+        for s in batch:
+            if s.sequence_id <= last:
+                self.conn.send(
+                    pb.BaseCommand.SEND_RECEIPT,
+                    producer_id=self.producer_id,
+                    sequence_id=s.sequence_id,
+                    message_id=id_data(Position(-1, -1)),
+                    highest_sequence_id=s.highest_sequence_id,
+                )
+                continue
+            fresh.append(s)
+            last = max(last, _highest(s))
+        return fresh
 
     async def flush(self) -> None:
         await self._idle.wait()
@@ -146,7 +188,8 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
         ctx = conn.ctx
         producer_name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
         producer_name = producer_name or f"compactor-{next(_names)}"
-        prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode)
+        sequences = await conn.call(_sequences, conn, name)
+        prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode, sequences)
         got = ctx.access.acquire(name, prod, epoch=req.topic_epoch if req.HasField("topic_epoch") else None)
         conn.producers[req.producer_id] = prod
         if isinstance(got, asyncio.Future):
@@ -164,13 +207,21 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
     await conn.request(request_id, work, not_found=pb.TopicNotFound, conflict=pb.ProducerBusy)
 
 
+def _sequences(conn: PulsarConnection, name: TopicName) -> ProducerSequences | None:
+    """The topic's deduplication state when its policy turns deduplication on, else None."""
+    if not conn.ctx.policies.effective(name).deduplicationEnabled:
+        return None
+    return conn.ctx.broker.producer_sequences(name)
+
+
 def _ready(prod: WireProducer, request_id: int, epoch: int) -> None:
     prod.start()
     prod.conn.send(
         pb.BaseCommand.PRODUCER_SUCCESS,
         request_id=request_id,
         producer_name=prod.name,
-        last_sequence_id=-1,
+        # Where a deduplicating producer resumes (-1 without deduplication, as Pulsar).
+        last_sequence_id=prod.sequences.last(prod.name) if prod.sequences is not None else -1,
         topic_epoch=epoch,
         producer_ready=True,
     )

@@ -102,7 +102,7 @@ def columns_json(
     on per-message dicts and base64 calls.
     """
     columns: Sequence[tuple[Any, ...]] = list(zip(*entries, strict=True)) or [()] * len(Entry._fields)
-    lids, eids, keys, values, propss, pts, ets, batch_indexes, _ = columns
+    lids, eids, keys, values, propss, pts, ets, batch_indexes = columns[:8]
     return {
         "count": len(entries),
         "ledgerIds": lids,

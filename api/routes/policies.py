@@ -1,6 +1,7 @@
 """Compaction policies: thresholds at Pulsar's paths, and the whole policy document, at topic
-and namespace level. ``?applied=true`` on a topic's GET gives the effective value (topic over
-namespace over the service default), as Pulsar's ``applied`` flag does."""
+and namespace level; Pulsar's deduplication switch at its paths. ``?applied=true`` on a
+topic's GET gives the effective value (topic over namespace over the service default), as
+Pulsar's ``applied`` flag does."""
 
 from __future__ import annotations
 
@@ -68,6 +69,52 @@ def set_namespace_threshold(
 @router.delete(NAMESPACE + "/compactionThreshold", status_code=204, response_class=Response)
 def remove_namespace_threshold(tenant: str, namespace: str, policies: PoliciesDep) -> Response:
     policies.remove(Scope.namespace_of(tenant, namespace), "compactionThreshold")
+    return Response(status_code=204)
+
+
+@router.get(NAMESPACE + "/deduplication")
+def get_namespace_deduplication(tenant: str, namespace: str, policies: PoliciesDep) -> bool | None:
+    """Pulsar's producer deduplication for the namespace's topics (null: not set here)."""
+    return policies.get(Scope.namespace_of(tenant, namespace)).deduplicationEnabled
+
+
+@router.post(NAMESPACE + "/deduplication", status_code=204, response_class=Response)
+def set_namespace_deduplication(
+    tenant: str, namespace: str, policies: PoliciesDep, value: Annotated[Any, Body()]
+) -> Response:
+    policies.set(Scope.namespace_of(tenant, namespace), deduplicationEnabled=value)
+    return Response(status_code=204)
+
+
+@router.delete(NAMESPACE + "/deduplication", status_code=204, response_class=Response)
+def remove_namespace_deduplication(tenant: str, namespace: str, policies: PoliciesDep) -> Response:
+    policies.remove(Scope.namespace_of(tenant, namespace), "deduplicationEnabled")
+    return Response(status_code=204)
+
+
+@router.get(TOPIC + "/deduplicationEnabled")
+def get_topic_deduplication(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, applied: bool = False
+) -> bool | None:
+    broker.topic(name)
+    if applied:
+        return policies.effective(name).deduplicationEnabled
+    return policies.get(Scope.topic_of(name)).deduplicationEnabled
+
+
+@router.post(TOPIC + "/deduplicationEnabled", status_code=204, response_class=Response)
+def set_topic_deduplication(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, value: Annotated[Any, Body()]
+) -> Response:
+    broker.topic(name)
+    policies.set(Scope.topic_of(name), deduplicationEnabled=value)
+    return Response(status_code=204)
+
+
+@router.delete(TOPIC + "/deduplicationEnabled", status_code=204, response_class=Response)
+def remove_topic_deduplication(name: TopicDep, policies: PoliciesDep, broker: BrokerDep) -> Response:
+    broker.topic(name)
+    policies.remove(Scope.topic_of(name), "deduplicationEnabled")
     return Response(status_code=204)
 
 

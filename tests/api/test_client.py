@@ -74,9 +74,17 @@ def test_message_id_is_an_ordered_serialisable_value() -> None:
     for mid in (a, MessageId.earliest, MessageId.latest):
         assert MessageId.deserialize(mid.serialize()) == mid
     assert len({MessageId(1, 2), MessageId(1, 2)}) == 1
-    for bad in ("1", "1:x", "-1:0", ":", "1:2:3", ""):
+    # A Pulsar batch's member: written as its batch's entry and its index, the same message
+    # (and position) as the entry it is stored at.
+    member = MessageId.parse("1:2:3")
+    assert (member, member.batch_index, str(member)) == (MessageId(1, 5), 3, "1:2:3")
+    assert MessageId(1, 4) < member < MessageId(1, 6)
+    assert MessageId.deserialize(member.serialize()) == member
+    for bad in ("1", "1:x", "-1:0", ":", "1:2:3:4", "1:2:", ""):
         with pytest.raises(ValueError):
             MessageId.parse(bad)
+    with pytest.raises(ValueError):
+        MessageId(1, 2, batch_index=3)  # a batch cannot start before entry 0
     with pytest.raises(ValueError):
         MessageId.deserialize(b"\x00" * 3)
     with pytest.raises(AttributeError):

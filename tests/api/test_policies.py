@@ -38,9 +38,33 @@ def test_topic_over_namespace_over_default(client: TestClient) -> None:
     assert client.get(f"{TOPIC}/compactionThreshold", params={"applied": "true"}).json() == 0
 
 
+def test_deduplication_at_pulsars_paths_topic_over_namespace_over_default(client: TestClient) -> None:
+    # Off by default (Pulsar's brokerDeduplicationEnabled); unset at both levels.
+    assert client.get(f"{TOPIC}/deduplicationEnabled", params={"applied": "true"}).json() is False
+    assert client.get(f"{NS}/deduplication").json() is None
+    assert client.post(f"{NS}/deduplication", json=True).status_code == 204
+    assert client.get(f"{NS}/deduplication").json() is True
+    assert client.get(f"{TOPIC}/deduplicationEnabled").json() is None
+    assert client.get(f"{TOPIC}/deduplicationEnabled", params={"applied": "true"}).json() is True
+    assert client.post(f"{TOPIC}/deduplicationEnabled", json=False).status_code == 204
+    assert client.get(f"{TOPIC}/deduplicationEnabled", params={"applied": "true"}).json() is False
+    assert client.get(f"{TOPIC}/compactionPolicy").json()["deduplicationEnabled"] is False
+    assert client.delete(f"{TOPIC}/deduplicationEnabled").status_code == 204
+    assert client.get(f"{TOPIC}/deduplicationEnabled", params={"applied": "true"}).json() is True
+    assert client.delete(f"{NS}/deduplication").status_code == 204
+    assert client.get(f"{NS}/deduplication").json() is None
+    # Not a boolean: 400 with a reason, nothing changed.
+    for path in (f"{TOPIC}/deduplicationEnabled", f"{NS}/deduplication"):
+        r = client.post(path, json="yes")
+        assert r.status_code == 400 and "deduplicationEnabled" in r.json()["reason"], r.text
+    assert client.get(f"{TOPIC}/deduplicationEnabled", params={"applied": "true"}).json() is False
+    assert client.post("/admin/v2/persistent/t/ns/nothere/deduplicationEnabled", json=True).status_code == 404
+
+
 @pytest.mark.parametrize(
     "body",
     [
+        {"deduplicationEnabled": "on"},
         {"compactionThreshold": -1},
         {"minCleanableDirtyRatio": 1.01},
         {"minCleanableDirtyRatio": -0.1},

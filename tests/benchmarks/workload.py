@@ -43,8 +43,10 @@ from ledger.schema import (
     IS_TOMBSTONE,
     KEY,
     LEDGER_ID,
+    PRODUCER_NAME,
     PROPERTIES,
     PUBLISH_TIME,
+    SEQUENCE_ID,
     VALUE,
 )
 
@@ -215,6 +217,8 @@ def ledger_table(
             EVENT_TIME: pa.nulls(n, pa.int64()),
             BATCH_INDEX: pa.nulls(n, pa.int32()),
             BATCH_SIZE: pa.nulls(n, pa.int32()),
+            PRODUCER_NAME: pa.nulls(n, pa.string()),
+            SEQUENCE_ID: pa.nulls(n, pa.int64()),
         },
         schema=ARROW_SCHEMA,
     )

@@ -32,7 +32,20 @@ Spec = tuple[int, int, str | None, bytes | None]  # ledger_id, entry_id, key, va
 
 
 def full_row(lid: int, eid: int, key: str | None, value: bytes | None) -> tuple[object, ...]:
-    return (lid, eid, key, value, value is None, {"n": f"{lid}:{eid}"}, 1_000 + eid, None, None, None)
+    return (
+        lid,
+        eid,
+        key,
+        value,
+        value is None,
+        {"n": f"{lid}:{eid}"},
+        1_000 + eid,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def full_df(spark: SparkSession, specs: Sequence[Spec]) -> DataFrame:
@@ -200,7 +213,7 @@ def test_phases_match_the_model_on_random_input(spark: SparkSession, seed: int) 
 
 
 def row(lid: int, eid: int, key: str, value: bytes | None, *, props=None, event_time=None, publish=1_000):
-    return (lid, eid, key, value, value is None, props or {}, publish, event_time, None, None)
+    return (lid, eid, key, value, value is None, props or {}, publish, event_time, None, None, None, None)
 
 
 def kept_values(spark: SparkSession, rows, strategy: str, **kw) -> list[tuple[str, bytes | None]]:

@@ -113,6 +113,8 @@ def test_entry_ids_are_decoded_where_the_statistics_do_not_show_consecutive_entr
             "event_time": [None] * len(entries),
             "batch_index": [None] * len(entries),
             "batch_size": [None] * len(entries),
+            "producer_name": [None] * len(entries),
+            "sequence_id": [None] * len(entries),
         },
         schema=ARROW_SCHEMA,
     )

@@ -11,6 +11,8 @@ import httpx
 import pulsar
 import pytest
 
+from api.client import Client
+from api.client import MessageId as ClientMessageId
 from tests.conftest import Server
 from tests.e2e.test_pulsar_clients import QUIET, fresh, read_available, receive_all, rest_messages
 
@@ -65,7 +67,9 @@ def send_all(producer: pulsar.Producer, messages: list[tuple[str | None, bytes]]
 
 
 def text(mid: pulsar.MessageId) -> str:
-    return f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}"
+    """A wire id as the service writes it: ``"L:E:i"`` for a batch member, ``"L:E"`` otherwise."""
+    batch = f":{mid.batch_index()}" if mid.batch_index() >= 0 else ""
+    return f"{mid.ledger_id()}:{mid.entry_id()}{batch}"
 
 
 @pytest.mark.parametrize("codec", list(CODECS))
@@ -74,7 +78,8 @@ def test_a_batched_producer_with_each_codec_and_a_consumer_agree_on_every_id(
 ) -> None:
     topic = fresh(f"batch-{codec}")
     messages = [(f"k{i % 4}", f"value-{i}-".encode() * (i % 5 + 1)) for i in range(25)]
-    sent = send_all(batched(client, topic, codec), messages)
+    producer = batched(client, topic, codec)
+    sent = send_all(producer, messages)
     # Batches of up to 10: members share an entry and count up their index.
     assert max(m.batch_index() for m in sent) > 0
     assert len({(m.ledger_id(), m.entry_id()) for m in sent}) < len(sent)
@@ -83,11 +88,19 @@ def test_a_batched_producer_with_each_codec_and_a_consumer_agree_on_every_id(
     assert [m.message_id() for m in got] == sent
     assert [(m.partition_key(), m.data()) for m in got] == messages
     assert [m.properties() for m in got] == [{"i": str(i)} for i in range(len(messages))]
-    # REST names each member as the client does.
-    assert [m["messageId"] for m in rest_messages(shared_server, topic)] == [
-        f"{m.ledger_id()}:{m.entry_id()}" + (f":{m.batch_index()}" if m.batch_index() >= 0 else "")
-        for m in sent
-    ]
+    assert {m.producer_name() for m in got} == {producer.producer_name()}
+    # REST and api.client name each member as the Pulsar client does; the id parses back to it.
+    names = [text(m) for m in sent]
+    assert [m["messageId"] for m in rest_messages(shared_server, topic)] == names
+    with Client(shared_server.url) as rest:
+        reader = rest.create_reader(topic.removeprefix("persistent://"), ClientMessageId.earliest)
+        read = [reader.read_next(5000) for _ in sent]
+        assert [str(m.message_id()) for m in read] == names
+        assert [ClientMessageId.parse(n) for n in names] == [m.message_id() for m in read]
+        again = rest.create_reader(
+            topic.removeprefix("persistent://"), names[7], start_message_id_inclusive=True
+        )
+        assert again.read_next(5000).value() == messages[7][1]
 
 
 def test_acknowledged_batches_are_not_delivered_again(client: pulsar.Client) -> None:

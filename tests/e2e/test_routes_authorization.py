@@ -68,6 +68,8 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/permissions/{role}"): ["consume"],
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/compactionThreshold"): 1000,
     ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/compactionThreshold"): 1000,
+    ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/deduplicationEnabled"): True,
+    ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/deduplication"): True,
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/compactionPolicy"): {"retainNullKey": True},
     ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/compactionPolicy"): {"retainNullKey": True},
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor"): {

@@ -25,9 +25,11 @@ def record(
     publish_time: int = 1_700_000_000_000,
     event_time: int | None = None,
     batch: tuple[int, int] | None = None,
+    producer: tuple[str, int] | None = None,
 ) -> Record:
     index, size = batch if batch is not None else (None, None)
-    return Record(key, value, properties or {}, publish_time, event_time, batch_index=index, batch_size=size)
+    name, sequence_id = producer if producer is not None else (None, None)
+    return Record(key, value, properties or {}, publish_time, event_time, index, size, name, sequence_id)
 
 
 def as_entry(entry_id: int, r: Record) -> Entry:
@@ -41,6 +43,8 @@ def as_entry(entry_id: int, r: Record) -> Entry:
         r.event_time,
         r.batch_index,
         r.batch_size,
+        r.producer_name,
+        r.sequence_id,
     )
 
 
@@ -110,6 +114,8 @@ def test_corrupt_record_error_str_has_path_and_offset() -> None:
         record(key="κλειδί", value=bytes(range(256)) * 10),
         record(batch=(0, 1)),  # a batch of one
         record(value=None, properties={"p": "q"}, batch=(2, 5)),  # a member, after its properties
+        record(producer=("standalone-0-7", 2**63 - 1)),  # a Pulsar producer's message
+        record(producer=("ünï", 0), batch=(0, 2)),  # ... and batch member
     ],
 )
 def test_record_round_trip(r: Record) -> None:
@@ -200,6 +206,7 @@ def test_a_body_from_before_batches_reads_as_a_message_sent_alone() -> None:
     # The earlier format had no batch flag: its bodies are today's bodies without one.
     e = fmt.decode_body(_body(record(properties={"p": "q"})), LEDGER)
     assert (e.batch_index, e.batch_size, e.message_id) == (None, None, f"{LEDGER}:0")
+    assert (e.producer_name, e.sequence_id) == (None, None)
 
 
 def test_invalid_utf8_key_is_rejected() -> None:

@@ -90,10 +90,22 @@ def test_a_table_of_the_format_before_batches_reads_as_messages_sent_alone() -> 
         list(FIRST_COLUMNS)
     )
     assert is_ledger_schema(table.column_names)
-    assert table_to_entries(table) == [Entry(1, 0, "k", b"v", {"p": "q"}, 0, None, None, None)]
+    assert table_to_entries(table) == [Entry(1, 0, "k", b"v", {"p": "q"}, 0, None, None, None, None, None)]
     assert conform(table, COLUMNS).schema == ARROW_SCHEMA.remove_metadata()
     assert conform(table, COLUMNS).column("batch_index").null_count == 1
     assert present(COLUMNS, table.column_names) == list(FIRST_COLUMNS)
     # Anything else is not a ledger file: a column missing in the middle, or a foreign one.
     assert not is_ledger_schema([c for c in COLUMNS if c != "key"])
     assert not is_ledger_schema([*FIRST_COLUMNS, "other"])
+
+
+def test_a_pulsar_producers_name_and_sequence_ids_are_kept() -> None:
+    records = [
+        Record(key="a", value=b"1"),  # over REST: no producer
+        Record(key="b", value=b"2", producer_name="p-1", sequence_id=0),
+        Record(key="c", value=b"3", batch_index=0, batch_size=1, producer_name="p-1", sequence_id=2**63 - 1),
+    ]
+    table = records_to_table(1, records)
+    assert table.schema == ARROW_SCHEMA
+    back = table_to_entries(table)
+    assert [(e.producer_name, e.sequence_id) for e in back] == [(None, None), ("p-1", 0), ("p-1", 2**63 - 1)]
