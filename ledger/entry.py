@@ -41,12 +41,14 @@ class Position(NamedTuple):
         return cls(ledger_id, entry_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
     """What a producer sends: the message before the ledger gives it an id.
 
     A keyed record whose value is null or empty is a tombstone: compaction deletes the key
-    (:func:`is_delete`, Pulsar's rule).
+    (:func:`is_delete`, Pulsar's rule). Treated as a value; only the broker writes to one, its
+    ``publish_time`` as it stores it (not frozen: a frozen dataclass of ten fields costs twice
+    as much to build, and every produced message is one).
     """
 
     key: str | None
@@ -60,6 +62,8 @@ class Record:
     # The Pulsar producer that sent it and the sequence id it gave it (None over REST).
     producer_name: str | None = None
     sequence_id: int | None = None
+    # Pulsar's delayed delivery: not delivered to a Shared subscription before this (ms).
+    deliver_at_time: int | None = None
 
     @property
     def is_tombstone(self) -> bool:
@@ -84,6 +88,7 @@ class Entry(NamedTuple):
     batch_size: int | None = None
     producer_name: str | None = None
     sequence_id: int | None = None
+    deliver_at_time: int | None = None
 
     @property
     def position(self) -> Position:

@@ -31,6 +31,8 @@ All integers are little-endian. A file is a header followed by zero or more fram
         when FLAG_HAS_PRODUCER is set (sent by a Pulsar producer):
             PRODUCER_FORMAT u32 name_length, u64 sequence_id
             name_length bytes      the producer's name, UTF-8
+        when FLAG_DELIVER_AT is set (Pulsar's delayed delivery):
+            i64   deliver_at_time  ms since the epoch
 
 The flags tell an absent key (``None``) from an empty one (``""``), and a tombstone
 (``value is None``) from an empty value (``b""``). A body must be consumed exactly: trailing
@@ -84,6 +86,7 @@ _BODY_HEADER = struct.Struct(BODY_HEADER_FORMAT)
 _PROPERTY_HEADER = struct.Struct(PROPERTY_HEADER_FORMAT)
 _BATCH = struct.Struct(BATCH_FORMAT)
 _PRODUCER = struct.Struct(PRODUCER_FORMAT)
+_DELIVER_AT = struct.Struct("<q")
 _ENTRY_ID = struct.Struct("<Q")  # the first field of a body
 
 FLAG_HAS_KEY = 0x01
@@ -92,7 +95,10 @@ FLAG_HAS_EVENT_TIME = 0x04
 # Added with Pulsar's batches; files without it read as before (a file with it needs this version).
 FLAG_IN_BATCH = 0x08
 FLAG_HAS_PRODUCER = 0x10
-_KNOWN_FLAGS = FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME | FLAG_IN_BATCH | FLAG_HAS_PRODUCER
+FLAG_DELIVER_AT = 0x20
+_KNOWN_FLAGS = (
+    FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME | FLAG_IN_BATCH | FLAG_HAS_PRODUCER | FLAG_DELIVER_AT
+)
 
 MIN_BODY_SIZE = BODY_HEADER_SIZE
 # A length field above this is treated as garbage, not as a record to wait for: it keeps
@@ -195,6 +201,8 @@ def encode_body(entry_id: int, record: Record) -> bytes:
         flags |= FLAG_IN_BATCH
     if record.producer_name is not None:
         flags |= FLAG_HAS_PRODUCER
+    if record.deliver_at_time is not None:
+        flags |= FLAG_DELIVER_AT
     parts: list[bytes] = []
     try:
         parts.append(
@@ -222,6 +230,8 @@ def encode_body(entry_id: int, record: Record) -> bytes:
             producer = (record.producer_name or "").encode("utf-8")
             parts.append(_PRODUCER.pack(len(producer), record.sequence_id or 0))
             parts.append(producer)
+        if flags & FLAG_DELIVER_AT:
+            parts.append(_DELIVER_AT.pack(record.deliver_at_time))
     except struct.error as e:
         raise ValueError(f"record for entry {entry_id} does not fit the format: {e}") from e
     body = b"".join(parts)
@@ -292,6 +302,9 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
         if flags & FLAG_HAS_PRODUCER:
             name_len, sequence_id = _PRODUCER.unpack_from(take(PRODUCER_SIZE, "producer header"))
             producer_name = str(take(name_len, "producer name"), "utf-8")
+        deliver_at_time = None
+        if flags & FLAG_DELIVER_AT:
+            (deliver_at_time,) = _DELIVER_AT.unpack_from(take(_DELIVER_AT.size, "delivery time"))
     except UnicodeDecodeError as e:
         raise MalformedBodyError(f"invalid UTF-8: {e}") from e
     if pos != size:
@@ -310,4 +323,5 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
         batch_size=batch_size,
         producer_name=producer_name,
         sequence_id=sequence_id,
+        deliver_at_time=deliver_at_time,
     )

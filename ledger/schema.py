@@ -5,7 +5,7 @@ can read the previous compacted ledger and the new original ledgers as one input
 Rows are always stored in message-id order: ``(ledger_id, entry_id)`` ascending.
 
 Columns are only ever added at the end, nullable (``batch_index``, ``batch_size``,
-``producer_name`` and ``sequence_id`` came with Pulsar's binary protocol): a file written
+``producer_name``, ``sequence_id`` and ``deliver_at_time`` came with Pulsar's binary protocol): a file written
 before a column existed has the columns before it, and readers fill the missing ones with
 nulls (:func:`present`, :func:`conform`), so no file is ever rewritten for a format change.
 
@@ -39,6 +39,7 @@ BATCH_INDEX = "batch_index"
 BATCH_SIZE = "batch_size"
 PRODUCER_NAME = "producer_name"
 SEQUENCE_ID = "sequence_id"
+DELIVER_AT_TIME = "deliver_at_time"
 
 # Schema metadata of every file whose ``is_tombstone`` follows :func:`is_delete`.
 DELETES_RULE_KEY = b"compactor.deletes"
@@ -57,6 +58,7 @@ COLUMNS = (
     BATCH_SIZE,
     PRODUCER_NAME,
     SEQUENCE_ID,
+    DELIVER_AT_TIME,
 )
 # The columns every file has; the ones after them may be missing from older files.
 FIRST_COLUMNS = COLUMNS[:8]
@@ -77,6 +79,7 @@ ARROW_SCHEMA = pa.schema(
         pa.field(BATCH_SIZE, pa.int32()),
         pa.field(PRODUCER_NAME, pa.string()),
         pa.field(SEQUENCE_ID, pa.int64()),
+        pa.field(DELIVER_AT_TIME, pa.int64()),
     ],
     metadata={DELETES_RULE_KEY: DELETES_RULE},
 )
@@ -122,7 +125,7 @@ def derived_delete_flags(keys: pa.ChunkedArray | pa.Array, values: pa.ChunkedArr
 SPARK_DDL = (
     "ledger_id BIGINT, entry_id BIGINT, key STRING, value BINARY, is_tombstone BOOLEAN, "
     "properties MAP<STRING, STRING>, publish_time BIGINT, event_time BIGINT, "
-    "batch_index INT, batch_size INT, producer_name STRING, sequence_id BIGINT"
+    "batch_index INT, batch_size INT, producer_name STRING, sequence_id BIGINT, deliver_at_time BIGINT"
 )
 
 
@@ -158,8 +161,12 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
         sequence_ids = table.column(SEQUENCE_ID).to_pylist()
     else:  # sent over REST (or a file from before producers were kept)
         producers = sequence_ids = [None] * table.num_rows
-    batch = (batch_indexes, batch_sizes, producers, sequence_ids)
-    rows = zip(lids, eids, keys, values, properties, pts, ets, *batch, strict=True)
+    if DELIVER_AT_TIME in names and table.column(DELIVER_AT_TIME).null_count != table.num_rows:
+        deliver_at = table.column(DELIVER_AT_TIME).to_pylist()
+    else:
+        deliver_at = [None] * table.num_rows
+    pulsar = (batch_indexes, batch_sizes, producers, sequence_ids, deliver_at)
+    rows = zip(lids, eids, keys, values, properties, pts, ets, *pulsar, strict=True)
     return list(map(tuple.__new__, repeat(Entry), rows))
 
 
@@ -208,6 +215,8 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
         sequence_id = pa.array([r.sequence_id for r in rows], pa.int64())
     else:
         producer_name, sequence_id = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
+    delays = [r.deliver_at_time for r in rows]
+    deliver_at = pa.array(delays, pa.int64()) if delays.count(None) != n else pa.nulls(n, pa.int64())
     keys = pa.array([r.key for r in rows], pa.string())
     values = pa.array([r.value for r in rows], pa.binary())
     props = [r.properties for r in rows]
@@ -230,6 +239,7 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
             batch_size,
             producer_name,
             sequence_id,
+            deliver_at,
         ],
         schema=ARROW_SCHEMA,
     )

@@ -29,12 +29,14 @@ out in order, one consumer at a time.
 from __future__ import annotations
 
 import heapq
+import time
 from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ledger.entry import Entry, Position
+from service.clock import now_ms
 from service.errors import Conflict
 
 if TYPE_CHECKING:
@@ -190,6 +192,10 @@ class Dispatcher:
         self.replay: dict[Key, int] = {}  # position -> sticky hash
         self.replay_hashes: Counter[int] = Counter()
         self.held: dict[int, tuple[str, int]] = {}
+        # Pulsar's delayed delivery: messages read before their time, by position (with their
+        # sticky hash), and a heap of (deliver-at ms, position). Due ones move to ``replay``.
+        self.delayed: dict[Key, int] = {}
+        self.delayed_due: list[tuple[int, Key]] = []
         # Pages delivered under an ack timeout, per consumer, oldest first.
         self.timeouts: dict[str, deque[tuple[float, list[Key]]]] = {}
 
@@ -283,6 +289,8 @@ class Dispatcher:
             low = min(low, min(state.pending))
         if self.replay:
             low = min(low, min(self.replay))
+        if self.delayed:
+            low = min(low, min(self.delayed))
         return low
 
     def reset(self) -> None:
@@ -295,6 +303,8 @@ class Dispatcher:
         self.replay.clear()
         self.replay_hashes.clear()
         self.held.clear()
+        self.delayed.clear()
+        self.delayed_due.clear()
 
     def expire_ack_timeouts(self, state: Subscription, now: float) -> None:
         for consumer_id, pages in self.timeouts.items():
@@ -303,8 +313,21 @@ class Dispatcher:
                 self.redeliver(state, consumer_id, positions)
 
     def next_ack_deadline(self) -> float | None:
+        """When (``time.monotonic``) a message next becomes due: an ack timeout, or a delayed
+        message's time."""
         firsts = [pages[0][0] for pages in self.timeouts.values() if pages]
+        if self.delayed_due:
+            firsts.append(time.monotonic() + max(0, self.delayed_due[0][0] - now_ms()) / 1000)
         return min(firsts) if firsts else None
+
+    def _release_due(self) -> None:
+        """Delayed messages whose time has come go to ``replay``, to be delivered first."""
+        now = now_ms()
+        while self.delayed_due and self.delayed_due[0][0] <= now:
+            _, pos = heapq.heappop(self.delayed_due)
+            h = self.delayed.pop(pos, None)
+            if h is not None:
+                self._to_replay(pos, h)
 
     def over_redelivered(self, state: Subscription, max_redeliver_count: int, limit: int) -> list[Key]:
         """Positions waiting in ``replay`` that were delivered more than ``max_redeliver_count``
@@ -329,6 +352,9 @@ class Dispatcher:
         counts: list[int] = []
         ledger = state.topic.ledger
         redelivered = state.redelivered
+        if self.delayed_due:
+            self._release_due()
+        now = now_ms()
         if self.replay:
             chosen: list[Key] = []
             if self.key_shared:
@@ -374,12 +400,17 @@ class Dispatcher:
                 pos = (e[0], e[1])
                 if pos <= md or pos in acked:
                     continue
-                h = 0
-                if self.key_shared:
-                    h = sticky_hash(e[2])
-                    if len(out) >= limit or self.replay_hashes.get(h) or not self._may_take(h, consumer_id):
-                        self._to_replay(pos, h)
-                        continue
+                h = sticky_hash(e[2]) if self.key_shared else 0
+                if e.deliver_at_time is not None and e.deliver_at_time > now:
+                    # Pulsar's delayed delivery: held until its time, then delivered first.
+                    self.delayed[pos] = h
+                    heapq.heappush(self.delayed_due, (e.deliver_at_time, pos))
+                    continue
+                if self.key_shared and (
+                    len(out) >= limit or self.replay_hashes.get(h) or not self._may_take(h, consumer_id)
+                ):
+                    self._to_replay(pos, h)
+                    continue
                 n = redelivered.get(pos, 0) if redelivered else 0
                 self._take(state, consumer_id, pos, h, n)
                 out.append(e)

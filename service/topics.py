@@ -432,7 +432,8 @@ class Broker:
     # ---------------------------------------------------------------- data
 
     def produce(self, name: TopicName, records: Sequence[Record]) -> list[Position]:
-        """Append a batch atomically checked: every record is valid, or none is written."""
+        """Append a batch atomically checked: every record is valid, or none is written. The
+        records are the caller's to give away: each gets its publish time here."""
         if not records:
             raise InvalidInput("a produce request needs at least one message")
         limit = self.settings.max_message_size
@@ -445,22 +446,10 @@ class Broker:
         if not lease.valid():
             raise _lost(name)
         publish_time = now_ms()
-        stamped = [
-            Record(
-                key=r.key,
-                value=r.value,
-                properties=r.properties,
-                publish_time=publish_time,
-                event_time=r.event_time,
-                batch_index=r.batch_index,
-                batch_size=r.batch_size,
-                producer_name=r.producer_name,
-                sequence_id=r.sequence_id,
-            )
-            for r in records
-        ]
+        for r in records:
+            r.publish_time = publish_time  # the broker's clock, as Pulsar's broker stamps it
         try:
-            positions = topic.ledger.append(stamped)
+            positions = topic.ledger.append(records)
         except Exception as e:
             if not lease.valid():  # dropped while writing: the lease moved
                 raise _lost(name) from e

@@ -38,9 +38,12 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     if metadata.sequence_id >= _U64 // 2:
         raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
     payload = _uncompressed(metadata, payload, max_size)
+    deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
     if not metadata.HasField("num_messages_in_batch"):
-        return [_record(metadata, payload, metadata.producer_name, metadata.sequence_id)]
-    return _members(metadata, payload)
+        return [
+            _record(metadata, payload, metadata.producer_name, metadata.sequence_id, deliver_at=deliver_at)
+        ]
+    return _members(metadata, payload, deliver_at)
 
 
 def _uncompressed(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> bytes:
@@ -74,6 +77,8 @@ def _record(
     sequence_id: int,
     index: int | None = None,
     size: int | None = None,
+    *,
+    deliver_at: int | None = None,
 ) -> Record:
     return Record(
         md.partition_key if md.HasField("partition_key") else None,
@@ -85,10 +90,11 @@ def _record(
         size,
         producer,
         sequence_id,
+        deliver_at,
     )
 
 
-def _members(metadata: pb.MessageMetadata, payload: bytes) -> list[Record]:
+def _members(metadata: pb.MessageMetadata, payload: bytes, deliver_at: int | None) -> list[Record]:
     """A batch's members: each ``[u32 metadata size][SingleMessageMetadata][payload]``."""
     n = metadata.num_messages_in_batch
     if not 0 < n <= MAX_BATCH_MESSAGES:
@@ -113,7 +119,7 @@ def _members(metadata: pb.MessageMetadata, payload: bytes) -> list[Record]:
                 # A member's own sequence id, else the batch's first plus its index (as clients
                 # number them).
                 sequence_id = single.sequence_id if single.HasField("sequence_id") else first + i
-                records.append(_record(single, value, producer, sequence_id, i, n))
+                records.append(_record(single, value, producer, sequence_id, i, n, deliver_at=deliver_at))
     except (struct.error, ValueError, DecodeError) as e:
         raise ProtocolError(pb.NotAllowedError, f"malformed batch: {e}") from e
     if at != len(view):
@@ -175,6 +181,8 @@ def entry_metadata(e: Entry) -> bytes:
     md = pb.MessageMetadata(
         producer_name=e.producer_name or "", sequence_id=e.sequence_id or 0, publish_time=e.publish_time
     )
+    if e.deliver_at_time is not None:
+        md.deliver_at_time = e.deliver_at_time
     if e.key is not None:
         md.partition_key = e.key
     if e.properties:

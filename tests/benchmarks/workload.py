@@ -38,6 +38,7 @@ from ledger.schema import (
     ARROW_SCHEMA,
     BATCH_INDEX,
     BATCH_SIZE,
+    DELIVER_AT_TIME,
     ENTRY_ID,
     EVENT_TIME,
     IS_TOMBSTONE,
@@ -219,6 +220,7 @@ def ledger_table(
             BATCH_SIZE: pa.nulls(n, pa.int32()),
             PRODUCER_NAME: pa.nulls(n, pa.string()),
             SEQUENCE_ID: pa.nulls(n, pa.int64()),
+            DELIVER_AT_TIME: pa.nulls(n, pa.int64()),
         },
         schema=ARROW_SCHEMA,
     )

@@ -115,6 +115,7 @@ def test_entry_ids_are_decoded_where_the_statistics_do_not_show_consecutive_entr
             "batch_size": [None] * len(entries),
             "producer_name": [None] * len(entries),
             "sequence_id": [None] * len(entries),
+            "deliver_at_time": [None] * len(entries),
         },
         schema=ARROW_SCHEMA,
     )

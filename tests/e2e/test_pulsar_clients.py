@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 import re
 import socket
 import struct
@@ -765,3 +766,25 @@ def test_tokens_and_permissions_as_over_rest(secure_server: SecureServer) -> Non
             writer.subscribe(topic, "s")
     finally:
         writer.close()
+
+
+def test_delayed_delivery_holds_a_message_for_a_shared_subscription(client: pulsar.Client) -> None:
+    topic = fresh("delayed")
+    shared = client.subscribe(
+        topic,
+        "shared",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    exclusive = client.subscribe(topic, "exclusive", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent_at = time.monotonic()
+    producer.send(b"later", deliver_after=datetime.timedelta(seconds=2))
+    producer.send(b"now")
+    # A Shared subscription gets it once its time has come, after what was sent after it.
+    assert shared.receive(5000).data() == b"now"
+    later = shared.receive(10_000)
+    assert later.data() == b"later" and time.monotonic() - sent_at >= 1.9
+    shared.acknowledge(later)
+    # Pulsar's rule: an Exclusive subscription is not delayed.
+    assert [m.data() for m in receive_all(exclusive, 2)] == [b"later", b"now"]

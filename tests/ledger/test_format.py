@@ -26,10 +26,13 @@ def record(
     event_time: int | None = None,
     batch: tuple[int, int] | None = None,
     producer: tuple[str, int] | None = None,
+    deliver_at: int | None = None,
 ) -> Record:
     index, size = batch if batch is not None else (None, None)
     name, sequence_id = producer if producer is not None else (None, None)
-    return Record(key, value, properties or {}, publish_time, event_time, index, size, name, sequence_id)
+    return Record(
+        key, value, properties or {}, publish_time, event_time, index, size, name, sequence_id, deliver_at
+    )
 
 
 def as_entry(entry_id: int, r: Record) -> Entry:
@@ -45,6 +48,7 @@ def as_entry(entry_id: int, r: Record) -> Entry:
         r.batch_size,
         r.producer_name,
         r.sequence_id,
+        r.deliver_at_time,
     )
 
 
@@ -116,6 +120,7 @@ def test_corrupt_record_error_str_has_path_and_offset() -> None:
         record(value=None, properties={"p": "q"}, batch=(2, 5)),  # a member, after its properties
         record(producer=("standalone-0-7", 2**63 - 1)),  # a Pulsar producer's message
         record(producer=("ünï", 0), batch=(0, 2)),  # ... and batch member
+        record(deliver_at=1_700_000_005_000, producer=("p", 1)),  # Pulsar's delayed delivery
     ],
 )
 def test_record_round_trip(r: Record) -> None:
