@@ -2,6 +2,11 @@
 Pulsar's binary protocol: the same scenario functions as ``test_compaction``, given a client
 that speaks the wire for producing and consuming (admin calls stay REST, as Pulsar's admin is).
 
+Each scenario runs twice, as Pulsar's ``batching`` data provider does: with producers that send
+each message alone, and with batching producers (``send_many`` hands the messages to the client
+asynchronously, so that they travel in batches of several; every id a scenario compares is then
+a batch member's ``(ledger, entry, index)``).
+
 Left out, each for a reason of the client's: the scenarios that send null values (the Python
 client has no way to send one), the one whose acknowledgements must reach the service before
 its next line (the client groups acknowledgements for 100 ms and the Python client cannot turn
@@ -11,6 +16,7 @@ that off), and the restart of the shared server.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,25 +103,56 @@ class _Consumer:
 
 
 class _Producer:
-    def __init__(self, p: pulsar.Producer) -> None:
+    def __init__(self, p: pulsar.Producer, *, batching: bool) -> None:
         self._p = p
+        self._batching = batching
 
     def send(self, value: bytes, key: str | None = None) -> pulsar.MessageId:
         return self._p.send(value, partition_key=key) if key is not None else self._p.send(value)
 
     def send_many(self, pairs: list[tuple[str | None, bytes]]) -> list[pulsar.MessageId]:
-        return [self.send(v, key=k) for k, v in pairs]
+        if not self._batching:
+            return [self.send(v, key=k) for k, v in pairs]
+        ids: list[pulsar.MessageId | None] = [None] * len(pairs)
+        done = threading.Event()
+        left = [len(pairs)]
+        lock = threading.Lock()
+
+        def receipt(i: int) -> Any:
+            def callback(result: pulsar.Result, mid: pulsar.MessageId) -> None:
+                assert result == pulsar.Result.Ok, result
+                with lock:
+                    ids[i] = mid
+                    left[0] -= 1
+                    if not left[0]:
+                        done.set()
+
+            return callback
+
+        for i, (key, value) in enumerate(pairs):
+            kwargs = {"partition_key": key} if key is not None else {}
+            self._p.send_async(value, receipt(i), **kwargs)
+        self._p.flush()
+        assert done.wait(30) or not pairs, "receipts missing"
+        return [m for m in ids if m is not None]
 
 
 class WireClient:
     """The part of ``api.client.Client`` the scenarios use, over Pulsar's binary protocol."""
 
-    def __init__(self, pulsar_url: str, rest: Client) -> None:
+    def __init__(self, pulsar_url: str, rest: Client, *, batching: bool = False) -> None:
         self._c = pulsar.Client(pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         self.admin = rest.admin
+        self.batching = batching
 
     def create_producer(self, topic: str) -> _Producer:
-        return _Producer(self._c.create_producer(topic, batching_enabled=False))
+        producer = self._c.create_producer(
+            topic,
+            batching_enabled=self.batching,
+            batching_max_messages=4,  # several batches, and batches of several, in a scenario
+            batching_max_publish_delay_ms=50,
+        )
+        return _Producer(producer, batching=self.batching)
 
     def subscribe(
         self,
@@ -151,9 +188,9 @@ class WireClient:
         self._c.close()
 
 
-@pytest.fixture
-def wire_client(pulsar_server: Any, client: Client) -> Iterator[WireClient]:
-    c = WireClient(pulsar_server.pulsar_url, client)
+@pytest.fixture(params=[False, True], ids=["unbatched", "batched"])
+def wire_client(pulsar_server: Any, client: Client, request: pytest.FixtureRequest) -> Iterator[WireClient]:
+    c = WireClient(pulsar_server.pulsar_url, client, batching=request.param)
     yield c
     c.close()
 
