@@ -94,8 +94,7 @@ def test_a_producer_resumes_after_what_was_stored_and_retries_store_nothing(
     # Killed (-9) and started again: the state is built again from the ledgers (the open
     # ledger's write-ahead file here), so a retry is still recognised.
     server.kill()
-    server = server_factory(tmp_path / "data")
-    server.start()
+    server.start()  # the same data directory and metadata database
     client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
     try:
         back = client.create_producer(topic, producer_name="orders-app", batching_enabled=False)
