@@ -115,11 +115,13 @@ def _members(metadata: pb.MessageMetadata, payload: bytes, deliver_at: int | Non
                 raise ValueError("a member's payload overruns the batch")
             value = bytes(view[at : at + single.payload_size])
             at += single.payload_size
-            if not single.compacted_out:
-                # A member's own sequence id, else the batch's first plus its index (as clients
-                # number them).
-                sequence_id = single.sequence_id if single.HasField("sequence_id") else first + i
-                records.append(_record(single, value, producer, sequence_id, i, n, deliver_at=deliver_at))
+            if single.compacted_out:
+                # Member i is stored at the batch's entry + i: a producer's batch has every member.
+                raise ValueError(f"member {i} is marked compacted out")
+            # A member's own sequence id, else the batch's first plus its index (as clients
+            # number them).
+            sequence_id = single.sequence_id if single.HasField("sequence_id") else first + i
+            records.append(_record(single, value, producer, sequence_id, i, n, deliver_at=deliver_at))
     except (struct.error, ValueError, DecodeError) as e:
         raise ProtocolError(pb.NotAllowedError, f"malformed batch: {e}") from e
     if at != len(view):
@@ -162,7 +164,8 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
         out += value
     md = pb.MessageMetadata(
         producer_name=first.producer_name or "",
-        sequence_id=(first.sequence_id or 0) - (first.batch_index or 0),
+        # The batch's first sequence id (never below 0: a member may carry one of its own).
+        sequence_id=max(0, (first.sequence_id or 0) - (first.batch_index or 0)),
         publish_time=first.publish_time,
         num_messages_in_batch=n,
     )

@@ -264,14 +264,6 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
             message=str(e),
         )
         return
-    if not records:  # a batch whose every member was left out: nothing to store, nothing lost
-        conn.send(
-            pb.BaseCommand.SEND_RECEIPT,
-            producer_id=req.producer_id,
-            sequence_id=req.sequence_id,
-            highest_sequence_id=req.highest_sequence_id,
-        )
-        return
     await prod.add(_Send(req.sequence_id, req.highest_sequence_id, records))
 
 

@@ -4,6 +4,7 @@ the producer's receipt gave it, whichever way it is read."""
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator
 
@@ -13,8 +14,19 @@ import pytest
 
 from api.client import Client
 from api.client import MessageId as ClientMessageId
+from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.framing import command, encode, encode_payload
 from tests.conftest import Server
-from tests.e2e.test_pulsar_clients import QUIET, fresh, read_available, receive_all, rest_messages
+from tests.e2e.test_pulsar_clients import (
+    QUIET,
+    _connect,
+    _raw,
+    _reply,
+    fresh,
+    read_available,
+    receive_all,
+    rest_messages,
+)
 
 pytestmark = [pytest.mark.e2e]
 
@@ -219,3 +231,28 @@ def test_batches_larger_than_the_receiver_queue_are_delivered_and_acknowledged_w
     ) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert backlog == 0
+
+
+def test_a_batch_with_a_member_marked_compacted_out_is_refused_and_stores_nothing(
+    shared_server: Server, client: pulsar.Client
+) -> None:
+    # Member i is stored at the batch's entry + i, so a producer's batch must have every member.
+    topic = fresh("batch-holes")
+    client.create_producer(topic).close()  # the topic exists, empty
+    with _raw(shared_server) as s:
+        _connect(s)
+        s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)))
+        assert _reply(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        payload = b""
+        for i, value in enumerate([b"kept", b""]):
+            single = pb.SingleMessageMetadata(
+                payload_size=len(value), compacted_out=i == 1
+            ).SerializeToString()
+            payload += struct.pack(">I", len(single)) + single + value
+        md = pb.MessageMetadata(producer_name="raw", sequence_id=0, publish_time=1)
+        md.num_messages_in_batch = 2
+        send = command(pb.BaseCommand.SEND, producer_id=1, sequence_id=0, num_messages=2)
+        s.sendall(encode_payload(send, md.SerializeToString(), payload))
+        reply = _reply(s)
+        assert reply.type == pb.BaseCommand.SEND_ERROR and "compacted out" in reply.send_error.message
+    assert rest_messages(shared_server, topic) == []
