@@ -150,14 +150,7 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
             single = pb.SingleMessageMetadata(payload_size=len(value))
             if e.sequence_id is not None:
                 single.sequence_id = e.sequence_id
-            if e.key is not None:
-                single.partition_key = e.key
-            if e.properties:
-                single.properties.extend(pb.KeyValue(key=k, value=v) for k, v in e.properties.items())
-            if e.event_time:
-                single.event_time = e.event_time
-            if e.value is None:
-                single.null_value = True
+            _describe(single, e)
         meta = single.SerializeToString()
         out += _SIZE.pack(len(meta))
         out += meta
@@ -186,6 +179,12 @@ def entry_metadata(e: Entry) -> bytes:
     )
     if e.deliver_at_time is not None:
         md.deliver_at_time = e.deliver_at_time
+    _describe(md, e)
+    return md.SerializeToString()
+
+
+def _describe(md: pb.MessageMetadata | pb.SingleMessageMetadata, e: Entry) -> None:
+    """The fields a message and a batch member share: key, properties, event time, null value."""
     if e.key is not None:
         md.partition_key = e.key
     if e.properties:
@@ -194,7 +193,6 @@ def entry_metadata(e: Entry) -> bytes:
         md.event_time = e.event_time
     if e.value is None:
         md.null_value = True
-    return md.SerializeToString()
 
 
 def id_data(pos: Position, partition: int = -1) -> pb.MessageIdData:
