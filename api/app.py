@@ -29,6 +29,7 @@ from api.routes import (
     namespaces,
     permissions,
     policies,
+    schemas,
     subscriptions,
     tenants,
     topics,
@@ -45,6 +46,7 @@ from service.ownership import LeaseOwnership
 from service.policies import PolicyStore
 from service.resources import raise_descriptor_limit
 from service.scheduler import CompactionScheduler
+from service.schemas import SchemaRegistry
 from service.scrubber import Scrubber
 from service.settings import Settings
 from service.tenants import TenantService
@@ -76,6 +78,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ownership = LeaseOwnership(db=db, registry=registry, lease_ms=settings.ownership_lease_ms)
         broker = Broker(settings=settings, db=db, ownership=ownership)
         policy_store = PolicyStore(db=db, settings=settings)
+        schema_registry = SchemaRegistry(db)
+        app.state.schemas = schema_registry
         engine = SparkEngine(settings)
         app.state.engine = engine
         tenant_service = TenantService(
@@ -135,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             authorizer=app.state.authorizer,
             verifier=app.state.token_verifier,
             policies=policy_store,
+            schemas=schema_registry,
             registry=service_metrics.registry,
         )
         await listener.start()
@@ -173,6 +178,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(integrity.router)
     app.include_router(subscriptions.router)
+    app.include_router(schemas.router)
     app.include_router(consumers.router)
     app.include_router(policies.router)
     app.include_router(metrics.router)

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from api.auth import require
 from service.authorization import Rule
 from service.names import TopicName
+from service.schemas import SchemaRegistry
 from service.tenants import TenantService
 from service.topics import Broker
 
@@ -19,6 +20,10 @@ async def get_broker(request: Request) -> Broker:
 
 async def get_tenants(request: Request) -> TenantService:
     return request.app.state.tenants  # type: ignore[no-any-return]
+
+
+async def get_schemas(request: Request) -> SchemaRegistry:
+    return request.app.state.schemas  # type: ignore[no-any-return]
 
 
 async def topic_name(tenant: str, namespace: str, topic: str) -> TopicName:
@@ -32,6 +37,7 @@ async def topic_name(tenant: str, namespace: str, topic: str) -> TopicName:
 BrokerDep = Annotated[Broker, Depends(get_broker)]
 TenantsDep = Annotated[TenantService, Depends(get_tenants)]
 TopicDep = Annotated[TopicName, Depends(topic_name)]
+SchemasDep = Annotated[SchemaRegistry, Depends(get_schemas)]
 
 # A route declares what it needs with ``dependencies=[...]`` (or its router does); see
 # service.authorization for the rules. tests/api/test_routes_authorization.py fails on a route

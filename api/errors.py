@@ -119,6 +119,9 @@ def _jsonable(errors: object) -> object:
         return {k: _jsonable(v) for k, v in errors.items() if k != "ctx"}
     if isinstance(errors, list | tuple):
         return [_jsonable(v) for v in errors]
-    if isinstance(errors, str | int | float | bool) or errors is None:
+    if isinstance(errors, str):
+        # Input JSON can escape a lone surrogate, which no UTF-8 response can carry as it is.
+        return errors.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(errors, int | float | bool) or errors is None:
         return errors
     return repr(errors)

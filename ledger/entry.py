@@ -64,6 +64,12 @@ class Record:
     sequence_id: int | None = None
     # Pulsar's delayed delivery: not delivered to a Shared subscription before this (ms).
     deliver_at_time: int | None = None
+    # Pulsar's ordering key: what Key_Shared orders and routes by, where a message has one
+    # (the key still decides compaction).
+    ordering_key: bytes | None = None
+    # The version of the topic's schema the producer wrote with (``service.schemas``), as the
+    # producer sent it: opaque bytes.
+    schema_version: bytes | None = None
 
     @property
     def is_tombstone(self) -> bool:
@@ -89,6 +95,8 @@ class Entry(NamedTuple):
     producer_name: str | None = None
     sequence_id: int | None = None
     deliver_at_time: int | None = None
+    ordering_key: bytes | None = None
+    schema_version: bytes | None = None
 
     @property
     def position(self) -> Position:

@@ -33,6 +33,12 @@ All integers are little-endian. A file is a header followed by zero or more fram
             name_length bytes      the producer's name, UTF-8
         when FLAG_DELIVER_AT is set (Pulsar's delayed delivery):
             i64   deliver_at_time  ms since the epoch
+        when FLAG_ORDERING_KEY is set (Pulsar's ordering key):
+            u32   length, then that many bytes
+        when FLAG_SCHEMA_VERSION is set (the version of the topic's schema it was written with):
+            u32   length, then that many bytes
+
+The flag byte has no bit left: a further field needs a new format version (MAGIC's last byte).
 
 The flags tell an absent key (``None``) from an empty one (``""``), and a tombstone
 (``value is None``) from an empty value (``b""``). A body must be consumed exactly: trailing
@@ -87,6 +93,7 @@ _PROPERTY_HEADER = struct.Struct(PROPERTY_HEADER_FORMAT)
 _BATCH = struct.Struct(BATCH_FORMAT)
 _PRODUCER = struct.Struct(PRODUCER_FORMAT)
 _DELIVER_AT = struct.Struct("<q")
+_LENGTH = struct.Struct("<I")
 _ENTRY_ID = struct.Struct("<Q")  # the first field of a body
 
 FLAG_HAS_KEY = 0x01
@@ -96,8 +103,17 @@ FLAG_HAS_EVENT_TIME = 0x04
 FLAG_IN_BATCH = 0x08
 FLAG_HAS_PRODUCER = 0x10
 FLAG_DELIVER_AT = 0x20
+FLAG_ORDERING_KEY = 0x40
+FLAG_SCHEMA_VERSION = 0x80
 _KNOWN_FLAGS = (
-    FLAG_HAS_KEY | FLAG_HAS_VALUE | FLAG_HAS_EVENT_TIME | FLAG_IN_BATCH | FLAG_HAS_PRODUCER | FLAG_DELIVER_AT
+    FLAG_HAS_KEY
+    | FLAG_HAS_VALUE
+    | FLAG_HAS_EVENT_TIME
+    | FLAG_IN_BATCH
+    | FLAG_HAS_PRODUCER
+    | FLAG_DELIVER_AT
+    | FLAG_ORDERING_KEY
+    | FLAG_SCHEMA_VERSION
 )
 
 MIN_BODY_SIZE = BODY_HEADER_SIZE
@@ -203,6 +219,10 @@ def encode_body(entry_id: int, record: Record) -> bytes:
         flags |= FLAG_HAS_PRODUCER
     if record.deliver_at_time is not None:
         flags |= FLAG_DELIVER_AT
+    if record.ordering_key is not None:
+        flags |= FLAG_ORDERING_KEY
+    if record.schema_version is not None:
+        flags |= FLAG_SCHEMA_VERSION
     parts: list[bytes] = []
     try:
         parts.append(
@@ -232,6 +252,10 @@ def encode_body(entry_id: int, record: Record) -> bytes:
             parts.append(producer)
         if flags & FLAG_DELIVER_AT:
             parts.append(_DELIVER_AT.pack(record.deliver_at_time))
+        for extra in (record.ordering_key, record.schema_version):
+            if extra is not None:
+                parts.append(_LENGTH.pack(len(extra)))
+                parts.append(bytes(extra))
     except struct.error as e:
         raise ValueError(f"record for entry {entry_id} does not fit the format: {e}") from e
     body = b"".join(parts)
@@ -305,6 +329,13 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
         deliver_at_time = None
         if flags & FLAG_DELIVER_AT:
             (deliver_at_time,) = _DELIVER_AT.unpack_from(take(_DELIVER_AT.size, "delivery time"))
+        ordering_key = schema_version = None
+        if flags & FLAG_ORDERING_KEY:
+            (n,) = _LENGTH.unpack_from(take(_LENGTH.size, "ordering key length"))
+            ordering_key = bytes(take(n, "ordering key"))
+        if flags & FLAG_SCHEMA_VERSION:
+            (n,) = _LENGTH.unpack_from(take(_LENGTH.size, "schema version length"))
+            schema_version = bytes(take(n, "schema version"))
     except UnicodeDecodeError as e:
         raise MalformedBodyError(f"invalid UTF-8: {e}") from e
     if pos != size:
@@ -324,4 +355,6 @@ def decode_body(body: Buffer, ledger_id: int) -> Entry:
         producer_name=producer_name,
         sequence_id=sequence_id,
         deliver_at_time=deliver_at_time,
+        ordering_key=ordering_key,
+        schema_version=schema_version,
     )

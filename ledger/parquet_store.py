@@ -43,6 +43,7 @@ from ledger.schema import (
     PRODUCER_NAME,
     PROPERTIES,
     PUBLISH_TIME,
+    SCHEMA_VERSION,
     entries_to_table,
     is_ledger_schema,
     table_to_entries,
@@ -73,17 +74,18 @@ def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROU
 
 # How every Parquet file of a ledger is encoded, compression aside (sealed ledgers here,
 # compacted parts in ``compactor.arrow_phases``). Dictionaries only where they pay: the one
-# ledger id, and properties, whose keys and values repeat. Keys and values are mostly distinct
-# within a row group, so a dictionary for them would be built and dropped in every row group
-# (a third of a sealing's write). Statistics only where they are read: the ids (a round's id
-# bounds, the binary search) and the publish time. Every page carries a CRC, verified by
-# every reader (``ledger.checksums``).
+# ledger id, and properties, producer names and schema versions, which repeat. Keys and values
+# are mostly distinct within a row group, so a dictionary for them would be built and dropped
+# in every row group (a third of a sealing's write). Statistics only where they are read: the
+# ids (a round's id bounds, the binary search) and the publish time. Every page carries a CRC,
+# verified by every reader (``ledger.checksums``).
 LEDGER_WRITER_OPTIONS: dict[str, object] = {
     "use_dictionary": [
         LEDGER_ID,
         f"{PROPERTIES}.key_value.key",
         f"{PROPERTIES}.key_value.value",
         PRODUCER_NAME,
+        SCHEMA_VERSION,
     ],
     "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
     **WRITE_OPTIONS,

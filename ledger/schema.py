@@ -5,7 +5,8 @@ can read the previous compacted ledger and the new original ledgers as one input
 Rows are always stored in message-id order: ``(ledger_id, entry_id)`` ascending.
 
 Columns are only ever added at the end, nullable (``batch_index``, ``batch_size``,
-``producer_name``, ``sequence_id`` and ``deliver_at_time`` came with Pulsar's binary protocol): a file written
+``producer_name``, ``sequence_id``, ``deliver_at_time``, ``ordering_key`` and ``schema_version``
+came with Pulsar's binary protocol): a file written
 before a column existed has the columns before it, and readers fill the missing ones with
 nulls (:func:`present`, :func:`conform`), so no file is ever rewritten for a format change.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +42,8 @@ BATCH_SIZE = "batch_size"
 PRODUCER_NAME = "producer_name"
 SEQUENCE_ID = "sequence_id"
 DELIVER_AT_TIME = "deliver_at_time"
+ORDERING_KEY = "ordering_key"
+SCHEMA_VERSION = "schema_version"
 
 # Schema metadata of every file whose ``is_tombstone`` follows :func:`is_delete`.
 DELETES_RULE_KEY = b"compactor.deletes"
@@ -59,6 +63,8 @@ COLUMNS = (
     PRODUCER_NAME,
     SEQUENCE_ID,
     DELIVER_AT_TIME,
+    ORDERING_KEY,
+    SCHEMA_VERSION,
 )
 # The columns every file has; the ones after them may be missing from older files.
 FIRST_COLUMNS = COLUMNS[:8]
@@ -80,6 +86,8 @@ ARROW_SCHEMA = pa.schema(
         pa.field(PRODUCER_NAME, pa.string()),
         pa.field(SEQUENCE_ID, pa.int64()),
         pa.field(DELIVER_AT_TIME, pa.int64()),
+        pa.field(ORDERING_KEY, pa.binary()),
+        pa.field(SCHEMA_VERSION, pa.binary()),
     ],
     metadata={DELETES_RULE_KEY: DELETES_RULE},
 )
@@ -125,7 +133,8 @@ def derived_delete_flags(keys: pa.ChunkedArray | pa.Array, values: pa.ChunkedArr
 SPARK_DDL = (
     "ledger_id BIGINT, entry_id BIGINT, key STRING, value BINARY, is_tombstone BOOLEAN, "
     "properties MAP<STRING, STRING>, publish_time BIGINT, event_time BIGINT, "
-    "batch_index INT, batch_size INT, producer_name STRING, sequence_id BIGINT, deliver_at_time BIGINT"
+    "batch_index INT, batch_size INT, producer_name STRING, sequence_id BIGINT, deliver_at_time BIGINT, "
+    "ordering_key BINARY, schema_version BINARY"
 )
 
 
@@ -165,9 +174,19 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
         deliver_at = table.column(DELIVER_AT_TIME).to_pylist()
     else:
         deliver_at = [None] * table.num_rows
-    pulsar = (batch_indexes, batch_sizes, producers, sequence_ids, deliver_at)
+    ordering_keys = _optional(table, ORDERING_KEY)
+    schema_versions = _optional(table, SCHEMA_VERSION)
+    pulsar = (batch_indexes, batch_sizes, producers, sequence_ids, deliver_at, ordering_keys, schema_versions)
     rows = zip(lids, eids, keys, values, properties, pts, ets, *pulsar, strict=True)
     return list(map(tuple.__new__, repeat(Entry), rows))
+
+
+def _optional(table: pa.Table, name: str) -> list[Any]:
+    """Column ``name`` as Python values; all None without converting when the file lacks it or
+    every row is null (most messages carry no Pulsar extras)."""
+    if name in table.column_names and table.column(name).null_count != table.num_rows:
+        return table.column(name).to_pylist()  # type: ignore[no-any-return]
+    return [None] * table.num_rows
 
 
 def _all_empty(column: pa.ChunkedArray) -> bool:
@@ -217,6 +236,8 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
         producer_name, sequence_id = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
     delays = [r.deliver_at_time for r in rows]
     deliver_at = pa.array(delays, pa.int64()) if delays.count(None) != n else pa.nulls(n, pa.int64())
+    ordering_keys = _binary_or_nulls([r.ordering_key for r in rows])
+    schema_versions = _binary_or_nulls([r.schema_version for r in rows])
     keys = pa.array([r.key for r in rows], pa.string())
     values = pa.array([r.value for r in rows], pa.binary())
     props = [r.properties for r in rows]
@@ -240,6 +261,14 @@ def _table(ledger_ids: pa.Array, entry_ids: pa.Array, rows: Sequence[Record] | S
             producer_name,
             sequence_id,
             deliver_at,
+            ordering_keys,
+            schema_versions,
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+def _binary_or_nulls(values: list[bytes | None]) -> pa.Array:
+    """A binary column, built only when some row has a value (most rows of most ledgers have none)."""
+    n = len(values)
+    return pa.array(values, pa.binary()) if values.count(None) != n else pa.nulls(n, pa.binary())

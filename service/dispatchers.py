@@ -94,10 +94,16 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
     return h
 
 
-def sticky_hash(key: str | None) -> int:
-    """The slot of a message's key in ``[0, RANGE_SIZE)``, as Pulsar computes it."""
-    data = key.encode() if key is not None else NONE_KEY
+def sticky_hash(key: str | bytes | None) -> int:
+    """The slot of a message's sticky key in ``[0, RANGE_SIZE)``, as Pulsar computes it."""
+    data = NONE_KEY if key is None else key.encode() if isinstance(key, str) else key
     return (murmur3_32(data) & 0x7FFFFFFF) % RANGE_SIZE
+
+
+def sticky_key(e: Entry) -> str | bytes | None:
+    """What Key_Shared routes a message by: its ordering key where it has one (Pulsar's rule),
+    else its key."""
+    return e.ordering_key if e.ordering_key is not None else e.key
 
 
 class HashRangeAutoSplitSelector:
@@ -400,7 +406,7 @@ class Dispatcher:
                 pos = (e[0], e[1])
                 if pos <= md or pos in acked:
                     continue
-                h = sticky_hash(e[2]) if self.key_shared else 0
+                h = sticky_hash(sticky_key(e)) if self.key_shared else 0
                 if e.deliver_at_time is not None and e.deliver_at_time > now:
                     # Pulsar's delayed delivery: held until its time, then delivered first.
                     self.delayed[pos] = h

@@ -9,6 +9,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -261,3 +262,21 @@ class Permission(Base):
     role: Mapped[str] = mapped_column(String(256), primary_key=True)
     # Comma-separated, sorted: "consume", "produce" or "consume,produce".
     actions: Mapped[str] = mapped_column(String(64))
+
+
+class Schema(Base):
+    """One version of a topic's schema (Pulsar's schema registry): versions 0, 1, 2, ... in the
+    order they were first declared, never changed once written."""
+
+    __tablename__ = "schemas"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(128), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    # Pulsar's type name (JSON, AVRO, STRING, PROTOBUF, ...).
+    type: Mapped[str] = mapped_column(String(32))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    # A JSON object of strings: read and written whole, never queried into.
+    properties: Mapped[str] = mapped_column(Text, default="{}")
+    created_at: Mapped[int] = mapped_column(BigInteger)

@@ -182,6 +182,12 @@ class TenantService:
                     models.Policy.tenant == tenant, models.Policy.namespace == namespace
                 )
             )
+            # Schemas uploaded for topics never created.
+            s.execute(
+                delete(models.Schema).where(
+                    models.Schema.tenant == tenant, models.Schema.namespace == namespace
+                )
+            )
         self.invalidate()
 
     # -------------------------------------------------------------- permissions

@@ -123,6 +123,22 @@ class ServerProcess:
                     if r.status_code not in (204, 409):
                         raise RuntimeError(f"PUT {path}: {r.status_code} {r.text}")
 
+    def compact(self, topic: str, timeout: float = 180) -> str:
+        """Compact ``topic`` (``persistent://...``) through REST, as an operator does, and wait
+        for the round's end; its final status (``SUCCESS`` or ``ERROR``)."""
+        path = topic.removeprefix("persistent://")
+        with httpx.Client(base_url=self.url, verify=self.verify, timeout=30) as http:
+            r = http.put(f"/admin/v2/persistent/{path}/compaction")
+            if r.status_code != 204:
+                raise RuntimeError(f"compaction of {topic}: {r.status_code} {r.text}")
+            deadline = time.monotonic() + timeout
+            status_of = f"/admin/v2/persistent/{path}/compaction"
+            while (status := http.get(status_of).json()["status"]) == "RUNNING":
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"compaction of {topic} still running after {timeout:g} s")
+                time.sleep(0.2)
+        return str(status)
+
     def _limit(self) -> None:
         """Runs in the child between fork and exec."""
         n = self.max_open_files

@@ -34,6 +34,7 @@ from service.auto_topics import topic_for_use
 from service.errors import ServiceError
 from service.names import TopicName
 from service.policies import PolicyStore
+from service.schemas import SchemaRegistry
 
 if TYPE_CHECKING:
     from api.pulsar.consume import WireSubscriber
@@ -85,6 +86,7 @@ class BrokerContext:
     authorizer: Authorizer | None
     verifier: TokenVerifier | None
     policies: PolicyStore
+    schemas: SchemaRegistry
     service_url: str
     connections: set[PulsarConnection]
     # Readers closed by their seek, by (topic, subscription): where they resume when the client
@@ -316,12 +318,13 @@ async def _pong(conn: PulsarConnection, frame: Frame) -> None:
 
 
 def _handlers() -> dict[int, Handler]:
-    from api.pulsar import consume, lookup, produce
+    from api.pulsar import consume, lookup, produce, schemas
 
     table: dict[int, Handler] = {pb.BaseCommand.PING: _ping, pb.BaseCommand.PONG: _pong}
     table.update(lookup.HANDLERS)
     table.update(produce.HANDLERS)
     table.update(consume.HANDLERS)
+    table.update(schemas.HANDLERS)
     return table
 
 

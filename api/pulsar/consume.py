@@ -40,6 +40,7 @@ from api.pulsar.messages import (
     id_data,
     position,
 )
+from api.pulsar.schemas import consumer_schema
 from ledger.entry import Entry, Position
 from service.authorization import Rule
 from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
@@ -419,6 +420,7 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
                 pb.ConsumerBusy, f"consumer id {req.consumer_id} is in use on this connection"
             )
         name = await conn.use_topic(req.topic, Rule.CONSUME, create=req.force_topic_creation)
+        await consumer_schema(conn, name, req.schema if req.HasField("schema") else None)
         ctx = conn.ctx
         initial = EARLIEST if req.initialPosition == pb.CommandSubscribe.Earliest else LATEST
         consumer: WireSubscriber

@@ -15,6 +15,7 @@ from api.pulsar.connection import BrokerContext, PulsarConnection, install_handl
 from service.authorization import Authorizer
 from service.cursors import SubscriptionService
 from service.policies import PolicyStore
+from service.schemas import SchemaRegistry
 from service.settings import Settings
 from service.tenants import TenantService
 from service.tokens import TokenVerifier
@@ -62,6 +63,7 @@ class BrokerListener:
         authorizer: Authorizer | None,
         verifier: TokenVerifier | None,
         policies: PolicyStore,
+        schemas: SchemaRegistry,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
@@ -74,6 +76,7 @@ class BrokerListener:
             authorizer=authorizer,
             verifier=verifier,
             policies=policies,
+            schemas=schemas,
             service_url="",
             connections=set(),
         )

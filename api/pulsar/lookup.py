@@ -96,30 +96,7 @@ async def topics_of_namespace(conn: PulsarConnection, frame: Frame) -> None:
     await conn.request(request_id, work, not_found=pb.MetadataError)
 
 
-async def get_schema(conn: PulsarConnection, frame: Frame) -> None:
-    """No topic has a schema here yet: Pulsar's answer for a topic without one."""
-    req = frame.command.getSchema
-    conn.send(
-        pb.BaseCommand.GET_SCHEMA_RESPONSE,
-        request_id=req.request_id,
-        error_code=pb.TopicNotFound,
-        error_message="Topic not found or no-schema",
-    )
-
-
-async def get_or_create_schema(conn: PulsarConnection, frame: Frame) -> None:
-    req = frame.command.getOrCreateSchema
-    conn.send(
-        pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE,
-        request_id=req.request_id,
-        error_code=pb.NotAllowedError,
-        error_message="schemas are not kept by this service yet",
-    )
-
-
 HANDLERS: dict[int, Handler] = {
-    pb.BaseCommand.GET_SCHEMA: get_schema,
-    pb.BaseCommand.GET_OR_CREATE_SCHEMA: get_or_create_schema,
     pb.BaseCommand.PARTITIONED_METADATA: partitioned_metadata,
     pb.BaseCommand.LOOKUP: lookup,
     pb.BaseCommand.GET_TOPICS_OF_NAMESPACE: topics_of_namespace,

@@ -39,11 +39,19 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
         raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
     payload = _uncompressed(metadata, payload, max_size)
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
+    version = metadata.schema_version if metadata.HasField("schema_version") else None
     if not metadata.HasField("num_messages_in_batch"):
         return [
-            _record(metadata, payload, metadata.producer_name, metadata.sequence_id, deliver_at=deliver_at)
+            _record(
+                metadata,
+                payload,
+                metadata.producer_name,
+                metadata.sequence_id,
+                deliver_at=deliver_at,
+                schema_version=version,
+            )
         ]
-    return _members(metadata, payload, deliver_at)
+    return _members(metadata, payload, deliver_at, version)
 
 
 def _uncompressed(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> bytes:
@@ -79,7 +87,11 @@ def _record(
     size: int | None = None,
     *,
     deliver_at: int | None = None,
+    schema_version: bytes | None = None,
+    ordering_key: bytes | None = None,
 ) -> Record:
+    if md.HasField("ordering_key"):
+        ordering_key = md.ordering_key
     return Record(
         md.partition_key if md.HasField("partition_key") else None,
         None if md.null_value else payload,
@@ -91,16 +103,22 @@ def _record(
         producer,
         sequence_id,
         deliver_at,
+        ordering_key,
+        schema_version,
     )
 
 
-def _members(metadata: pb.MessageMetadata, payload: bytes, deliver_at: int | None) -> list[Record]:
-    """A batch's members: each ``[u32 metadata size][SingleMessageMetadata][payload]``."""
+def _members(
+    metadata: pb.MessageMetadata, payload: bytes, deliver_at: int | None, version: bytes | None
+) -> list[Record]:
+    """A batch's members: each ``[u32 metadata size][SingleMessageMetadata][payload]``. The
+    batch's schema version is every member's; a member's own ordering key before the batch's."""
     n = metadata.num_messages_in_batch
     if not 0 < n <= MAX_BATCH_MESSAGES:
         raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")
     view = memoryview(payload)
     producer, first = metadata.producer_name, metadata.sequence_id
+    ordering = metadata.ordering_key if metadata.HasField("ordering_key") else None
     records: list[Record] = []
     at = 0
     try:
@@ -121,7 +139,19 @@ def _members(metadata: pb.MessageMetadata, payload: bytes, deliver_at: int | Non
             # A member's own sequence id, else the batch's first plus its index (as clients
             # number them).
             sequence_id = single.sequence_id if single.HasField("sequence_id") else first + i
-            records.append(_record(single, value, producer, sequence_id, i, n, deliver_at=deliver_at))
+            records.append(
+                _record(
+                    single,
+                    value,
+                    producer,
+                    sequence_id,
+                    i,
+                    n,
+                    deliver_at=deliver_at,
+                    schema_version=version,
+                    ordering_key=ordering,
+                )
+            )
     except (struct.error, ValueError, DecodeError) as e:
         raise ProtocolError(pb.NotAllowedError, f"malformed batch: {e}") from e
     if at != len(view):
@@ -162,6 +192,8 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
         publish_time=first.publish_time,
         num_messages_in_batch=n,
     )
+    if first.schema_version is not None:
+        md.schema_version = first.schema_version
     ack_set: list[int] = []
     if len(present) != n:
         words = [0] * ((n + 63) // 64)
@@ -179,14 +211,19 @@ def entry_metadata(e: Entry) -> bytes:
     )
     if e.deliver_at_time is not None:
         md.deliver_at_time = e.deliver_at_time
+    if e.schema_version is not None:
+        md.schema_version = e.schema_version
     _describe(md, e)
     return md.SerializeToString()
 
 
 def _describe(md: pb.MessageMetadata | pb.SingleMessageMetadata, e: Entry) -> None:
-    """The fields a message and a batch member share: key, properties, event time, null value."""
+    """The fields a message and a batch member share: key, ordering key, properties, event
+    time, null value."""
     if e.key is not None:
         md.partition_key = e.key
+    if e.ordering_key is not None:
+        md.ordering_key = e.ordering_key
     if e.properties:
         md.properties.extend(pb.KeyValue(key=k, value=v) for k, v in e.properties.items())
     if e.event_time:

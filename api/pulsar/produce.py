@@ -17,6 +17,7 @@ from api.pulsar.connection import Handler, ProtocolClose, PulsarConnection
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
 from api.pulsar.messages import id_data, to_records
+from api.pulsar.schemas import producer_schema
 from ledger.entry import Position, Record, record_size
 from service.authorization import Rule
 from service.deduplication import ProducerSequences
@@ -63,6 +64,8 @@ class WireProducer:
         self.name = producer_name
         self.mode = mode
         self.sequences = sequences
+        # The version of the topic's schema this producer declared (None: raw bytes).
+        self.schema_version: bytes | None = None
         self.pending: list[_Send] = []
         self.closed = False
         self._wake = asyncio.Event()
@@ -188,8 +191,10 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
         ctx = conn.ctx
         producer_name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
         producer_name = producer_name or f"compactor-{next(_names)}"
+        schema_version = await producer_schema(conn, name, req.schema if req.HasField("schema") else None)
         sequences = await conn.call(_sequences, conn, name)
         prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode, sequences)
+        prod.schema_version = schema_version
         got = ctx.access.acquire(name, prod, epoch=req.topic_epoch if req.HasField("topic_epoch") else None)
         conn.producers[req.producer_id] = prod
         if isinstance(got, asyncio.Future):
@@ -216,6 +221,7 @@ def _sequences(conn: PulsarConnection, name: TopicName) -> ProducerSequences | N
 
 def _ready(prod: WireProducer, request_id: int, epoch: int) -> None:
     prod.start()
+    fields = {} if prod.schema_version is None else {"schema_version": prod.schema_version}
     prod.conn.send(
         pb.BaseCommand.PRODUCER_SUCCESS,
         request_id=request_id,
@@ -224,6 +230,7 @@ def _ready(prod: WireProducer, request_id: int, epoch: int) -> None:
         last_sequence_id=prod.sequences.last(prod.name) if prod.sequences is not None else -1,
         topic_epoch=epoch,
         producer_ready=True,
+        **fields,
     )
 
 

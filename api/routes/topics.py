@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from api.deps import BrokerDep, CanListTopics, CanLookup, TenantAdmin, TenantsDep, TopicDep
+from api.deps import BrokerDep, CanListTopics, CanLookup, SchemasDep, TenantAdmin, TenantsDep, TopicDep
 from service.names import check_part
 from service.stats import InternalStats, internal_stats
 
@@ -31,9 +31,11 @@ def create_topic(name: TopicDep, broker: BrokerDep, tenants: TenantsDep) -> Resp
 @router.delete(
     "/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response, dependencies=[TenantAdmin]
 )
-def delete_topic(name: TopicDep, broker: BrokerDep, tenants: TenantsDep) -> Response:
+def delete_topic(name: TopicDep, broker: BrokerDep, tenants: TenantsDep, schemas: SchemasDep) -> Response:
     broker.delete_topic(name)
     tenants.forget_topic(name=name)
+    # Its schema goes with it, as Pulsar's (a topic created later under the name starts bare).
+    schemas.delete(name)
     return Response(status_code=204)
 
 

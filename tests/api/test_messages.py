@@ -162,6 +162,17 @@ def test_topic_create_conflict_list_delete(client: TestClient, topic: str) -> No
             {"content": b"{not json", "headers": {"content-type": "application/json"}},
             422,
         ),
+        # JSON may escape a lone surrogate, which no text holds: refused, and echoed in the
+        # reply without breaking it.
+        (
+            "post",
+            "/admin/v2/schemas/public/default/orders/schema",
+            {
+                "content": b'{"type": "JSON", "schema": "\\ud800"}',
+                "headers": {"content-type": "application/json"},
+            },
+            422,
+        ),
         (
             "post",
             f"{TOPICS}/orders",

@@ -44,9 +44,11 @@ from ledger.schema import (
     IS_TOMBSTONE,
     KEY,
     LEDGER_ID,
+    ORDERING_KEY,
     PRODUCER_NAME,
     PROPERTIES,
     PUBLISH_TIME,
+    SCHEMA_VERSION,
     SEQUENCE_ID,
     VALUE,
 )
@@ -221,6 +223,8 @@ def ledger_table(
             PRODUCER_NAME: pa.nulls(n, pa.string()),
             SEQUENCE_ID: pa.nulls(n, pa.int64()),
             DELIVER_AT_TIME: pa.nulls(n, pa.int64()),
+            ORDERING_KEY: pa.nulls(n, pa.binary()),
+            SCHEMA_VERSION: pa.nulls(n, pa.binary()),
         },
         schema=ARROW_SCHEMA,
     )

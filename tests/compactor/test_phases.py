@@ -40,7 +40,9 @@ def full_row(lid: int, eid: int, key: str | None, value: bytes | None) -> tuple[
         value is None,
         {"n": f"{lid}:{eid}"},
         1_000 + eid,
-        *(None,) * 6,  # event time, batch index and size, producer, sequence id, delivery time
+        # event time, batch index and size, producer, sequence id, delivery time, ordering key,
+        # schema version
+        *(None,) * 8,
     )
 
 
@@ -209,7 +211,7 @@ def test_phases_match_the_model_on_random_input(spark: SparkSession, seed: int) 
 
 
 def row(lid: int, eid: int, key: str, value: bytes | None, *, props=None, event_time=None, publish=1_000):
-    return (lid, eid, key, value, value is None, props or {}, publish, event_time, *(None,) * 5)
+    return (lid, eid, key, value, value is None, props or {}, publish, event_time, *(None,) * 7)
 
 
 def kept_values(spark: SparkSession, rows, strategy: str, **kw) -> list[tuple[str, bytes | None]]:

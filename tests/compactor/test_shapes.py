@@ -116,6 +116,8 @@ def test_entry_ids_are_decoded_where_the_statistics_do_not_show_consecutive_entr
             "producer_name": [None] * len(entries),
             "sequence_id": [None] * len(entries),
             "deliver_at_time": [None] * len(entries),
+            "ordering_key": [None] * len(entries),
+            "schema_version": [None] * len(entries),
         },
         schema=ARROW_SCHEMA,
     )

@@ -159,7 +159,6 @@ def test_read_compacted_gets_the_retained_members_with_their_ids(
     client: pulsar.Client, shared_server: Server
 ) -> None:
     topic = fresh("batch-compacted")
-    path = topic.removeprefix("persistent://")
     messages: list[tuple[str | None, bytes]] = []
     for i in range(40):
         # Empty values delete their key (Pulsar's rule); k0 ends deleted.
@@ -172,13 +171,7 @@ def test_read_compacted_gets_the_retained_members_with_their_ids(
             latest[key] = (mid, value)
         else:
             latest.pop(key, None)
-    with httpx.Client(base_url=shared_server.url, timeout=30) as http:
-        assert http.put(f"/admin/v2/persistent/{path}/compaction").status_code == 204
-        deadline = time.monotonic() + 180
-        while (status := http.get(f"/admin/v2/persistent/{path}/compaction").json()["status"]) == "RUNNING":
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        assert status == "SUCCESS"
+    assert shared_server.compact(topic) == "SUCCESS"
     consumer = client.subscribe(
         topic, "compacted", is_read_compacted=True, initial_position=pulsar.InitialPosition.Earliest
     )

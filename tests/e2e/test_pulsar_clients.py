@@ -268,7 +268,6 @@ def test_read_compacted_consumer_after_a_rest_compaction(
     client: pulsar.Client, shared_server: Server
 ) -> None:
     topic = fresh("compacted")
-    path = topic.removeprefix("persistent://")
     producer = client.create_producer(topic, batching_enabled=False)
     latest: dict[str, tuple[pulsar.MessageId, bytes]] = {}
     for i in range(30):
@@ -280,13 +279,7 @@ def test_read_compacted_consumer_after_a_rest_compaction(
             latest[key] = (mid, value)
         else:
             latest.pop(key, None)
-    with httpx.Client(base_url=shared_server.url, timeout=30) as http:
-        assert http.put(f"/admin/v2/persistent/{path}/compaction").status_code == 204
-        deadline = time.monotonic() + 180
-        while (status := http.get(f"/admin/v2/persistent/{path}/compaction").json()["status"]) == "RUNNING":
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        assert status == "SUCCESS"
+    assert shared_server.compact(topic) == "SUCCESS"
     consumer = client.subscribe(
         topic, "compacted", is_read_compacted=True, initial_position=pulsar.InitialPosition.Earliest
     )

@@ -72,6 +72,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/deduplication"): True,
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/compactionPolicy"): {"retainNullKey": True},
     ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/compactionPolicy"): {"retainNullKey": True},
+    ("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema"): {"type": "STRING", "schema": ""},
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor"): {
         "messageId": "earliest"
     },
@@ -149,6 +150,7 @@ def _path(template: str, rule: Rule) -> str:
         role="someone",
         timestamp=0,
         ledger_id=1,
+        version=0,
     )
 
 

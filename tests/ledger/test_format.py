@@ -27,11 +27,24 @@ def record(
     batch: tuple[int, int] | None = None,
     producer: tuple[str, int] | None = None,
     deliver_at: int | None = None,
+    ordering_key: bytes | None = None,
+    schema_version: bytes | None = None,
 ) -> Record:
     index, size = batch if batch is not None else (None, None)
     name, sequence_id = producer if producer is not None else (None, None)
     return Record(
-        key, value, properties or {}, publish_time, event_time, index, size, name, sequence_id, deliver_at
+        key,
+        value,
+        properties or {},
+        publish_time,
+        event_time,
+        index,
+        size,
+        name,
+        sequence_id,
+        deliver_at,
+        ordering_key,
+        schema_version,
     )
 
 
@@ -49,6 +62,8 @@ def as_entry(entry_id: int, r: Record) -> Entry:
         r.producer_name,
         r.sequence_id,
         r.deliver_at_time,
+        r.ordering_key,
+        r.schema_version,
     )
 
 
@@ -121,6 +136,9 @@ def test_corrupt_record_error_str_has_path_and_offset() -> None:
         record(producer=("standalone-0-7", 2**63 - 1)),  # a Pulsar producer's message
         record(producer=("ünï", 0), batch=(0, 2)),  # ... and batch member
         record(deliver_at=1_700_000_005_000, producer=("p", 1)),  # Pulsar's delayed delivery
+        record(ordering_key=b"\x00order", producer=("p", 2)),  # Pulsar's ordering key
+        record(ordering_key=b"", schema_version=b""),  # empty, not absent
+        record(schema_version=(3).to_bytes(8, "big"), batch=(1, 2), deliver_at=7),  # everything at once
     ],
 )
 def test_record_round_trip(r: Record) -> None:
@@ -188,7 +206,12 @@ def _body(r: Record | None = None) -> bytes:
         pytest.param(lambda b: b + b"x", id="trailing-byte"),
         pytest.param(lambda b: b[:-1], id="truncated"),
         pytest.param(lambda b: b[:10], id="shorter-than-fixed-part"),
-        pytest.param(lambda b: b[:16] + bytes([0x80]) + b[17:], id="unknown-flag"),
+        # Every flag bit is a field now: a flag set without its field overruns the body.
+        pytest.param(lambda b: b[:16] + bytes([b[16] | 0x80]) + b[17:], id="flag-without-its-field"),
+        pytest.param(
+            lambda b: b[:16] + bytes([b[16] | 0x40]) + b[17:] + struct.pack("<I", 5) + b"abc",
+            id="ordering-key-overruns",
+        ),
         pytest.param(lambda b: b[:33] + struct.pack("<I", 99) + b[37:], id="property-count-too-high"),
         pytest.param(lambda b: b[:25] + struct.pack("<I", 10**6) + b[29:], id="key-length-overruns"),
     ],
@@ -238,6 +261,8 @@ records = st.builds(
     properties=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4),
     publish_time=i64,
     event_time=st.none() | i64,
+    ordering_key=st.none() | st.binary(max_size=8),
+    schema_version=st.none() | st.binary(max_size=8),
 )
 
 

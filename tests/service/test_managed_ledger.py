@@ -175,8 +175,17 @@ def test_torn_wal_tail_is_truncated_and_quarantined_on_start(broker: Broker, set
 
 
 def drain_sealer(broker: Broker) -> None:
-    """Wait until the sealer thread has run everything queued before now (it runs in order)."""
-    broker.topic(NAME).ledger._sealer.submit(lambda: None).result(timeout=60)
+    """Wait until no write ahead of sealing is queued or running: each one queues the next
+    when it ends, so wait for the queue until none is in flight."""
+    ml = broker.topic(NAME).ledger
+    deadline = time.monotonic() + 60
+    while True:
+        ml._sealer.submit(lambda: None).result(timeout=60)
+        with ml._lock:
+            if not ml._presealing:
+                return
+        assert time.monotonic() < deadline, "writing ahead of sealing never ended"
+        time.sleep(0.01)
 
 
 def produce_many(broker: Broker, n: int, prefix: str) -> list[Position]:
