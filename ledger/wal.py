@@ -252,7 +252,7 @@ class WriteAheadLog:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, records: Sequence[Record]) -> tuple[int, int]:
+    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> tuple[int, int]:
         """Write ``records`` as consecutive entries; return ``(first_entry_id, token)``.
 
         The batch goes to the file in one write. The entries are not acknowledged yet: pass
@@ -262,7 +262,8 @@ class WriteAheadLog:
         """
         # Encoding is the costly part and needs no ids: do it before taking the lock.
         bodies = [fmt.encode_body(0, r) for r in records]
-        sizes = [record_size(r.key, r.value, r.properties) for r in records]
+        if sizes is None:
+            sizes = [record_size(r.key, r.value, r.properties) for r in records]
         with self._write_lock:
             self._check_writable()
             first = self._written

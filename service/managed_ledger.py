@@ -285,8 +285,9 @@ class ManagedLedger:
 
     # ---------------------------------------------------------------- writing
 
-    def append(self, records: Sequence[Record]) -> list[Position]:
+    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> list[Position]:
         """Append a batch; returns its ids once every record is acknowledged (durable).
+        ``sizes``: each record's ``record_size``, when the caller has them.
 
         A batch that fills ledgers first reserves room for their sealing; if the seal backlog
         stays full for ``seal_wait_ms`` it raises ``SealBacklogFull`` with nothing written.
@@ -299,7 +300,7 @@ class ManagedLedger:
                     # More roll-overs than a topic may have waiting are counted when they happen.
                     wanted = min(self._roll_overs_for(len(records)), self._backlog.per_topic)
                     if wanted <= reserved[0]:
-                        wal, token, positions = self._append_locked(records, reserved)
+                        wal, token, positions = self._append_locked(records, reserved, sizes)
                         break
                 # Waits without the lock: the sealer needs it to finish the seals we wait for.
                 reserved[0] += self._backlog.reserve(
@@ -316,7 +317,7 @@ class ManagedLedger:
         return positions
 
     def _append_locked(
-        self, records: Sequence[Record], reserved: list[int]
+        self, records: Sequence[Record], reserved: list[int], sizes: Sequence[int] | None = None
     ) -> tuple[WriteAheadLog, int, list[Position]]:
         """Write the batch, rolling over full ledgers (each spends a place of ``reserved[0]``);
         returns the last write-ahead log written, the token to sync, and the ids."""
@@ -336,7 +337,7 @@ class ManagedLedger:
                 end += 1
             chunk = records[i:end]
             size_before = self._wal.written_size_bytes
-            first, token = self._wal.append(chunk)
+            first, token = self._wal.append(chunk, None if sizes is None else sizes[i:end])
             self.entries_added += len(chunk)
             self.bytes_added += self._wal.written_size_bytes - size_before
             self._remember(chunk)

@@ -437,10 +437,10 @@ class Broker:
         if not records:
             raise InvalidInput("a produce request needs at least one message")
         limit = self.settings.max_message_size
-        for i, r in enumerate(records):
-            size = record_size(r.key, r.value, r.properties)
-            if size > limit:
-                raise TooLarge(f"message {i} is {size} bytes; the limit is {limit}")
+        sizes = [record_size(r.key, r.value, r.properties) for r in records]
+        if max(sizes) > limit:
+            i = next(i for i, size in enumerate(sizes) if size > limit)
+            raise TooLarge(f"message {i} is {sizes[i]} bytes; the limit is {limit}")
         topic = self.topic(name)
         lease = topic.lease
         if not lease.valid():
@@ -449,7 +449,7 @@ class Broker:
         for r in records:
             r.publish_time = publish_time  # the broker's clock, as Pulsar's broker stamps it
         try:
-            positions = topic.ledger.append(records)
+            positions = topic.ledger.append(records, sizes)
         except Exception as e:
             if not lease.valid():  # dropped while writing: the lease moved
                 raise _lost(name) from e

@@ -255,13 +255,18 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
         raise ProtocolClose("SEND without a payload")
     limit = conn.ctx.settings.max_message_size
     try:
-        records = to_records(frame.metadata, frame.payload, limit)
-        size = sum(record_size(r.key, r.value, r.properties) for r in records)
-        if size > limit:
-            raise ProtocolError(
-                pb.NotAllowedError,
-                f"message is {size} bytes; the limit is {conn.ctx.settings.max_message_size}",
-            )
+        md = frame.metadata
+        records = to_records(md, frame.payload, limit)
+        # A batch's members (keys, values, properties) lie within its uncompressed payload:
+        # only a payload above the limit needs them counted.
+        payload_size = md.uncompressed_size if md.compression != pb.NONE else len(frame.payload)
+        if len(records) == 1 or payload_size > limit:
+            size = sum(record_size(r.key, r.value, r.properties) for r in records)
+            if size > limit:
+                raise ProtocolError(
+                    pb.NotAllowedError,
+                    f"message is {size} bytes; the limit is {conn.ctx.settings.max_message_size}",
+                )
     except ProtocolError as e:
         conn.send(
             pb.BaseCommand.SEND_ERROR,
