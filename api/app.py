@@ -27,6 +27,7 @@ from api.routes import (
     messages,
     metrics,
     namespaces,
+    partitions,
     permissions,
     policies,
     schemas,
@@ -43,6 +44,7 @@ from service.engine import SparkEngine
 from service.instances import InstanceRegistry
 from service.metrics import ServiceMetrics
 from service.ownership import LeaseOwnership
+from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
 from service.resources import raise_descriptor_limit
 from service.scheduler import CompactionScheduler
@@ -86,6 +88,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             db=db, topics_of=broker.list_topics, cache_seconds=settings.authorization_cache_seconds
         )
         app.state.tenants = tenant_service
+        partitioned = PartitionedTopics(
+            db=db, broker=broker, tenants=tenant_service, max_partitions=settings.max_partitions_per_topic
+        )
+        app.state.partitioned = partitioned
         app.state.authorizer = (
             Authorizer(superusers=settings.superuser_roles, tenants=tenant_service)
             if settings.authorization_enabled
@@ -140,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             verifier=app.state.token_verifier,
             policies=policy_store,
             schemas=schema_registry,
+            partitioned=partitioned,
             registry=service_metrics.registry,
         )
         await listener.start()
@@ -173,6 +180,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tenants.router)
     app.include_router(namespaces.router)
     app.include_router(permissions.router)
+    app.include_router(partitions.router)
     app.include_router(topics.router)
     app.include_router(messages.router)
     app.include_router(admin.router)
@@ -190,6 +198,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app,
         secured=settings.authentication_enabled,
         metrics_open=not settings.authenticate_metrics_endpoint,
+        max_partitions=settings.max_partitions_per_topic,
     )
     return app
 

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from api.auth import require
 from service.authorization import Rule
 from service.names import TopicName
+from service.partitions import PartitionedTopics
 from service.schemas import SchemaRegistry
 from service.tenants import TenantService
 from service.topics import Broker
@@ -26,6 +27,10 @@ async def get_schemas(request: Request) -> SchemaRegistry:
     return request.app.state.schemas  # type: ignore[no-any-return]
 
 
+async def get_partitioned(request: Request) -> PartitionedTopics:
+    return request.app.state.partitioned  # type: ignore[no-any-return]
+
+
 async def topic_name(tenant: str, namespace: str, topic: str) -> TopicName:
     """The topic a path names; 400 for a name that could not be a directory.
 
@@ -38,6 +43,7 @@ BrokerDep = Annotated[Broker, Depends(get_broker)]
 TenantsDep = Annotated[TenantService, Depends(get_tenants)]
 TopicDep = Annotated[TopicName, Depends(topic_name)]
 SchemasDep = Annotated[SchemaRegistry, Depends(get_schemas)]
+PartitionedDep = Annotated[PartitionedTopics, Depends(get_partitioned)]
 
 # A route declares what it needs with ``dependencies=[...]`` (or its router does); see
 # service.authorization for the rules. tests/api/test_routes_authorization.py fails on a route

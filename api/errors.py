@@ -94,12 +94,18 @@ def install(app: FastAPI) -> None:
 
 
 def _allowed(request: Request) -> list[str]:
-    methods: set[str] = set()
+    """The methods of the routes the path is documented under: where templates of different
+    specificity match it (Pulsar's ``.../{namespace}/partitioned`` beside ``.../{topic}``),
+    those with the fewest parameters, as the OpenAPI document lists it."""
+    matched: list[tuple[int, set[str]]] = []
     for route in iter_route_contexts(request.app.routes):
         regex = getattr(route, "path_regex", None)
         if getattr(route, "include_in_schema", False) and regex is not None and regex.match(request.url.path):
-            methods |= route.methods or set()
-    return sorted(methods)
+            matched.append((getattr(route, "path", "").count("{"), set(route.methods or ())))
+    if not matched:
+        return []
+    fewest = min(n for n, _ in matched)
+    return sorted(set().union(*(m for n, m in matched if n == fewest)))
 
 
 def _error_response(exc: ServiceError) -> JSONResponse:

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.schemas import ErrorOut
+from service.names import PARTITION_SUFFIX
 
 # A name part: 1-128 of [A-Za-z0-9_.=-], never "." or ".." (service.names), without a lookahead
 # so that every generator of strings from patterns can use it.
@@ -155,7 +156,9 @@ COLUMNS_PAGE: dict[str, Any] = {
 }
 
 
-def install_openapi(app: FastAPI, *, secured: bool, metrics_open: bool = True) -> None:
+def install_openapi(
+    app: FastAPI, *, secured: bool, metrics_open: bool = True, max_partitions: int = 256
+) -> None:
     """Serve the completed document (built once, on first request, as FastAPI's)."""
     open_paths = OPEN_PATHS | {"/metrics"} if metrics_open else OPEN_PATHS
 
@@ -163,6 +166,7 @@ def install_openapi(app: FastAPI, *, secured: bool, metrics_open: bool = True) -
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
             app.openapi_schema = complete(doc, secured=secured, open_paths=open_paths)
+            _partition_bounds(app.openapi_schema, max_partitions)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -288,3 +292,28 @@ def _patch_properties(schemas: dict[str, Any]) -> None:
     message = schemas.get("MessageIn")
     if message:
         message["properties"]["value"] = _nullable({"type": "string", "pattern": BASE64_PATTERN})
+
+
+def _partition_bounds(doc: dict[str, Any], max_partitions: int) -> None:
+    """The bounds the routes that create or grow a partitioned topic apply, which depend on
+    the service's setting: the count, and a name short enough for ``-partition-<N-1>``."""
+    room = 128 - len(PARTITION_SUFFIX) - len(str(max_partitions - 1))
+    for path, item in doc.get("paths", {}).items():
+        if not path.endswith("/{topic}/partitions"):
+            continue
+        for method in ("put", "post"):
+            op = item.get(method)
+            if op is None:
+                continue
+            for param in op.get("parameters", ()):
+                if param.get("in") == "path" and param["name"] == "topic":
+                    param["schema"] = {**param["schema"], "maxLength": room}
+            body = op["requestBody"]["content"]["application/json"]
+            body["schema"] = {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": max_partitions,
+                "title": "Partitions",
+                "description": f"The number of partitions (at most {max_partitions}: "
+                "COMPACTOR_MAX_PARTITIONS_PER_TOPIC)",
+            }

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum
 
 from service.errors import Forbidden
-from service.names import TopicName
+from service.names import TopicName, partition_of
 from service.tenants import Snapshot, TenantService
 
 
@@ -94,7 +94,11 @@ def _allowed(
     if rule is Rule.NAMESPACE_PRODUCE_OR_CONSUME or topic is None:
         granted = snap.namespace_actions(role, tenant, namespace)
     else:
-        granted = snap.actions(role, TopicName(tenant, namespace, topic))
+        name = TopicName(tenant, namespace, topic)
+        granted = snap.actions(role, name)
+        parent = partition_of(name)
+        if parent is not None:  # a partition: the partitioned topic's grants are its own (Pulsar)
+            granted = granted | snap.actions(role, parent[0])
     return bool(granted & needs)
 
 

@@ -280,3 +280,16 @@ class Schema(Base):
     # A JSON object of strings: read and written whole, never queried into.
     properties: Mapped[str] = mapped_column(Text, default="{}")
     created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class PartitionedTopic(Base):
+    """A partitioned topic ``tenant/namespace/name`` of ``partitions`` partitions, each an
+    ordinary topic ``{name}-partition-{i}`` (Pulsar's partitioned-topic metadata)."""
+
+    __tablename__ = "partitioned_topics"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    partitions: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[int] = mapped_column(BigInteger)

@@ -46,3 +46,20 @@ class TopicName:
 
     def __str__(self) -> str:
         return f"{PREFIX}{self.tenant}/{self.namespace}/{self.topic}"
+
+
+PARTITION_SUFFIX = "-partition-"
+_PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<index>0|[1-9][0-9]{0,8})$")
+
+
+def partition(name: TopicName, index: int) -> TopicName:
+    """Partition ``index`` of the partitioned topic ``name``."""
+    return TopicName.of(name.tenant, name.namespace, f"{name.topic}{PARTITION_SUFFIX}{index}")
+
+
+def partition_of(name: TopicName) -> tuple[TopicName, int] | None:
+    """``(partitioned topic, index)`` when ``name`` is written as a partition's name, else None."""
+    m = _PARTITION.match(name.topic)
+    if m is None:
+        return None
+    return TopicName(name.tenant, name.namespace, m["base"]), int(m["index"])

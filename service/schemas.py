@@ -22,7 +22,7 @@ from service import models
 from service.clock import now_ms
 from service.db import Database
 from service.errors import InvalidInput, NotFound
-from service.names import TopicName
+from service.names import TopicName, partition_of
 
 # Pulsar's schema types by their admin names; the protocol numbers them in this order
 # (``Schema.Type`` in Pulsar's protocol).
@@ -115,7 +115,9 @@ class SchemaRegistry:
                 raise NotFound(f"topic {name} has no schema")
             return found
         with self.db.session() as s:
-            row = s.get(models.Schema, (name.tenant, name.namespace, name.topic, version))
+            row = s.scalars(
+                select(models.Schema).where(*_match(name), models.Schema.version == version)
+            ).first()
             if row is None:
                 raise NotFound(f"topic {name} has no schema version {version}")
             return _stored(row)
@@ -147,11 +149,12 @@ class SchemaRegistry:
                     if rows and only_if_none:
                         return None
                     version = max((r.version for r in rows), default=-1) + 1
+                    key = _key(name)
                     s.add(
                         models.Schema(
-                            tenant=name.tenant,
-                            namespace=name.namespace,
-                            topic=name.topic,
+                            tenant=key.tenant,
+                            namespace=key.namespace,
+                            topic=key.topic,
                             version=version,
                             type=info.type,
                             data=info.data,
@@ -172,7 +175,14 @@ class SchemaRegistry:
             return last
 
 
+def _key(name: TopicName) -> TopicName:
+    """Where a topic's schema is kept: a partition's is its partitioned topic's, as Pulsar's."""
+    parent = partition_of(name)
+    return parent[0] if parent is not None else name
+
+
 def _match(name: TopicName) -> tuple[ColumnElement[bool], ...]:
+    name = _key(name)
     return (
         models.Schema.tenant == name.tenant,
         models.Schema.namespace == name.namespace,

@@ -44,6 +44,13 @@ class Settings(BaseSettings):
         description="Create a topic on its first use by a producer or consumer of the binary protocol, "
         "in a namespace that exists (Pulsar's allowAutoTopicCreation).",
     )
+    max_partitions_per_topic: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="The most partitions a partitioned topic may have (Pulsar's "
+        "maxNumPartitionsPerPartitionedTopic; each partition is a topic with its own files).",
+    )
     broker_deduplication_enabled: bool = Field(
         default=False,
         description="Pulsar's producer deduplication for topics whose namespace or topic policy does "

@@ -33,6 +33,7 @@ from service.authorization import Authorizer, Rule
 from service.auto_topics import topic_for_use
 from service.errors import ServiceError
 from service.names import TopicName
+from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
 
@@ -87,6 +88,7 @@ class BrokerContext:
     verifier: TokenVerifier | None
     policies: PolicyStore
     schemas: SchemaRegistry
+    partitioned: PartitionedTopics
     service_url: str
     connections: set[PulsarConnection]
     # Readers closed by their seek, by (topic, subscription): where they resume when the client
@@ -270,6 +272,7 @@ class PulsarConnection(asyncio.Protocol):
             topic_for_use,
             broker=ctx.broker,
             tenants=ctx.tenants,
+            partitioned=ctx.partitioned,
             name=name,
             create=create and ctx.settings.allow_auto_topic_creation,
         )

@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 from api.pulsar.connection import BrokerContext, PulsarConnection, install_handlers
 from service.authorization import Authorizer
 from service.cursors import SubscriptionService
+from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
 from service.settings import Settings
@@ -64,6 +65,7 @@ class BrokerListener:
         verifier: TokenVerifier | None,
         policies: PolicyStore,
         schemas: SchemaRegistry,
+        partitioned: PartitionedTopics,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
@@ -77,6 +79,7 @@ class BrokerListener:
             verifier=verifier,
             policies=policies,
             schemas=schemas,
+            partitioned=partitioned,
             service_url="",
             connections=set(),
         )

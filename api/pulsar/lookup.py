@@ -25,8 +25,15 @@ def _named(
 
 async def partitioned_metadata(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.partitionMetadata
-    _, refused = _named(conn, req.topic)
+    name, refused = _named(conn, req.topic)
     answer = pb.CommandPartitionedTopicMetadataResponse
+    partitions = 0
+    if name is not None:
+        try:
+            # N for a partitioned topic (the client then uses its partitions), else 0.
+            partitions = await conn.call(conn.ctx.partitioned.partitions, name)
+        except ServiceError as e:
+            refused = e
     if refused is not None:
         fields: dict[str, object] = {
             "response": answer.Failed,
@@ -34,8 +41,7 @@ async def partitioned_metadata(conn: PulsarConnection, frame: Frame) -> None:
             "message": str(refused),
         }
     else:
-        # Every topic is a plain topic (partitioned topics are issue 30's).
-        fields = {"response": answer.Success, "partitions": 0}
+        fields = {"response": answer.Success, "partitions": partitions}
     conn.send(pb.BaseCommand.PARTITIONED_METADATA_RESPONSE, request_id=req.request_id, **fields)
 
 

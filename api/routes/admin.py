@@ -7,9 +7,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
-from api.deps import CanLookup, TenantAdmin, TopicDep
+from api.deps import CanLookup, PartitionedDep, TenantAdmin, TopicDep
 from compactor.progress import ProgressSnapshot
-from service.compaction import CompactionService
+from service.compaction import CompactionService, CompactionStatus
+from service.errors import Conflict
 from service.models import CompactionRun
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["compaction"])
@@ -40,6 +41,8 @@ class CompactionStatusOut(BaseModel):
     lastError: str | None = None
     # Only while RUNNING (left out of the body otherwise).
     progress: CompactionProgressOut | None = None
+    # A partitioned topic's: each partition's status, by partition name.
+    partitions: dict[str, str] | None = None
 
 
 def progress_out(p: ProgressSnapshot) -> CompactionProgressOut:
@@ -61,9 +64,21 @@ def progress_out(p: ProgressSnapshot) -> CompactionProgressOut:
     response_class=Response,
     dependencies=[TenantAdmin],
 )
-def trigger_compaction(name: TopicDep, compaction: CompactionDep) -> Response:
-    """Start a compaction in the background: 204, or 409 while one runs."""
-    compaction.trigger(name, trigger="manual")
+def trigger_compaction(name: TopicDep, compaction: CompactionDep, partitioned: PartitionedDep) -> Response:
+    """Start a compaction in the background: 204, or 409 while one runs. On a partitioned topic,
+    of every partition (409 when one of them is compacting already: the others are started)."""
+    found = partitioned.get(name)
+    if found is None:
+        compaction.trigger(name, trigger="manual")
+        return Response(status_code=204)
+    busy = []
+    for p in found.partition_names():
+        try:
+            compaction.trigger(p, trigger="manual")
+        except Conflict:
+            busy.append(p.topic)
+    if busy:
+        raise Conflict(f"partitions already compacting (the others were started): {', '.join(busy)}")
     return Response(status_code=204)
 
 
@@ -74,13 +89,38 @@ def trigger_compaction(name: TopicDep, compaction: CompactionDep) -> Response:
     responses={404: {"description": "no such topic"}},
     dependencies=[CanLookup],
 )
-def compaction_status(name: TopicDep, compaction: CompactionDep) -> CompactionStatusOut:
-    """NOT_RUN, RUNNING, SUCCESS or ERROR; while RUNNING, with ``progress``."""
+def compaction_status(
+    name: TopicDep, compaction: CompactionDep, partitioned: PartitionedDep
+) -> CompactionStatusOut:
+    """NOT_RUN, RUNNING, SUCCESS or ERROR; while RUNNING, with ``progress``. A partitioned
+    topic's: RUNNING while a partition's round runs, then ERROR if one failed (``lastError``
+    names them), else SUCCESS once each has compacted; ``partitions`` has each one's status."""
+    found = partitioned.get(name)
+    if found is not None:
+        return _partitioned_status({p.topic: compaction.status(p) for p in found.partition_names()})
     st = compaction.status(name)
     out = CompactionStatusOut(status=st.status, lastError=st.last_error)
     if st.progress is not None:
         out.progress = progress_out(st.progress)
     return out
+
+
+def _partitioned_status(each: dict[str, CompactionStatus]) -> CompactionStatusOut:
+    statuses = {st.status for st in each.values()}
+    failed = [f"{p}: {st.last_error}" for p, st in each.items() if st.status == "ERROR"]
+    if "RUNNING" in statuses:
+        status = "RUNNING"
+    elif failed:
+        status = "ERROR"
+    elif statuses == {"NOT_RUN"}:
+        status = "NOT_RUN"
+    else:
+        status = "SUCCESS" if statuses == {"SUCCESS"} else "NOT_RUN"
+    return CompactionStatusOut(
+        status=status,
+        lastError="; ".join(failed) if failed and status == "ERROR" else None,
+        partitions={p: st.status for p, st in each.items()},
+    )
 
 
 @router.get("/{tenant}/{namespace}/{topic}/compactionRuns", dependencies=[CanLookup])

@@ -9,8 +9,10 @@ from pydantic import BaseModel, ConfigDict
 
 from api.deps import BrokerDep, CanConsume, CanLookup, TopicDep
 from api.routes.admin import CompactionDep
-from service.compaction import CompactionRecord
+from service.compaction import CompactionRecord, CompactionService
 from service.cursors import COMPACTION_CURSOR, ConsumerStats, SubscriptionService, backlog_of
+from service.names import TopicName
+from service.topics import Broker
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])
 
@@ -87,6 +89,13 @@ def reset_cursor(name: TopicDep, sub: str, body: ResetCursor, subs: Subscription
 def topic_stats(
     name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep, compaction: CompactionDep
 ) -> dict[str, Any]:
+    return topic_stats_json(name, broker, subs, compaction)
+
+
+def topic_stats_json(
+    name: TopicName, broker: Broker, subs: SubscriptionService, compaction: CompactionService
+) -> dict[str, Any]:
+    """A topic's stats, as Pulsar's ``TopicStats`` names them (a partition's too)."""
     topic = broker.topic(name)
     ledgers = topic.ledger.ledgers()
     out: dict[str, Any] = {}

@@ -6,7 +6,16 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from api.deps import BrokerDep, CanListTopics, CanLookup, SchemasDep, TenantAdmin, TenantsDep, TopicDep
+from api.deps import (
+    BrokerDep,
+    CanListTopics,
+    CanLookup,
+    PartitionedDep,
+    SchemasDep,
+    TenantAdmin,
+    TenantsDep,
+    TopicDep,
+)
 from service.names import check_part
 from service.stats import InternalStats, internal_stats
 
@@ -21,9 +30,13 @@ def list_topics(tenant: str, namespace: str, broker: BrokerDep) -> list[str]:
 @router.put(
     "/{tenant}/{namespace}/{topic}", status_code=204, response_class=Response, dependencies=[TenantAdmin]
 )
-def create_topic(name: TopicDep, broker: BrokerDep, tenants: TenantsDep) -> Response:
-    """Create a topic in a namespace that exists (404 otherwise, as Pulsar)."""
+def create_topic(
+    name: TopicDep, broker: BrokerDep, tenants: TenantsDep, partitioned: PartitionedDep
+) -> Response:
+    """Create a topic in a namespace that exists (404 otherwise, as Pulsar); not one named as a
+    partitioned topic or as a partition (those are created with their partitioned topic)."""
     tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
+    partitioned.check_topic_name(name)
     broker.create_topic(name)
     return Response(status_code=204)
 

@@ -1,0 +1,151 @@
+"""Partitioned topics at Pulsar's admin paths (``service.partitions``): create, describe, grow
+and delete one, list a namespace's, and their stats over every partition."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Response
+
+from api.deps import (
+    BrokerDep,
+    CanListTopics,
+    CanLookup,
+    PartitionedDep,
+    SchemasDep,
+    TenantAdmin,
+    TenantsDep,
+    TopicDep,
+)
+from api.routes.admin import CompactionDep
+from api.routes.subscriptions import SubscriptionsDep, topic_stats_json
+from api.routes.topics import internal_stats_json
+from service.errors import NotOwner
+from service.names import TopicName, check_part
+from service.stats import internal_stats
+from service.topics import Broker
+
+router = APIRouter(prefix="/admin/v2/persistent", tags=["partitioned topics"])
+
+
+# The partition count, a bare JSON integer as Pulsar's admin sends it.
+Count = Annotated[int, Body(ge=1, le=2**31 - 1, description="The number of partitions")]
+
+
+@router.get("/{tenant}/{namespace}/partitioned", response_model=list[str], dependencies=[CanListTopics])
+def list_partitioned(
+    tenant: str, namespace: str, partitioned: PartitionedDep, tenants: TenantsDep
+) -> list[str]:
+    """The namespace's partitioned topics (their partitions are in the topic list)."""
+    tenant, namespace = check_part("tenant", tenant), check_part("namespace", namespace)
+    tenants.require_namespace(tenant=tenant, namespace=namespace)
+    return partitioned.list(tenant, namespace)
+
+
+@router.put(
+    "/{tenant}/{namespace}/{topic}/partitions",
+    status_code=204,
+    response_class=Response,
+    dependencies=[TenantAdmin],
+)
+def create_partitioned(name: TopicDep, partitioned: PartitionedDep, n: Count) -> Response:
+    """Create a partitioned topic and its partitions (409 when the name is taken)."""
+    partitioned.create(name, n)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{tenant}/{namespace}/{topic}/partitions",
+    status_code=204,
+    response_class=Response,
+    dependencies=[TenantAdmin],
+)
+def grow_partitioned(name: TopicDep, partitioned: PartitionedDep, n: Count) -> Response:
+    """Raise the partition count (409 for a count not above today's: it never shrinks)."""
+    partitioned.grow(name, n)
+    return Response(status_code=204)
+
+
+@router.get("/{tenant}/{namespace}/{topic}/partitions", dependencies=[CanLookup])
+def get_partitions(
+    name: TopicDep,
+    partitioned: PartitionedDep,
+    checkAllowAutoCreation: bool = Query(  # noqa: N803 - Pulsar's parameter name
+        False,
+        description="Accepted as Pulsar's; topics are auto-created non-partitioned, so it changes nothing",
+    ),
+) -> dict[str, int]:
+    """``{"partitions": N}``; 0 for a plain topic or a name that is neither (as Pulsar)."""
+    return {"partitions": partitioned.partitions(name)}
+
+
+@router.delete(
+    "/{tenant}/{namespace}/{topic}/partitions",
+    status_code=204,
+    response_class=Response,
+    dependencies=[TenantAdmin],
+)
+def delete_partitioned(
+    name: TopicDep,
+    partitioned: PartitionedDep,
+    tenants: TenantsDep,
+    schemas: SchemasDep,
+    force: bool = Query(
+        False, description="Accepted as Pulsar's: partitions are deleted with their consumers"
+    ),
+) -> Response:
+    """Delete the partitioned topic and every partition, their subscriptions and files."""
+    partitioned.delete(name)
+    # Grants and the schema are the partitioned topic's (its partitions use them): they go too.
+    tenants.forget_topic(name=name)
+    schemas.delete(name)
+    return Response(status_code=204)
+
+
+@router.get("/{tenant}/{namespace}/{topic}/partitioned-stats", dependencies=[CanLookup])
+def partitioned_stats(
+    name: TopicDep,
+    partitioned: PartitionedDep,
+    broker: BrokerDep,
+    subs: SubscriptionsDep,
+    compaction: CompactionDep,
+) -> dict[str, Any]:
+    """Every partition's stats (``partitions``, by partition name) and their sums."""
+    found = partitioned.require(name)
+    parts = {
+        str(p): _here(partial(topic_stats_json, p, broker, subs, compaction)) for p in found.partition_names()
+    }
+    counted = [s for s in parts.values() if "ownerUrl" not in s]
+    return {
+        "msgInCounter": sum(s["msgInCounter"] for s in counted),
+        "bytesInCounter": sum(s["bytesInCounter"] for s in counted),
+        "storageSize": sum(s["storageSize"] for s in counted),
+        "metadata": {"partitions": found.partitions},
+        "partitions": parts,
+    }
+
+
+@router.get("/{tenant}/{namespace}/{topic}/partitioned-internalStats", dependencies=[CanLookup])
+def partitioned_internal_stats(
+    name: TopicDep, partitioned: PartitionedDep, broker: BrokerDep
+) -> dict[str, Any]:
+    found = partitioned.require(name)
+    return {
+        "metadata": {"partitions": found.partitions},
+        "partitions": {str(p): _here(partial(_internal, broker, p)) for p in found.partition_names()},
+    }
+
+
+def _internal(broker: Broker, name: TopicName) -> dict[str, Any]:
+    return internal_stats_json(internal_stats(broker, name))
+
+
+def _here(stats: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A partition's stats, or where to ask for them: with several instances, a partition
+    another instance owns is named with its owner's URL (its stats are there)."""
+    try:
+        return stats()
+    except NotOwner as e:
+        return {"ownerUrl": e.url}

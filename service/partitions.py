@@ -1,0 +1,171 @@
+"""Partitioned topics, as Pulsar's: ``persistent://t/n/x`` with N partitions is N ordinary
+topics ``x-partition-0 .. x-partition-{N-1}`` plus one metadata row holding N.
+
+Invariants kept here: a name is a plain topic or a partitioned topic, never both; a partition
+name (``<base>-partition-<i>``) is a topic only as partition ``i`` of the partitioned topic
+``base`` with more than ``i`` partitions; the partition count only grows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from service import models
+from service.clock import now_ms
+from service.db import Database
+from service.errors import Conflict, InvalidInput, NotFound
+from service.names import PARTITION_SUFFIX, TopicName, partition, partition_of
+from service.tenants import TenantService
+from service.topics import Broker
+
+
+@dataclass(frozen=True)
+class PartitionedTopic:
+    name: TopicName
+    partitions: int
+
+    def partition_names(self) -> list[TopicName]:
+        return [partition(self.name, i) for i in range(self.partitions)]
+
+
+class PartitionedTopics:
+    """The partitioned topics of every namespace, in the metadata database (every instance
+    sees them); their partitions are the broker's topics."""
+
+    def __init__(self, *, db: Database, broker: Broker, tenants: TenantService, max_partitions: int) -> None:
+        self.db = db
+        self.broker = broker
+        self.tenants = tenants
+        self.max_partitions = max_partitions
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, name: TopicName) -> PartitionedTopic | None:
+        with self.db.session() as s:
+            row = s.get(models.PartitionedTopic, (name.tenant, name.namespace, name.topic))
+            return PartitionedTopic(name, row.partitions) if row is not None else None
+
+    def require(self, name: TopicName) -> PartitionedTopic:
+        found = self.get(name)
+        if found is None:
+            raise NotFound(f"partitioned topic {name} not found")
+        return found
+
+    def partitions(self, name: TopicName) -> int:
+        """N for a partitioned topic, 0 for any other name (Pulsar's answer for a plain topic)."""
+        found = self.get(name)
+        return found.partitions if found is not None else 0
+
+    def list(self, tenant: str, namespace: str) -> list[str]:
+        with self.db.session() as s:
+            names = s.scalars(
+                select(models.PartitionedTopic.name).where(
+                    models.PartitionedTopic.tenant == tenant, models.PartitionedTopic.namespace == namespace
+                )
+            ).all()
+        return sorted(str(TopicName(tenant, namespace, n)) for n in names)
+
+    # ------------------------------------------------------------------ rules
+
+    def check_topic_name(self, name: TopicName) -> None:
+        """Refuse a plain topic the partitioned topics forbid: one named as a partitioned topic,
+        or as a partition that is not one (``Conflict``: the name is the partitions')."""
+        if self.get(name) is not None:
+            raise Conflict(
+                f"{name} is a partitioned topic; its partitions are {name.topic}{PARTITION_SUFFIX}<i>"
+            )
+        parsed = partition_of(name)
+        if parsed is None:
+            return
+        base, index = parsed
+        found = self.get(base)
+        if found is None:
+            raise Conflict(
+                f"{name.topic!r} is a partition's name, and {base} is not a partitioned topic: "
+                f"a topic name may not end in {PARTITION_SUFFIX}<number>"
+            )
+        if index >= found.partitions:
+            raise NotFound(f"{base} has {found.partitions} partitions; there is no partition {index}")
+
+    def _check_count(self, name: TopicName, n: int) -> None:
+        if not 0 < n <= self.max_partitions:
+            raise InvalidInput(f"the number of partitions must be 1..{self.max_partitions}, not {n}")
+        partition(name, n - 1)  # InvalidInput when the partitions' names would be too long
+
+    # ------------------------------------------------------------------ changing
+
+    def create(self, name: TopicName, n: int) -> PartitionedTopic:
+        """Create a partitioned topic of ``n`` partitions, and its partitions (409 when the name
+        is taken by a topic of either kind)."""
+        self._check_count(name, n)
+        if partition_of(name) is not None:
+            raise Conflict(
+                f"{name.topic!r} is a partition's name; a partitioned topic may not end in -partition-<i>"
+            )
+        self.tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
+        if self._plain_topic_exists(name):
+            raise Conflict(f"{name} exists as a topic that is not partitioned")
+        try:
+            with self.db.session() as s:
+                s.add(
+                    models.PartitionedTopic(
+                        tenant=name.tenant,
+                        namespace=name.namespace,
+                        name=name.topic,
+                        partitions=n,
+                        created_at=now_ms(),
+                    )
+                )
+        except IntegrityError:
+            raise Conflict(f"partitioned topic {name} already exists") from None
+        created = PartitionedTopic(name, n)
+        self._create_partitions(created, 0)
+        return created
+
+    def grow(self, name: TopicName, n: int) -> PartitionedTopic:
+        """Raise the partition count to ``n`` (it never shrinks, as Pulsar's)."""
+        self._check_count(name, n)
+        with self.db.session() as s:
+            row = s.get(
+                models.PartitionedTopic, (name.tenant, name.namespace, name.topic), with_for_update=True
+            )
+            if row is None:
+                raise NotFound(f"partitioned topic {name} not found")
+            before = row.partitions
+            if n <= before:
+                raise Conflict(f"{name} has {before} partitions: the count only grows (asked {n})")
+            row.partitions = n
+        grown = PartitionedTopic(name, n)
+        self._create_partitions(grown, before)
+        return grown
+
+    def delete(self, name: TopicName) -> None:
+        """Delete every partition (with its subscriptions and files), then the partitioned topic."""
+        found = self.require(name)
+        for p in found.partition_names():
+            with contextlib.suppress(NotFound):  # deleted before, by hand
+                self.broker.delete_topic(p)
+        with self.db.session() as s:
+            row = s.get(models.PartitionedTopic, (name.tenant, name.namespace, name.topic))
+            if row is not None:
+                s.delete(row)
+
+    def _create_partitions(self, topic: PartitionedTopic, start: int) -> None:
+        for i in range(start, topic.partitions):
+            with contextlib.suppress(Conflict):  # created by a client's first use meanwhile
+                self.broker.create_topic(partition(topic.name, i))
+
+    def _plain_topic_exists(self, name: TopicName) -> bool:
+        with self.db.session() as s:
+            found = s.scalar(
+                select(models.Topic.id).where(
+                    models.Topic.tenant == name.tenant,
+                    models.Topic.namespace == name.namespace,
+                    models.Topic.name == name.topic,
+                )
+            )
+        return found is not None

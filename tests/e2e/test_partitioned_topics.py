@@ -1,0 +1,220 @@
+"""Partitioned topics at Pulsar's admin paths, and the official ``pulsar-client`` routing over
+their partitions, against a real ``compactor serve``."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pulsar
+import pytest
+
+from tests.conftest import Server
+
+pytestmark = [pytest.mark.e2e]
+
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+ADMIN = "/admin/v2/persistent/public/default"
+
+
+def fresh(prefix: str = "p") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def full(name: str) -> str:
+    return f"persistent://public/default/{name}"
+
+
+@pytest.fixture
+def http(shared_server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=shared_server.url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture
+def client(shared_server: Server) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
+    yield c
+    c.close()
+
+
+def partitioned(http: httpx.Client, n: int) -> str:
+    name = fresh()
+    r = http.put(f"{ADMIN}/{name}/partitions", json=n)
+    assert r.status_code == 204, r.text
+    return name
+
+
+def test_create_describe_grow_and_delete(http: httpx.Client) -> None:
+    name = partitioned(http, 3)
+    assert http.get(f"{ADMIN}/{name}/partitions").json() == {"partitions": 3}
+    assert full(name) in http.get(f"{ADMIN}/partitioned").json()
+    topics = http.get(ADMIN).json()
+    assert {full(f"{name}-partition-{i}") for i in range(3)} <= set(topics)
+    assert full(name) not in topics  # Pulsar lists the partitions, not the partitioned topic
+    assert http.post(f"{ADMIN}/{name}/partitions", json=5).status_code == 204
+    assert http.get(f"{ADMIN}/{name}/partitions").json() == {"partitions": 5}
+    assert full(f"{name}-partition-4") in http.get(ADMIN).json()
+    stats = http.get(f"{ADMIN}/{name}/partitioned-stats").json()
+    assert stats["metadata"] == {"partitions": 5} and len(stats["partitions"]) == 5
+    internal = http.get(f"{ADMIN}/{name}/partitioned-internalStats").json()
+    assert set(internal["partitions"]) == {full(f"{name}-partition-{i}") for i in range(5)}
+    assert http.delete(f"{ADMIN}/{name}/partitions").status_code == 204
+    assert http.get(f"{ADMIN}/{name}/partitions").json() == {"partitions": 0}
+    assert not [t for t in http.get(ADMIN).json() if t.startswith(full(name))]
+
+
+def test_bad_partitioned_requests_change_nothing(http: httpx.Client) -> None:
+    name = partitioned(http, 2)
+    plain = fresh("plain")
+    assert http.put(f"{ADMIN}/{plain}").status_code == 204
+    before = (http.get(ADMIN).json(), http.get(f"{ADMIN}/partitioned").json())
+    cases = [
+        ("put", f"{ADMIN}/{name}/partitions", 4, 409),  # exists
+        ("put", f"{ADMIN}/{plain}/partitions", 4, 409),  # a plain topic of that name
+        ("put", f"{ADMIN}/{fresh()}/partitions", 0, 422),
+        ("put", f"{ADMIN}/{fresh()}/partitions", -3, 422),
+        ("put", f"{ADMIN}/{fresh()}/partitions", 100_000, 400),  # above the limit
+        ("put", f"{ADMIN}/{fresh()}-partition-1/partitions", 2, 409),  # a partition's name
+        ("post", f"{ADMIN}/{name}/partitions", 1, 409),  # never shrinks
+        ("post", f"{ADMIN}/{name}/partitions", 2, 409),
+        ("post", f"{ADMIN}/{fresh()}/partitions", 3, 404),
+        ("put", f"{ADMIN}/{name}", None, 409),  # a plain topic named as the partitioned topic
+        ("put", f"{ADMIN}/{name}-partition-7", None, 404),  # no such partition
+        ("put", f"{ADMIN}/{fresh()}-partition-0", None, 409),  # a partition of nothing
+        ("delete", f"{ADMIN}/{fresh()}/partitions", None, 404),
+        ("get", f"{ADMIN}/{fresh()}/partitioned-stats", None, 404),
+    ]
+    for method, path, body, status in cases:
+        r = http.request(method.upper(), path, json=body)
+        assert r.status_code == status, (method, path, body, r.status_code, r.text)
+        assert r.json()["reason"], r.text
+    assert (http.get(ADMIN).json(), http.get(f"{ADMIN}/partitioned").json()) == before
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [pulsar.PartitionsRoutingMode.RoundRobinDistribution, pulsar.PartitionsRoutingMode.UseSinglePartition],
+    ids=["round-robin", "single-partition"],
+)
+def test_the_client_routes_by_key_and_a_consumer_reads_every_partition(
+    http: httpx.Client, client: pulsar.Client, mode: pulsar.PartitionsRoutingMode
+) -> None:
+    name = partitioned(http, 4)
+    consumer = client.subscribe(full(name), "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(full(name), message_routing_mode=mode, batching_enabled=False)
+    sent = {}
+    for i in range(80):
+        key = f"k{i % 10}" if i % 5 else None  # keyless ones follow the routing mode
+        producer.send(f"{i}".encode(), partition_key=key)
+        sent[f"{i}".encode()] = key
+    got = [consumer.receive(10_000) for _ in range(80)]
+    assert sorted(m.data() for m in got) == sorted(sent)
+    where: dict[str, set[str]] = {}
+    for m in got:
+        assert m.topic_name().startswith(full(name) + "-partition-")
+        if m.partition_key():
+            where.setdefault(m.partition_key(), set()).add(m.topic_name())
+    assert all(len(topics) == 1 for topics in where.values()), where  # a key stays in one partition
+    if mode == pulsar.PartitionsRoutingMode.RoundRobinDistribution:
+        assert len({m.topic_name() for m in got}) > 1  # keys spread over the partitions
+
+
+def test_compacting_a_partitioned_topic_compacts_every_partition(
+    http: httpx.Client, client: pulsar.Client
+) -> None:
+    name = partitioned(http, 3)
+    producer = client.create_producer(full(name), batching_enabled=True)
+    latest: dict[str, bytes] = {}
+    for i in range(60):
+        key, value = f"k{i % 12}", f"v{i}".encode()
+        if i in (50, 57):
+            value = b""  # a delete (Pulsar's rule)
+        producer.send_async(value, None, partition_key=key)
+        if value:
+            latest[key] = value
+        else:
+            latest.pop(key, None)
+    producer.flush()
+    assert http.put(f"{ADMIN}/{name}/compaction").status_code == 204
+    deadline = time.monotonic() + 180
+    while (body := http.get(f"{ADMIN}/{name}/compaction").json())["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert body["status"] == "SUCCESS", body
+    assert set(body["partitions"]) == {f"{name}-partition-{i}" for i in range(3)}
+    consumer = client.subscribe(
+        full(name),
+        "compacted",
+        is_read_compacted=True,
+        initial_position=pulsar.InitialPosition.Earliest,
+        batch_index_ack_enabled=True,
+    )
+    got = {}
+    while True:
+        try:
+            m = consumer.receive(1_500)
+        except pulsar.Timeout:
+            break
+        got[m.partition_key()] = m.data()
+    assert got == latest
+    # A TableView covers every partition: the latest value of each key.
+    table = client.create_table_view(full(name))
+    try:
+        deadline = time.monotonic() + 10
+        while len(table) < len(latest) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {k: table.get(k) for k in latest} == latest
+    finally:
+        table.close()
+
+
+def test_a_reader_of_one_partition_and_a_pattern_consumer(http: httpx.Client, client: pulsar.Client) -> None:
+    name = partitioned(http, 2)
+    producer = client.create_producer(full(name), batching_enabled=False)
+    for i in range(20):
+        producer.send(f"{i}".encode(), partition_key=f"k{i}")
+    reader = client.create_reader(full(f"{name}-partition-1"), pulsar.MessageId.earliest)
+    one = []
+    while reader.has_message_available():
+        one.append(reader.read_next(5_000))
+    assert one and all(m.topic_name() == full(f"{name}-partition-1") for m in one)
+    pattern = client.subscribe(
+        # The client names a partitioned topic by its base name (it folds the partitions the
+        # namespace lists into it), so a pattern matches that.
+        re.compile(f"persistent://public/default/{name}.*"),
+        "pattern",
+        initial_position=pulsar.InitialPosition.Earliest,
+        pattern_auto_discovery_period=1,
+    )
+    got = sorted(int(pattern.receive(10_000).data()) for _ in range(20))
+    assert got == list(range(20))
+
+
+def test_growing_the_partition_count_while_producing(http: httpx.Client, client: pulsar.Client) -> None:
+    name = partitioned(http, 2)
+    # The client looks for new partitions every 60 s (its default; the Python client has no
+    # setting for it): the producer that was producing before the growth uses them after.
+    producer = client.create_producer(full(name), batching_enabled=False)
+    for i in range(20):
+        producer.send(f"a{i}".encode(), partition_key=f"k{i}")
+    assert http.post(f"{ADMIN}/{name}/partitions", json=4).status_code == 204
+    deadline = time.monotonic() + 90
+    used: set[str] = set()
+    n = 0
+    consumer = client.subscribe(full(name), "s", initial_position=pulsar.InitialPosition.Earliest)
+    while time.monotonic() < deadline and not {f"{name}-partition-2", f"{name}-partition-3"} & used:
+        producer.send(f"b{n}".encode(), partition_key=f"k{n}")
+        n += 1
+        time.sleep(0.25)
+        used = {t.rsplit("/", 1)[1] for t in _topics_with_messages(http, name, 4)}
+    assert {f"{name}-partition-2", f"{name}-partition-3"} & used, "the producer never used the new partitions"
+    assert len({consumer.receive(10_000).data() for _ in range(20 + n)}) == 20 + n
+
+
+def _topics_with_messages(http: httpx.Client, name: str, n: int) -> list[str]:
+    stats = http.get(f"{ADMIN}/{name}/partitioned-stats").json()["partitions"]
+    return [t for t, s in stats.items() if s["msgInCounter"] > 0]
