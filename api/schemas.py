@@ -40,6 +40,8 @@ class ProduceRequest(BaseModel):
 
 class ProduceResponse(BaseModel):
     messageIds: list[str]
+    # A partitioned topic's: the partition each message went to (its id is that partition's).
+    partitions: list[int] | None = None
 
 
 class MessageOut(BaseModel):

@@ -9,16 +9,19 @@ name (``<base>-partition-<i>``) is a topic only as partition ``i`` of the partit
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from ledger.entry import Position, Record
 from service import models
 from service.clock import now_ms
 from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound
 from service.names import PARTITION_SUFFIX, TopicName, partition, partition_of
+from service.partition_routing import RoundRobin, key_partition
 from service.tenants import TenantService
 from service.topics import Broker
 
@@ -41,6 +44,7 @@ class PartitionedTopics:
         self.broker = broker
         self.tenants = tenants
         self.max_partitions = max_partitions
+        self._round_robin = RoundRobin()
 
     # ------------------------------------------------------------------ reading
 
@@ -60,7 +64,7 @@ class PartitionedTopics:
         found = self.get(name)
         return found.partitions if found is not None else 0
 
-    def list(self, tenant: str, namespace: str) -> list[str]:
+    def names(self, tenant: str, namespace: str) -> list[str]:
         with self.db.session() as s:
             names = s.scalars(
                 select(models.PartitionedTopic.name).where(
@@ -95,6 +99,28 @@ class PartitionedTopics:
         if not 0 < n <= self.max_partitions:
             raise InvalidInput(f"the number of partitions must be 1..{self.max_partitions}, not {n}")
         partition(name, n - 1)  # InvalidInput when the partitions' names would be too long
+
+    # ------------------------------------------------------------------ producing
+
+    def produce(self, topic: PartitionedTopic, records: Sequence[Record]) -> tuple[list[Position], list[int]]:
+        """Append ``records`` to the partitions the official client would send them to (a
+        keyed message by the hash of its key, the others in turn: ``service.partition_routing``);
+        each record's position and partition, in the order given. Every record is checked before
+        any is written; the partitions are then written one after the other, so a failure of one
+        partition's write leaves the messages of the partitions written before it stored."""
+        self.broker.check_records(records)
+        n = topic.partitions
+        name = str(topic.name)
+        targets = [key_partition(r.key, n) if r.key else self._round_robin.next(name, n) for r in records]
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(targets):
+            groups.setdefault(p, []).append(i)
+        positions: list[Position] = [Position(-1, -1)] * len(records)
+        for p, indexes in sorted(groups.items()):
+            written = self.broker.produce(partition(topic.name, p), [records[i] for i in indexes])
+            for i, pos in zip(indexes, written, strict=True):
+                positions[i] = pos
+        return positions, targets
 
     # ------------------------------------------------------------------ changing
 

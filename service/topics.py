@@ -431,9 +431,9 @@ class Broker:
 
     # ---------------------------------------------------------------- data
 
-    def produce(self, name: TopicName, records: Sequence[Record]) -> list[Position]:
-        """Append a batch atomically checked: every record is valid, or none is written. The
-        records are the caller's to give away: each gets its publish time here."""
+    def check_records(self, records: Sequence[Record]) -> list[int]:
+        """Each record's size, once every one is within the limit (``InvalidInput`` for no
+        records, ``TooLarge`` naming the first over it)."""
         if not records:
             raise InvalidInput("a produce request needs at least one message")
         limit = self.settings.max_message_size
@@ -441,6 +441,12 @@ class Broker:
         if max(sizes) > limit:
             i = next(i for i, size in enumerate(sizes) if size > limit)
             raise TooLarge(f"message {i} is {sizes[i]} bytes; the limit is {limit}")
+        return sizes
+
+    def produce(self, name: TopicName, records: Sequence[Record]) -> list[Position]:
+        """Append a batch atomically checked: every record is valid, or none is written. The
+        records are the caller's to give away: each gets its publish time here."""
+        sizes = self.check_records(records)
         topic = self.topic(name)
         lease = topic.lease
         if not lease.valid():

@@ -13,10 +13,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from api.deps import BrokerDep, CanConsume, CanProduce, TopicDep
+from api.deps import BrokerDep, CanConsume, CanProduce, PartitionedDep, TopicDep
 from api.openapi import DAMAGE_RESPONSES
 from api.schemas import ProduceRequest, ProduceResponse, ReadResponse
 from ledger.entry import Entry
+from service.errors import NotFound
 
 router = APIRouter(prefix="/topics/persistent", tags=["messages"])
 PRODUCE_SCHEMA = ProduceRequest.model_json_schema()  # self-contained: its $defs travel with it
@@ -25,13 +26,18 @@ PRODUCE_SCHEMA = ProduceRequest.model_json_schema()  # self-contained: its $defs
 @router.post(
     "/{tenant}/{namespace}/{topic}",
     response_model=ProduceResponse,
+    response_model_exclude_none=True,
     dependencies=[CanProduce],
     openapi_extra={
         "requestBody": {"required": True, "content": {"application/json": {"schema": PRODUCE_SCHEMA}}}
     },
 )
-async def produce(name: TopicDep, request: Request, broker: BrokerDep) -> ProduceResponse:
-    """Append a batch; the reply comes once every message is durable (fsync policy)."""
+async def produce(
+    name: TopicDep, request: Request, broker: BrokerDep, partitioned: PartitionedDep
+) -> ProduceResponse:
+    """Append a batch; the reply comes once every message is durable (fsync policy). To a
+    partitioned topic, each message goes to the partition Pulsar's client would choose
+    (``partitions`` names it; each id is its partition's)."""
     # Parsed and validated in one pass by pydantic's own JSON parser: a batch of a thousand
     # messages costs a fraction of json.loads followed by validation of Python objects.
     try:
@@ -39,7 +45,16 @@ async def produce(name: TopicDep, request: Request, broker: BrokerDep) -> Produc
     except ValidationError as e:
         raise RequestValidationError(e.errors(include_url=False)) from None
     records = [m.to_record(i) for i, m in enumerate(body.messages)]
-    ids = await run_in_threadpool(broker.produce, name, records)
+    try:
+        ids = await run_in_threadpool(broker.produce, name, records)
+    except NotFound:
+        # Not a topic: a partitioned topic's messages go to its partitions (looked up only
+        # now, so that producing to a plain topic costs nothing more).
+        found = await run_in_threadpool(partitioned.get, name)
+        if found is None:
+            raise
+        ids, targets = await run_in_threadpool(partitioned.produce, found, records)
+        return ProduceResponse(messageIds=[str(p) for p in ids], partitions=targets)
     return ProduceResponse(messageIds=[str(p) for p in ids])
 
 

@@ -41,7 +41,7 @@ def list_partitioned(
     """The namespace's partitioned topics (their partitions are in the topic list)."""
     tenant, namespace = check_part("tenant", tenant), check_part("namespace", namespace)
     tenants.require_namespace(tenant=tenant, namespace=namespace)
-    return partitioned.list(tenant, namespace)
+    return partitioned.names(tenant, namespace)
 
 
 @router.put(

@@ -40,7 +40,7 @@ def test_create_makes_every_partition_and_grow_adds_the_new_ones(
     partitioned.grow(ORDERS, 5)
     assert partitioned.partitions(ORDERS) == 5
     assert len(broker.list_topics("public", "default")) == 5
-    assert partitioned.list("public", "default") == [str(ORDERS)]
+    assert partitioned.names("public", "default") == [str(ORDERS)]
 
 
 def test_refusals_change_nothing(partitioned: PartitionedTopics, broker: Broker) -> None:
@@ -66,11 +66,11 @@ def test_refusals_change_nothing(partitioned: PartitionedTopics, broker: Broker)
         (lambda: partitioned.check_topic_name(partition(ORDERS, 2)), NotFound),
         (lambda: partitioned.check_topic_name(partition(plain, 0)), Conflict),
     ]
-    before = (broker.list_topics("public", "default"), partitioned.list("public", "default"))
+    before = (broker.list_topics("public", "default"), partitioned.names("public", "default"))
     for call, error in refusals:
         with pytest.raises(error):
             call()
-    assert (broker.list_topics("public", "default"), partitioned.list("public", "default")) == before
+    assert (broker.list_topics("public", "default"), partitioned.names("public", "default")) == before
     assert partitioned.partitions(ORDERS) == 2
     partitioned.check_topic_name(partition(ORDERS, 1))  # a partition that is one
 
