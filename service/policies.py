@@ -16,7 +16,7 @@ from sqlalchemy import select
 from service import models
 from service.db import Database
 from service.errors import InvalidInput
-from service.names import TopicName, check_part
+from service.names import TopicName, check_part, partition_of
 from service.settings import Settings
 
 _STRATEGY = re.compile(r"^(offset|eventTime|property:[A-Za-z0-9_.\-]{1,128})$")
@@ -132,28 +132,27 @@ class PolicyStore:
                 s.delete(row)
 
     def effective(self, name: TopicName) -> Policy:
-        """Topic over namespace over the service default, field by field."""
-        topic = self.get(Scope.topic_of(name))
-        ns = self.get(Scope(name.tenant, name.namespace))
-        default = self.service_default()
+        """Topic over namespace over the service default, field by field (a partition's: its
+        own, then its partitioned topic's, then the namespace's and the service's)."""
+        levels = [p for _, p in self._levels(name)]
         return Policy(
-            **{
-                f: next(
-                    (v for v in (getattr(topic, f), getattr(ns, f), getattr(default, f)) if v is not None),
-                    None,
-                )
-                for f in FIELDS
-            }
+            **{f: next((getattr(p, f) for p in levels if getattr(p, f) is not None), None) for f in FIELDS}
         )
 
+    def _levels(self, name: TopicName) -> list[tuple[str, Policy]]:
+        levels = [("topic", self.get(Scope.topic_of(name)))]
+        parent = partition_of(name)
+        if parent is not None:  # a policy set on a partitioned topic applies to its partitions
+            levels.append(("partitioned topic", self.get(Scope.topic_of(parent[0]))))
+        levels.append(("namespace", self.get(Scope(name.tenant, name.namespace))))
+        levels.append(("default", self.service_default()))
+        return levels
+
     def applied(self, name: TopicName) -> dict[str, tuple[Any, str]]:
-        """Each field's effective value and where it comes from: ``"topic"``, ``"namespace"``,
-        ``"default"`` (the service's settings), or ``"unset"`` (no value anywhere)."""
-        levels = (
-            ("topic", self.get(Scope.topic_of(name))),
-            ("namespace", self.get(Scope(name.tenant, name.namespace))),
-            ("default", self.service_default()),
-        )
+        """Each field's effective value and where it comes from: ``"topic"``, ``"partitioned
+        topic"`` (a partition's), ``"namespace"``, ``"default"`` (the service's settings), or
+        ``"unset"`` (no value anywhere)."""
+        levels = self._levels(name)
         out: dict[str, tuple[Any, str]] = {}
         for f in FIELDS:
             found = [(getattr(p, f), source) for source, p in levels if getattr(p, f) is not None]

@@ -9,9 +9,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 
-from api.deps import BrokerDep, TenantAdmin, TopicDep
-from service.errors import InvalidInput
+from api.deps import BrokerDep, PartitionedDep, TenantAdmin, TopicDep
+from service.errors import InvalidInput, NotFound
+from service.names import TopicName
+from service.partitions import PartitionedTopics
 from service.policies import FIELDS, Policy, PolicyStore, Scope, validate
+from service.topics import Broker
 
 # Policies, read or changed, are a tenant admin's.
 router = APIRouter(tags=["policies"], dependencies=[TenantAdmin])
@@ -29,9 +32,13 @@ NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 @router.get(TOPIC + "/compactionThreshold")
 def get_topic_threshold(
-    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, applied: bool = False
+    name: TopicDep,
+    policies: PoliciesDep,
+    broker: BrokerDep,
+    partitioned: PartitionedDep,
+    applied: bool = False,
 ) -> int | None:
-    broker.topic(name)
+    _require_topic(name, broker, partitioned)
     if applied:
         return policies.effective(name).compactionThreshold
     return policies.get(Scope.topic_of(name)).compactionThreshold
@@ -39,16 +46,22 @@ def get_topic_threshold(
 
 @router.post(TOPIC + "/compactionThreshold", status_code=204, response_class=Response)
 def set_topic_threshold(
-    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, value: Annotated[Any, Body()]
+    name: TopicDep,
+    policies: PoliciesDep,
+    broker: BrokerDep,
+    partitioned: PartitionedDep,
+    value: Annotated[Any, Body()],
 ) -> Response:
-    broker.topic(name)
+    _require_topic(name, broker, partitioned)
     policies.set(Scope.topic_of(name), compactionThreshold=value)
     return Response(status_code=204)
 
 
 @router.delete(TOPIC + "/compactionThreshold", status_code=204, response_class=Response)
-def remove_topic_threshold(name: TopicDep, policies: PoliciesDep, broker: BrokerDep) -> Response:
-    broker.topic(name)
+def remove_topic_threshold(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, partitioned: PartitionedDep
+) -> Response:
+    _require_topic(name, broker, partitioned)
     policies.remove(Scope.topic_of(name), "compactionThreshold")
     return Response(status_code=204)
 
@@ -94,9 +107,13 @@ def remove_namespace_deduplication(tenant: str, namespace: str, policies: Polici
 
 @router.get(TOPIC + "/deduplicationEnabled")
 def get_topic_deduplication(
-    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, applied: bool = False
+    name: TopicDep,
+    policies: PoliciesDep,
+    broker: BrokerDep,
+    partitioned: PartitionedDep,
+    applied: bool = False,
 ) -> bool | None:
-    broker.topic(name)
+    _require_topic(name, broker, partitioned)
     if applied:
         return policies.effective(name).deduplicationEnabled
     return policies.get(Scope.topic_of(name)).deduplicationEnabled
@@ -104,37 +121,51 @@ def get_topic_deduplication(
 
 @router.post(TOPIC + "/deduplicationEnabled", status_code=204, response_class=Response)
 def set_topic_deduplication(
-    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, value: Annotated[Any, Body()]
+    name: TopicDep,
+    policies: PoliciesDep,
+    broker: BrokerDep,
+    partitioned: PartitionedDep,
+    value: Annotated[Any, Body()],
 ) -> Response:
-    broker.topic(name)
+    _require_topic(name, broker, partitioned)
     policies.set(Scope.topic_of(name), deduplicationEnabled=value)
     return Response(status_code=204)
 
 
 @router.delete(TOPIC + "/deduplicationEnabled", status_code=204, response_class=Response)
-def remove_topic_deduplication(name: TopicDep, policies: PoliciesDep, broker: BrokerDep) -> Response:
-    broker.topic(name)
+def remove_topic_deduplication(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, partitioned: PartitionedDep
+) -> Response:
+    _require_topic(name, broker, partitioned)
     policies.remove(Scope.topic_of(name), "deduplicationEnabled")
     return Response(status_code=204)
 
 
 @router.get(TOPIC + "/compactionPolicy")
 def get_topic_policy(
-    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, applied: bool = False
+    name: TopicDep,
+    policies: PoliciesDep,
+    broker: BrokerDep,
+    partitioned: PartitionedDep,
+    applied: bool = False,
 ) -> Policy:
-    broker.topic(name)
+    _require_topic(name, broker, partitioned)
     return policies.effective(name) if applied else policies.get(Scope.topic_of(name))
 
 
 @router.post(TOPIC + "/compactionPolicy", response_model=Policy)
-def set_topic_policy(name: TopicDep, policies: PoliciesDep, broker: BrokerDep, body: PolicyBody) -> Policy:
-    broker.topic(name)
+def set_topic_policy(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, partitioned: PartitionedDep, body: PolicyBody
+) -> Policy:
+    _require_topic(name, broker, partitioned)
     return _update(policies, Scope.topic_of(name), body)
 
 
 @router.delete(TOPIC + "/compactionPolicy", status_code=204, response_class=Response)
-def remove_topic_policy(name: TopicDep, policies: PoliciesDep, broker: BrokerDep) -> Response:
-    broker.topic(name)
+def remove_topic_policy(
+    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, partitioned: PartitionedDep
+) -> Response:
+    _require_topic(name, broker, partitioned)
     policies.remove(Scope.topic_of(name))
     return Response(status_code=204)
 
@@ -170,3 +201,12 @@ def _update(policies: PolicyStore, scope: Scope, body: dict[str, Any]) -> Policy
     if to_unset:
         policies.remove(scope, *to_unset)
     return policies.get(scope)
+
+
+def _require_topic(name: TopicName, broker: Broker, partitioned: PartitionedTopics) -> None:
+    """404 unless ``name`` is a topic or a partitioned topic (whose policies its partitions take)."""
+    try:
+        broker.topic(name)
+    except NotFound:
+        if partitioned.get(name) is None:
+            raise

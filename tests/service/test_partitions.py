@@ -10,6 +10,8 @@ from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound
 from service.names import TopicName, partition, partition_of
 from service.partitions import PartitionedTopics
+from service.policies import PolicyStore, Scope
+from service.settings import Settings
 from service.tenants import TenantService
 from service.topics import Broker
 
@@ -97,3 +99,19 @@ def test_delete_removes_every_partition(partitioned: PartitionedTopics, broker: 
     assert partitioned.partitions(ORDERS) == 0
     assert broker.list_topics("public", "default") == []
     partitioned.create(ORDERS, 1)  # the name is free again
+
+
+def test_a_policy_set_on_the_partitioned_topic_applies_to_its_partitions(
+    partitioned: PartitionedTopics, db: Database, settings: Settings
+) -> None:
+    partitioned.create(ORDERS, 2)
+    policies = PolicyStore(db=db, settings=settings)
+    policies.set(Scope.namespace_of("public", "default"), compactionThreshold=1_000, retainNullKey=True)
+    policies.set(Scope.topic_of(ORDERS), compactionThreshold=5_000)
+    first, second = partition(ORDERS, 0), partition(ORDERS, 1)
+    policies.set(Scope.topic_of(second), compactionThreshold=7_000)  # a partition's own wins
+    assert policies.effective(first).compactionThreshold == 5_000
+    assert policies.effective(first).retainNullKey is True  # the namespace's, under both
+    assert policies.effective(second).compactionThreshold == 7_000
+    assert policies.applied(first)["compactionThreshold"] == (5_000, "partitioned topic")
+    assert policies.effective(TopicName("public", "default", "plain")).compactionThreshold == 1_000
