@@ -73,9 +73,13 @@ from ledger.schema import (
     LEDGER_ID,
     PUBLISH_TIME,
     SPARK_DDL,
+    SPARSE_COLUMNS,
     VALUE,
     conform,
+    declared_null,
     derived_delete_flags,
+    null_columns_metadata,
+    still_null,
 )
 
 T = TypeVar("T")
@@ -304,8 +308,10 @@ def _chunks(
                 return
         made = _consecutive_ids(f.metadata, row_groups) if dead is None and not segment.previous else None
         names = f.schema_arrow.names
-        # Columns newer than the file (ledger.schema: only ever added at the end) are nulls.
-        missing = [c for c in read if c not in names]
+        # Columns newer than the file (ledger.schema: only ever added at the end) are nulls, and
+        # so are the columns the file declares without a value (not decoded).
+        nulls = declared_null(f.metadata.metadata)
+        missing = [c for c in read if c not in names or c in nulls]
         here = [c for c in read if c not in missing]
         decoded = [c for c in here if c not in (LEDGER_ID, ENTRY_ID)] if made is not None else here
         at = 0
@@ -687,6 +693,8 @@ class _PartWriter:
         self._keys: list[pa.Array] = []
         self._tombstones: list[np.ndarray] = []
         self._publish_times: list[np.ndarray] = []
+        # The sparse columns without a value in any row so far (declared in the footer).
+        self._null = set(SPARSE_COLUMNS)
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -695,6 +703,7 @@ class _PartWriter:
         self._keys.extend(table.column(KEY).chunks)
         self._tombstones.append(_bool_numpy(table.column(IS_TOMBSTONE)))
         self._publish_times.append(np.asarray(table.column(PUBLISH_TIME).to_numpy(), dtype=np.int64))
+        self._null = still_null(self._null, table)
         self._pending.append(table)
         self._pending_bytes += table.nbytes
         self.rows += table.num_rows
@@ -728,6 +737,7 @@ class _PartWriter:
         finally:
             self._encoder.shutdown()
         if self._writer is not None:
+            self._writer.add_key_value_metadata(null_columns_metadata(self._null))
             self._writer.close()
             with open(self._tmp, "rb") as f:
                 os.fsync(f.fileno())

@@ -44,8 +44,11 @@ from ledger.schema import (
     PROPERTIES,
     PUBLISH_TIME,
     SCHEMA_VERSION,
+    SPARSE_COLUMNS,
     entries_to_table,
     is_ledger_schema,
+    null_columns_metadata,
+    still_null,
     table_to_entries,
 )
 
@@ -160,6 +163,7 @@ class SealWriter:
         self._chunks: list[pa.Table] = []  # what was written, for the read-back comparison
         self._sink = _SpillingSink(self._tmp)
         self._writer = pq.ParquetWriter(self._sink, ARROW_SCHEMA, **SEAL_WRITER_OPTIONS)  # type: ignore[arg-type]
+        self._null = set(SPARSE_COLUMNS)  # the sparse columns without a value in any row so far
         self._lock = threading.Lock()
 
     def write(self, table: pa.Table) -> None:
@@ -181,6 +185,7 @@ class SealWriter:
             self._check(rest)
             try:
                 self._append(rest)
+                self._writer.add_key_value_metadata(null_columns_metadata(self._null))
                 self._writer.close()
                 self._sink.spill(sync=True)
                 table = pa.concat_tables(self._chunks) if self._chunks else ARROW_SCHEMA.empty_table()
@@ -209,6 +214,7 @@ class SealWriter:
             table = table.cast(ARROW_SCHEMA)
         if table.num_rows:
             self._writer.write_table(table, row_group_size=self._row_group_size)
+            self._null = still_null(self._null, table)
             self._chunks.append(table)
             self.rows += table.num_rows
 

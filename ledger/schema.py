@@ -48,6 +48,12 @@ SCHEMA_VERSION = "schema_version"
 # Schema metadata of every file whose ``is_tombstone`` follows :func:`is_delete`.
 DELETES_RULE_KEY = b"compactor.deletes"
 DELETES_RULE = b"null-or-empty-keyed"
+# File metadata naming the columns that hold no value in any row of the file (comma-separated):
+# a compaction round makes them nulls rather than decode them (a fifth of a sealed ledger's
+# decoding, when every message was produced over REST; the round still checks every byte of
+# its inputs). Reads for consumers decode every column, so that a damaged page is reported
+# wherever it is. Files written before it say nothing: decoded as ever.
+NULL_COLUMNS_KEY = b"compactor.null-columns"
 
 COLUMNS = (
     LEDGER_ID,
@@ -68,6 +74,8 @@ COLUMNS = (
 )
 # The columns every file has; the ones after them may be missing from older files.
 FIRST_COLUMNS = COLUMNS[:8]
+# Nullable columns that are often null in every row of a file (see ``NULL_COLUMNS_KEY``).
+SPARSE_COLUMNS = (EVENT_TIME, *COLUMNS[8:])
 # What an entry is made of (``table_to_entries``): a reader of entries decodes only these.
 ENTRY_COLUMNS = [c for c in COLUMNS if c != IS_TOMBSTONE]
 
@@ -114,6 +122,23 @@ def conform(table: pa.Table, columns: Sequence[str]) -> pa.Table:
         [table.column(c) if c in have else pa.nulls(n, ARROW_SCHEMA.field(c).type) for c in columns],
         schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns]),
     )
+
+
+def still_null(columns: set[str], table: pa.Table) -> set[str]:
+    """Those of ``columns`` that hold no value in ``table`` either (a writer keeps the set over
+    what it writes, and declares it with :func:`null_columns_metadata`)."""
+    return {c for c in columns if table.column(c).null_count == table.num_rows}
+
+
+def null_columns_metadata(columns: set[str]) -> dict[bytes, bytes]:
+    return {NULL_COLUMNS_KEY: ",".join(c for c in SPARSE_COLUMNS if c in columns).encode()}
+
+
+def declared_null(metadata: dict[bytes, bytes] | None) -> frozenset[str]:
+    """The columns a file's key-value metadata declares without values (none if it does not say)."""
+    if not metadata or NULL_COLUMNS_KEY not in metadata:
+        return frozenset()
+    return frozenset(c for c in metadata[NULL_COLUMNS_KEY].decode().split(",") if c in SPARSE_COLUMNS)
 
 
 def flags_follow_rule(metadata: dict[bytes, bytes] | None) -> bool:

@@ -10,9 +10,20 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ledger.entry import Record
+from ledger.entry import Entry, Record
 from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter, seal_table
-from ledger.schema import FIRST_COLUMNS, records_to_table
+from ledger.paths import sealed_path
+from ledger.schema import (
+    BATCH_INDEX,
+    DELIVER_AT_TIME,
+    EVENT_TIME,
+    FIRST_COLUMNS,
+    ORDERING_KEY,
+    PRODUCER_NAME,
+    SCHEMA_VERSION,
+    declared_null,
+    records_to_table,
+)
 
 LEDGER = 9
 
@@ -120,3 +131,40 @@ def test_a_sealed_ledger_of_the_format_before_batches_still_reads(tmp_path: Path
     assert [(e.entry_id, e.key, e.batch_index, e.batch_size) for e in entries] == [
         (i, f"k{i}", None, None) for i in range(20)
     ]
+
+
+def test_columns_without_values_are_declared_and_read_back_as_nulls(tmp_path: Path) -> None:
+    """A sealed ledger names the sparse columns no row has a value in (a compaction round makes
+    them nulls instead of decoding them), and reads back the same entries."""
+    records = [Record(f"k{i}", b"v", event_time=None) for i in range(10)]
+    records[3] = Record("k3", b"v", producer_name="p", sequence_id=7, ordering_key=b"o")
+    path = sealed_path(tmp_path, 1)
+    seal_table(records_to_table(1, records), path)
+    declared = declared_null(pq.ParquetFile(path).metadata.metadata)
+    assert PRODUCER_NAME not in declared and ORDERING_KEY not in declared  # one row has them
+    assert {EVENT_TIME, BATCH_INDEX, SCHEMA_VERSION, DELIVER_AT_TIME} <= declared
+    ledger = SealedLedger(path, ledger_id=1)
+    try:
+        got = ledger.read(0, 10)
+    finally:
+        ledger.close()
+    assert got == [
+        Entry(
+            1,
+            i,
+            r.key,
+            r.value,
+            {},
+            r.publish_time,
+            None,
+            None,
+            None,
+            r.producer_name,
+            r.sequence_id,
+            None,
+            r.ordering_key,
+        )
+        for i, r in enumerate(records)
+    ]
+    # A file from before the declaration says nothing: every column is decoded.
+    assert declared_null(None) == frozenset() and declared_null({b"other": b"x"}) == frozenset()
