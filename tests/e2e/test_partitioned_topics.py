@@ -16,7 +16,6 @@ from tests.conftest import Server
 
 pytestmark = [pytest.mark.e2e]
 
-QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 ADMIN = "/admin/v2/persistent/public/default"
 
 
@@ -32,13 +31,6 @@ def full(name: str) -> str:
 def http(shared_server: Server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=shared_server.url, timeout=60) as c:
         yield c
-
-
-@pytest.fixture
-def client(shared_server: Server) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
-    yield c
-    c.close()
 
 
 def partitioned(http: httpx.Client, n: int) -> str:

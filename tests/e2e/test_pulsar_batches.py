@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator
 
 import httpx
 import pulsar
@@ -18,7 +17,6 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import command, encode, encode_payload
 from tests.conftest import Server
 from tests.e2e.test_pulsar_clients import (
-    QUIET,
     _connect,
     _raw,
     _reply,
@@ -37,13 +35,6 @@ CODECS = {
     "zstd": pulsar.CompressionType.ZSTD,
     "snappy": pulsar.CompressionType.SNAPPY,
 }
-
-
-@pytest.fixture
-def client(shared_server: Server) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
-    yield c
-    c.close()
 
 
 def batched(client: pulsar.Client, topic: str, codec: str = "none", size: int = 10) -> pulsar.Producer:

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -34,13 +33,6 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 def fresh(prefix: str = "t") -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def client(shared_server: Server) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
-    yield c
-    c.close()
 
 
 def rest_messages(server: Server, topic: str, **params: object) -> list[dict[str, object]]:

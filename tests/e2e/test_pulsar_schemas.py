@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pulsar
@@ -19,8 +18,6 @@ from tests.conftest import Server
 from tests.e2e.test_pulsar_clients import _connect, _raw, _reply
 
 pytestmark = [pytest.mark.e2e]
-
-QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
 class Order(Record):
@@ -36,13 +33,6 @@ class Payment(Record):
 
 def fresh(prefix: str = "schema") -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def client(shared_server: Server) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
-    yield c
-    c.close()
 
 
 def schemas_of(server: Server, topic: str) -> str:
