@@ -955,6 +955,94 @@ def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
     )
 
 
+# ---------------------------------------------------------------------------- several rounds
+
+
+class TaskFailed(Exception):
+    """A task of a round that shared its Spark job with other rounds raised: ``str()`` is
+    the error's one line; its cause carries the task's traceback (where a damaged file is
+    named, as in a Spark error's text)."""
+
+    def __init__(self, kind: str, message: str, trace: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.__cause__ = RuntimeError(trace)
+
+
+def _timed_latest(plan: RoundPlan, group: int) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    return group_latest(plan, group), time.perf_counter() - t0
+
+
+def _round_read(plan: RoundPlan, group: int) -> tuple[int, float]:
+    read, _, phase_one_s = group_round(plan, group)
+    return read, phase_one_s
+
+
+# What a task of a shared job runs, by kind: both phases; phase one; phase two.
+_SHARED_WORK: dict[str, Callable[[RoundPlan, int], object]] = {
+    "both": _round_read,
+    "latest": _timed_latest,
+    "write": group_write,
+}
+
+
+def _shared_job(
+    spark: SparkSession, tasks: Sequence[tuple[int, int, str]], plans: dict[int, RoundPlan]
+) -> tuple[dict[int, list[object]], dict[int, Exception]]:
+    """For every ``(r, t, kind)`` of ``tasks``, the work ``kind`` names on ``plans[r]``'s task
+    ``t``, one Spark task each, all in one job. A task that raises fails its round only: its
+    error is returned, not raised, so the other rounds' tasks finish and their results stand.
+    Returns each round's results and the rounds that failed, with their first error."""
+
+    def task(indexes: Iterable[int]) -> Iterator[tuple[int, int, object, tuple[str, str, str] | None]]:
+        import traceback
+
+        for n in indexes:
+            r, t, kind = tasks[n]
+            try:
+                yield r, t, _SHARED_WORK[kind](plans[r], t), None
+            except Exception as e:  # noqa: BLE001 - reported to the driver as its round's error
+                yield r, t, None, (type(e).__name__, str(e), traceback.format_exc())
+
+    for plan in plans.values():
+        os.makedirs(plan.out_dir, exist_ok=True)
+    results: dict[int, list[object]] = {r: [] for r in plans}
+    failed: dict[int, Exception] = {}
+    if tasks:
+        for r, _, value, error in sorted(
+            _group_rdd(spark, len(tasks)).mapPartitions(task).collect(), key=lambda o: (o[0], o[1])
+        ):
+            if error is not None:
+                failed.setdefault(r, TaskFailed(*error))
+            else:
+                results[r].append(value)
+    return {r: v for r, v in results.items() if r not in failed}, failed
+
+
+def many_rounds(
+    spark: SparkSession, both: dict[int, RoundPlan], apart: dict[int, RoundPlan]
+) -> dict[int, tuple[int, float] | Exception]:
+    """One job for several rounds (the partitions of a topic): the tasks of
+    :func:`both_phases` for the rounds in ``both``, and of :func:`phase_one` for those in
+    ``apart`` (whose phase two is :func:`many_writes`). Returns, by round, the rows read and
+    the longest phase one of a task in seconds, or the exception that failed the round."""
+    tasks = [(r, t, "both") for r, p in both.items() for t in range(p.tasks)]
+    tasks += [(r, t, "latest") for r, p in apart.items() for t in range(len(p.groups))]
+    results, failed = _shared_job(spark, tasks, {**both, **apart})
+    out: dict[int, tuple[int, float] | Exception] = dict(failed)
+    for r, values in results.items():
+        pairs = [v for v in values if isinstance(v, tuple)]
+        out[r] = (sum(int(n) for n, _ in pairs), max((float(s) for _, s in pairs), default=0.0))
+    return out
+
+
+def many_writes(spark: SparkSession, plans: dict[int, RoundPlan]) -> dict[int, Exception]:
+    """Phase two of several rounds whose phase one :func:`many_rounds` ran, in one job;
+    returns the rounds that failed."""
+    tasks = [(r, t, "write") for r, p in plans.items() for t in range(p.tasks)]
+    return _shared_job(spark, tasks, plans)[1]
+
+
 # ---------------------------------------------------------------------------- delta rounds
 
 

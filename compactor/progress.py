@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -48,6 +48,29 @@ class ProgressSnapshot:
     percent: float
     started_at: int  # epoch ms
     elapsed_ms: int
+
+
+def combined(snapshots: Sequence[ProgressSnapshot]) -> ProgressSnapshot:
+    """The progress of several rounds running together (a partitioned topic's partitions):
+    their entries and bytes summed, their percent weighted by each round's bytes (equal
+    when none has bytes yet), the least advanced phase, from the first start."""
+    if not snapshots:
+        raise ValueError("no rounds to combine")
+    order = list(BANDS)
+    weights = [s.bytes_total for s in snapshots]
+    if not any(weights):
+        weights = [1] * len(snapshots)
+    percent = sum(w * s.percent for w, s in zip(weights, snapshots, strict=True)) / sum(weights)
+    return ProgressSnapshot(
+        phase=min((s.phase for s in snapshots), key=order.index),
+        entries_read=sum(s.entries_read for s in snapshots),
+        entries_total=sum(s.entries_total for s in snapshots),
+        bytes_read=sum(s.bytes_read for s in snapshots),
+        bytes_total=sum(s.bytes_total for s in snapshots),
+        percent=round(percent, 1),
+        started_at=min(s.started_at for s in snapshots),
+        elapsed_ms=max(s.elapsed_ms for s in snapshots),
+    )
 
 
 class RoundProgress:
@@ -104,12 +127,15 @@ class RoundProgress:
 
 
 class SparkJobTracker:
-    """Feeds ``progress`` the fraction of completed tasks of the Spark jobs in ``group``."""
+    """Feeds ``progress`` (or each of several rounds' progress: rounds that share their Spark
+    jobs share their fraction) the fraction of completed tasks of the Spark jobs in ``group``."""
 
-    def __init__(self, spark: SparkSession, group: str, progress: RoundProgress) -> None:
+    def __init__(
+        self, spark: SparkSession, group: str, progress: RoundProgress | Sequence[RoundProgress]
+    ) -> None:
         self.spark = spark
         self.group = group
-        self.progress = progress
+        self.progresses = [progress] if isinstance(progress, RoundProgress) else list(progress)
         self._stop = threading.Event()
 
     def fraction(self) -> float | None:
@@ -132,7 +158,8 @@ class SparkJobTracker:
             except Exception:  # noqa: BLE001 - progress is best effort; the round goes on
                 return
             if f is not None:
-                self.progress.advance(f)
+                for p in self.progresses:
+                    p.advance(f)
 
     @contextmanager
     def tracking(self) -> Iterator[None]:
@@ -145,4 +172,5 @@ class SparkJobTracker:
             finally:
                 self._stop.set()
                 poller.join()
-        self.progress.advance(1.0)
+        for p in self.progresses:
+            p.advance(1.0)

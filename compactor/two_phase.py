@@ -50,6 +50,7 @@ from compactor.phases import (
 )
 from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
+from compactor.spark import job_group
 from ledger import deletion_vectors
 from ledger.checksums import file_checksum
 from ledger.compacted_store import Manifest, write_manifest
@@ -261,6 +262,43 @@ def _ms_since(t0: float) -> int:
     return int((time.perf_counter() - t0) * 1000)
 
 
+def shared_group(root: Path | str, ledger_id: int, rounds: int) -> str:
+    """The Spark job group of ``rounds`` rounds that share their jobs
+    (:meth:`TwoPhaseCompactor.compact_many`; a second job, phase two, when a round needs
+    one), named after the round among them with the smallest compacted ledger id: its topic
+    directory ``root`` (ledger ids alone repeat across databases) and that id."""
+    return f"compaction-{ledger_id}-{rounds}{_SHARED}{Path(root).absolute()}"
+
+
+_SHARED = "-rounds:"
+
+
+@dataclass(eq=False)
+class _Round:
+    """One round between its plan and its end: what :meth:`TwoPhaseCompactor.compact` and
+    :meth:`TwoPhaseCompactor.compact_many` carry from one stage to the next."""
+
+    job: CompactionJob
+    progress: RoundProgress | None
+    final: Path
+    tmp: Path
+    inputs: CompactionInputs
+    since: int | None
+    incremental: bool
+    delta: bool
+    bytes_in: int
+    plan: arrow_phases.RoundPlan | None  # the Arrow path's; None: Spark SQL
+    one_job: bool
+    summary: DataFrame | None = None
+    t0: float = 0.0
+    entries_read: int = 0
+    phase_one_ms: int = 0
+    renamed: bool = False
+
+    def read(self, entries: int, phase_one_ms: int) -> None:
+        self.entries_read, self.phase_one_ms = entries, phase_one_ms
+
+
 class TwoPhaseCompactor:
     """Runs compaction rounds on ``spark``. ``fault_hook(step)`` is called before each step
     (``"phase_one"``, ``"phase_two"``, ``"manifest"``: the new files are written, ``"rename"``:
@@ -279,11 +317,11 @@ class TwoPhaseCompactor:
         self.min_part_bytes = min_part_bytes
         self.probe_rows = probe_rows
 
-    def _group_count(self, segments: Sequence[arrow_phases.Segment]) -> int:
-        """Groups (tasks, part files) of a round: one per core, but none under
-        ``min_part_bytes`` of input -- each task of phase two reads every later group's
-        partial, so more groups than the work needs only cost."""
-        groups = max(1, self.spark.sparkContext.defaultParallelism)
+    def _group_count(self, segments: Sequence[arrow_phases.Segment], cores: int) -> int:
+        """Groups (tasks, part files) of a round: one per core of the round's ``cores``, but
+        none under ``min_part_bytes`` of input -- each task of phase two reads every later
+        group's partial, so more groups than the work needs only cost."""
+        groups = max(1, cores)
         if self.min_part_bytes > 0:
             total = sum(s.size for s in segments)
             groups = min(groups, max(1, -(-total // self.min_part_bytes)))
@@ -469,128 +507,230 @@ class TwoPhaseCompactor:
     def compact(self, job: CompactionJob, progress: RoundProgress | None = None) -> CompactionResult:
         """Run the round; ``progress``, if given, is kept up to date while it runs (see
         ``compactor.progress``)."""
+        r = self._plan_round(job, progress, cores=self.spark.sparkContext.defaultParallelism)
+        try:
+            self._spark_work(r)
+            return self._finish_round(r)
+        except BaseException:
+            self._abandon(r)
+            raise
+        finally:
+            if r.summary is not None:
+                r.summary.unpersist()
+
+    def compact_many(
+        self, jobs: Sequence[CompactionJob], progresses: Sequence[RoundProgress | None] | None = None
+    ) -> list[CompactionResult | Exception]:
+        """Rounds of several topics (the partitions of a partitioned topic) in ONE Spark job:
+        each round's work is tasks of that job, and each round ends on its own -- its files
+        renamed into place, or removed -- so a round that fails leaves the others' results
+        standing. Returns, in ``jobs``' order, each round's result or the exception that
+        failed it.
+
+        The cores are shared out first across the rounds: each gets one group (one task)
+        until there are fewer rounds than cores, so that usually every round fits one job
+        (:func:`arrow_phases.fits_one_job`). Rounds that still need two phases add one more
+        job, shared by all of them. Rounds the Arrow path cannot run (ids that do not pack,
+        strategies other than ``offset``) run after it, one by one, as :meth:`compact` runs them.
+        """
+        progresses = list(progresses) if progresses is not None else [None] * len(jobs)
+        cores = max(1, self.spark.sparkContext.defaultParallelism // max(1, len(jobs)))
+        out: list[CompactionResult | Exception | None] = [None] * len(jobs)
+        rounds: dict[int, _Round] = {}
+        for i, (job, progress) in enumerate(zip(jobs, progresses, strict=True)):
+            try:
+                rounds[i] = self._plan_round(job, progress, cores=cores)
+            except Exception as e:  # noqa: BLE001 - this round fails, the others go on
+                out[i] = e
+        shared = {i: r for i, r in rounds.items() if r.plan is not None and r.job.strategy == OFFSET}
+        try:
+            failed = self._shared_work(shared) if shared else {}
+        except BaseException:
+            for r in rounds.values():
+                self._abandon(r)
+            raise
+        for i, r in rounds.items():
+            try:
+                if i in failed:
+                    raise failed[i]
+                if i not in shared:
+                    self._spark_work(r)
+                out[i] = self._finish_round(r)
+            except Exception as e:  # noqa: BLE001
+                self._abandon(r)
+                out[i] = e
+            finally:
+                if r.summary is not None:
+                    r.summary.unpersist()
+        return [o if o is not None else RuntimeError("round not run") for o in out]
+
+    def _plan_round(self, job: CompactionJob, progress: RoundProgress | None, *, cores: int) -> _Round:
+        """A round's inputs and plan, read from manifests and footers; nothing written yet
+        (a directory left by a crashed attempt at the same ledger id is removed)."""
         final = compacted_dir(Path(job.topic_root), job.output_ledger_id)
         tmp = final.with_name(final.name + TMP_SUFFIX)
         if final.exists():
             raise FileExistsError(f"compacted ledger {job.output_ledger_id} already exists: {final}")
-        renamed = False
-        summary: DataFrame | None = None
-        try:
-            if tmp.exists():  # left by a crashed attempt at this same ledger id
-                shutil.rmtree(tmp)
-            inputs = self.inputs(job)
-            since = job.now_ms - job.delete_retention_ms if job.delete_retention_ms else None
-            # Arrow inside Spark tasks when ids pack (always, in practice): see arrow_phases.
-            # Spark SQL when they do not, and for phase one of the other strategies.
-            fast = inputs.packed and (job.strategy == OFFSET or not job.retain_null_key)
-            # With the offset strategy a round need not aggregate the previous compacted ledger
-            # again: its keys are unique and each is replaced only by a newer row of the key.
-            incremental = fast and job.strategy == OFFSET and bool(inputs.previous_parts)
-            # And usually it need not copy it either: it adds a delta layer and marks the rows
-            # the new keys supersede in the older layers' deletion vectors (found through their
-            # key indexes). Past the bounds on deltas and dead rows it consolidates instead: the
-            # older layers' live rows and the new winners become one new base.
-            previous = inputs.previous_manifest
-            delta = incremental and self.adds_a_delta(job, previous)
-            indexed = self._indexed(job, previous) if delta else ()  # type: ignore[arg-type]
-            if delta:
-                bytes_in = sum(p.stat().st_size for p in inputs.originals)
-                bytes_in += sum(os.path.getsize(p.keys) for p in indexed)
-            else:
-                bytes_in = inputs.bytes_in
+        if tmp.exists():  # left by a crashed attempt at this same ledger id
+            shutil.rmtree(tmp)
+        inputs = self.inputs(job)
+        since = job.now_ms - job.delete_retention_ms if job.delete_retention_ms else None
+        # Arrow inside Spark tasks when ids pack (always, in practice): see arrow_phases.
+        # Spark SQL when they do not, and for phase one of the other strategies.
+        fast = inputs.packed and (job.strategy == OFFSET or not job.retain_null_key)
+        # With the offset strategy a round need not aggregate the previous compacted ledger
+        # again: its keys are unique and each is replaced only by a newer row of the key.
+        incremental = fast and job.strategy == OFFSET and bool(inputs.previous_parts)
+        # And usually it need not copy it either: it adds a delta layer and marks the rows
+        # the new keys supersede in the older layers' deletion vectors (found through their
+        # key indexes). Past the bounds on deltas and dead rows it consolidates instead: the
+        # older layers' live rows and the new winners become one new base.
+        previous = inputs.previous_manifest
+        delta = incremental and self.adds_a_delta(job, previous)
+        indexed = self._indexed(job, previous) if delta else ()  # type: ignore[arg-type]
+        if delta:
+            bytes_in = sum(p.stat().st_size for p in inputs.originals)
+            bytes_in += sum(os.path.getsize(p.keys) for p in indexed)
+        else:
+            bytes_in = inputs.bytes_in
+        if progress is not None:
+            progress.set_totals(entries=inputs.new_rows if delta else inputs.rows, bytes_=bytes_in)
+        plan: arrow_phases.RoundPlan | None = None
+        if fast:
+            segments = self.segments(job, inputs, incremental=incremental, new_only=delta)
+            groups = arrow_phases.group_segments(segments, self._group_count(segments, cores))
+            plan = arrow_phases.RoundPlan(
+                groups=tuple(tuple(g) for g in groups),
+                out_dir=str(tmp),
+                scratch_dir=str(tmp / SCRATCH_DIR),
+                row_group_bytes=ROW_GROUP_BYTES,
+                retain_null_key=job.retain_null_key,
+                keep_tombstones_since=since,
+                indexed=indexed,
+                probe_tasks=arrow_phases.probe_tasks(indexed, cores, self.probe_rows),
+                compress_values=inputs.values_compress,
+            )
+        one_job = plan is not None and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)
+        return _Round(
+            job=job,
+            progress=progress,
+            final=final,
+            tmp=tmp,
+            inputs=inputs,
+            since=since,
+            incremental=incremental,
+            delta=delta,
+            bytes_in=bytes_in,
+            plan=plan,
+            one_job=one_job,
+        )
+
+    def _spark_work(self, r: _Round) -> None:
+        """The round's Spark jobs: both phases in one, or phase one then phase two."""
+        job, progress, plan = r.job, r.progress, r.plan
+        if r.one_job:
+            # Both phases in each task: a second Spark job would cost more than the reads
+            # it saves (see arrow_phases.fits_one_job).
+            self._fault("phase_one")
+            self._fault("phase_two")
+            r.t0 = time.perf_counter()
             if progress is not None:
-                progress.set_totals(entries=inputs.new_rows if delta else inputs.rows, bytes_=bytes_in)
-
-            if fast:
-                segments = self.segments(job, inputs, incremental=incremental, new_only=delta)
-                groups = arrow_phases.group_segments(segments, self._group_count(segments))
-                plan = arrow_phases.RoundPlan(
-                    groups=tuple(tuple(g) for g in groups),
-                    out_dir=str(tmp),
-                    scratch_dir=str(tmp / SCRATCH_DIR),
-                    row_group_bytes=ROW_GROUP_BYTES,
-                    retain_null_key=job.retain_null_key,
-                    keep_tombstones_since=since,
-                    indexed=indexed,
-                    probe_tasks=arrow_phases.probe_tasks(
-                        indexed, self.spark.sparkContext.defaultParallelism, self.probe_rows
-                    ),
-                    compress_values=inputs.values_compress,
-                )
-
-            one_job = fast and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)
-            if one_job:
-                # Both phases in each task: a second Spark job would cost more than the reads
-                # it saves (see arrow_phases.fits_one_job).
-                self._fault("phase_one")
-                self._fault("phase_two")
-                t0 = time.perf_counter()
-                if progress is not None:
-                    progress.enter(PHASE_ONE, BOTH_PHASES_BAND)
-                with (
-                    self._job_description(f"compaction {job.output_ledger_id}: both phases"),
-                    self._tracked(job, "both", progress),
-                ):
-                    entries_read, _, phase_one_s = arrow_phases.both_phases(self.spark, plan)
-                phase_one_ms = int(phase_one_s * 1000)
-                t1 = t0 + phase_one_s
+                progress.enter(PHASE_ONE, BOTH_PHASES_BAND)
+            with (
+                self._job_description(f"compaction {job.output_ledger_id}: both phases"),
+                self._tracked(f"compaction-{job.output_ledger_id}-both", [progress]),
+            ):
+                entries_read, _, phase_one_s = arrow_phases.both_phases(self.spark, plan)  # type: ignore[arg-type]
+            r.read(entries_read, int(phase_one_s * 1000))
+            return
+        self._fault("phase_one")
+        r.t0 = time.perf_counter()
+        with (
+            self._job_description(f"compaction {job.output_ledger_id}: phase one"),
+            self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_ONE}", [progress]),
+        ):
+            if plan is not None and job.strategy == OFFSET:
+                entries_read = arrow_phases.phase_one(self.spark, plan)
             else:
-                self._fault("phase_one")
-                t0 = time.perf_counter()
-                with (
-                    self._job_description(f"compaction {job.output_ledger_id}: phase one"),
-                    self._tracked(job, PHASE_ONE, progress),
-                ):
-                    if fast and job.strategy == OFFSET:
-                        entries_read = arrow_phases.phase_one(self.spark, plan)
-                    else:
-                        # Materialised here; phase two joins against it, the count comes from it.
-                        summary = self.phase_one_frame(job, inputs=inputs).persist(
-                            StorageLevel.MEMORY_AND_DISK
-                        )
-                        totals = summary.agg(F.sum(RECORDS)).first()
-                        entries_read = int(totals[0] or 0) if totals is not None else 0
-                phase_one_ms = _ms_since(t0)
-                self._fault("phase_two")
-                t1 = time.perf_counter()
-            if incremental:  # the previous ledger's rows were not read: count them
-                entries_read += previous.entries  # type: ignore[union-attr]
+                # Materialised here; phase two joins against it, the count comes from it.
+                r.summary = self.phase_one_frame(job, inputs=r.inputs).persist(StorageLevel.MEMORY_AND_DISK)
+                totals = r.summary.agg(F.sum(RECORDS)).first()
+                entries_read = int(totals[0] or 0) if totals is not None else 0
+        r.read(entries_read, _ms_since(r.t0))
+        self._fault("phase_two")
+        if progress is not None:
+            progress.set_totals(entries=r.entries_read)  # exact now
+            progress.enter(PHASE_TWO)
+        with (
+            self._job_description(f"compaction {job.output_ledger_id}: phase two"),
+            self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
+        ):
+            self._phase_two(job, r.inputs, plan, r.summary, r.since, r.tmp)
 
-            if not one_job:
-                if progress is not None:
-                    progress.set_totals(entries=entries_read)  # exact now
-                    progress.enter(PHASE_TWO)
-                with (
-                    self._job_description(f"compaction {job.output_ledger_id}: phase two"),
-                    self._tracked(job, PHASE_TWO, progress),
-                ):
-                    self._phase_two(job, inputs, plan if fast else None, summary, since, tmp)
-            if progress is not None:
-                progress.set_totals(entries=entries_read)
-                progress.enter(COMMIT)
-            dead = arrow_phases.dead_rows(plan) if delta else {}
-            shutil.rmtree(tmp / SCRATCH_DIR, ignore_errors=True)
-            tmp.mkdir(parents=True, exist_ok=True)
-            below = self._fold_deletes(job, previous, dead, tmp) if delta else None  # type: ignore[arg-type]
-            for path in sorted(tmp.iterdir()):
-                if path.is_file():
-                    fsync_path(path)
-            self._fault("manifest")
-            manifest = write_manifest(tmp, below=below)  # fsyncs the manifest and the directory
-            self._fault("rename")
-            os.rename(tmp, final)
-            renamed = True
-            fsync_dir(final.parent)
-            phase_two_ms = _ms_since(t1)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if renamed:
-                shutil.rmtree(final, ignore_errors=True)
-            raise
-        finally:
-            if summary is not None:
-                summary.unpersist()
+    def _shared_work(self, rounds: dict[int, _Round]) -> dict[int, Exception]:
+        """The Arrow work of several rounds as tasks of one Spark job (two when a round needs
+        both phases apart); returns the rounds whose tasks failed, with their error."""
+        self._fault("phase_one")
+        self._fault("phase_two")
+        ids = ",".join(str(r.job.output_ledger_id) for r in rounds.values())
+        both = {i: r.plan for i, r in rounds.items() if r.one_job}
+        apart = {i: r.plan for i, r in rounds.items() if not r.one_job}
+        t0 = time.perf_counter()
+        for r in rounds.values():
+            r.t0 = t0
+            if r.progress is not None:
+                r.progress.enter(PHASE_ONE, BOTH_PHASES_BAND if r.one_job else None)
+        first = min((r.job for r in rounds.values()), key=lambda j: j.output_ledger_id)
+        tag = shared_group(first.topic_root, first.output_ledger_id, len(rounds))
+        with (
+            self._job_description(f"compaction {ids}: {len(rounds)} rounds"),
+            self._tracked(tag, [r.progress for r in rounds.values()]),
+        ):
+            outcomes = arrow_phases.many_rounds(self.spark, both, apart)  # type: ignore[arg-type]
+        failed: dict[int, Exception] = {}
+        for i, outcome in outcomes.items():
+            if isinstance(outcome, Exception):
+                failed[i] = outcome
+            else:
+                rounds[i].read(outcome[0], int(outcome[1] * 1000))
+        later = {i: p for i, p in apart.items() if i not in failed}
+        if later:
+            for i in later:
+                p = rounds[i].progress
+                if p is not None:
+                    p.set_totals(entries=rounds[i].entries_read)
+                    p.enter(PHASE_TWO)
+            with (
+                self._job_description(f"compaction {ids}: phase two"),
+                self._tracked(tag, [rounds[i].progress for i in later]),
+            ):
+                second = arrow_phases.many_writes(self.spark, later)  # type: ignore[arg-type]
+            failed.update(second)
+        return failed
 
+    def _finish_round(self, r: _Round) -> CompactionResult:
+        """After the Spark work: deletion vectors, fsyncs, the manifest, the rename into place."""
+        job, progress, tmp, final = r.job, r.progress, r.tmp, r.final
+        previous = r.inputs.previous_manifest
+        entries_read = r.entries_read
+        if r.incremental:  # the previous ledger's rows were not read: count them
+            entries_read += previous.entries  # type: ignore[union-attr]
+        if progress is not None:
+            progress.set_totals(entries=entries_read)
+            progress.enter(COMMIT)
+        dead = arrow_phases.dead_rows(r.plan) if r.delta else {}  # type: ignore[arg-type]
+        shutil.rmtree(tmp / SCRATCH_DIR, ignore_errors=True)
+        tmp.mkdir(parents=True, exist_ok=True)
+        below = self._fold_deletes(job, previous, dead, tmp) if r.delta else None  # type: ignore[arg-type]
+        for path in sorted(tmp.iterdir()):
+            if path.is_file():
+                fsync_path(path)
+        self._fault("manifest")
+        manifest = write_manifest(tmp, below=below)  # fsyncs the manifest and the directory
+        self._fault("rename")
+        os.rename(tmp, final)
+        r.renamed = True
+        fsync_dir(final.parent)
         return CompactionResult(
             horizon=job.horizon,
             ledger_id=job.output_ledger_id,
@@ -598,12 +738,19 @@ class TwoPhaseCompactor:
             entries_read=entries_read,
             records_kept=manifest.entries,
             records_removed=entries_read - manifest.entries,
-            bytes_in=bytes_in,
+            bytes_in=r.bytes_in,
             bytes_out=manifest.size_bytes,
-            phase_one_ms=phase_one_ms,
-            phase_two_ms=phase_two_ms,
+            phase_one_ms=r.phase_one_ms,
+            phase_two_ms=_ms_since(r.t0 + r.phase_one_ms / 1000),
             manifest=manifest,
         )
+
+    @staticmethod
+    def _abandon(r: _Round) -> None:
+        """Remove what a failed round wrote."""
+        shutil.rmtree(r.tmp, ignore_errors=True)
+        if r.renamed:
+            shutil.rmtree(r.final, ignore_errors=True)
 
     def _phase_two(
         self,
@@ -645,13 +792,16 @@ class TwoPhaseCompactor:
     # ------------------------------------------------------------------ helpers
 
     def _tracked(
-        self, job: CompactionJob, phase: str, progress: RoundProgress | None
+        self, group: str, progresses: Sequence[RoundProgress | None]
     ) -> AbstractContextManager[None]:
-        """The phase's Spark jobs in a group of their own, their progress polled into ``progress``."""
-        if progress is None:
-            return nullcontext()
-        group = f"compaction-{job.output_ledger_id}-{phase}"
-        return SparkJobTracker(self.spark, group, progress).tracking()
+        """The body's Spark jobs in job group ``group``, their progress polled into every one
+        of ``progresses`` (the rounds that share them)."""
+        watching = [p for p in progresses if p is not None]
+        if not watching:
+            # A lone round leaves its caller's job group alone; shared rounds are always
+            # in their own (``shared_group``), where their jobs can be counted.
+            return job_group(self.spark, group) if _SHARED in group else nullcontext()
+        return SparkJobTracker(self.spark, group, watching).tracking()
 
     def _fault(self, phase: str) -> None:
         if self.fault_hook is not None:

@@ -90,6 +90,18 @@ class CompactionRecord:
     last_duration_ms: int = 0
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A round prepared for its Spark work (see ``CompactionService._prepare``)."""
+
+    topic: ManagedTopic
+    run_id: int
+    started: float  # time.monotonic()
+    previous: CompactedView | None
+    job: CompactionJob
+    progress: RoundProgress
+
+
 class CompactionService:
     """Starts compaction rounds on a bounded worker pool, one round per topic at a time."""
 
@@ -303,6 +315,34 @@ class CompactionService:
             self._futures[name] = future
         return run_id
 
+    def trigger_many(self, names: list[TopicName], *, trigger: str = "manual") -> list[TopicName]:
+        """Start rounds of ``names`` (a partitioned topic's partitions) in the background, their
+        Spark work in one job; each round commits or fails on its own. Returns the topics
+        skipped because a round of theirs runs already (the others are started)."""
+        topics = [self.broker.topic(n) for n in names]  # every one served here, or nothing starts
+        runs: list[tuple[ManagedTopic, int]] = []
+        busy: list[TopicName] = []
+        try:
+            for topic in topics:
+                if not topic.admin_lock.acquire(blocking=False):
+                    busy.append(topic.name)
+                    continue
+                try:
+                    runs.append((topic, self._new_run(topic, trigger)))
+                except BaseException:
+                    topic.admin_lock.release()
+                    raise
+            future = self._pool.submit(self._run_many_and_release, runs, trigger) if runs else None
+        except BaseException:
+            for topic, _ in runs:
+                topic.admin_lock.release()
+            raise
+        if future is not None:
+            with self._lock:
+                for topic, _ in runs:
+                    self._futures[topic.name] = future
+        return busy
+
     def compact_now(self, name: TopicName, *, trigger: str = "manual") -> CompactionStatus:
         """Run a round in the calling thread and wait for it (tests, CLI). 409 while one runs."""
         topic = self.broker.topic(name)
@@ -315,7 +355,8 @@ class CompactionService:
     def running(self) -> int:
         """Rounds queued or running now."""
         with self._lock:
-            return sum(1 for f in self._futures.values() if not f.done())
+            # Distinct: the rounds that share a job share a future.
+            return len({id(f) for f in self._futures.values() if not f.done()})
 
     def wait(self, name: TopicName, timeout: float | None = None) -> None:
         with self._lock:
@@ -366,22 +407,62 @@ class CompactionService:
         if topic.repair is not None and topic.view is None and trigger != REPAIR:
             self._start_repair(topic)  # damage found while this round ran
 
+    def _run_many_and_release(self, runs: list[tuple[ManagedTopic, int]], trigger: str) -> None:
+        try:
+            self._run_many(runs)
+        finally:
+            for topic, _ in runs:
+                if trigger == REPAIR:
+                    topic.repair = None
+                topic.admin_lock.release()
+        for topic, _ in runs:
+            if topic.repair is not None and topic.view is None and trigger != REPAIR:
+                self._start_repair(topic)  # damage found while the rounds ran
+
     # ---------------------------------------------------------------- a round
 
     def _run(self, topic: ManagedTopic, run_id: int) -> None:
+        pending = self._prepare(topic, run_id)
+        if pending is None:
+            return
+        compactor = self._compactor()
+        compactor.fault_hook = self.fault_hook
+        try:
+            outcome: CompactionResult | Exception = compactor.compact(pending.job, pending.progress)
+        except Exception as e:  # noqa: BLE001 - _complete records it
+            outcome = e
+        self._complete(pending, outcome)
+
+    def _run_many(self, runs: list[tuple[ManagedTopic, int]]) -> None:
+        """The rounds of several topics (a partitioned topic's partitions) with their Spark
+        work in one job (``TwoPhaseCompactor.compact_many``); each commits or fails alone."""
+        pending = [p for topic, run_id in runs if (p := self._prepare(topic, run_id)) is not None]
+        if not pending:
+            return
+        compactor = self._compactor()
+        compactor.fault_hook = self.fault_hook
+        try:
+            outcomes = compactor.compact_many([p.job for p in pending], [p.progress for p in pending])
+        except Exception as e:  # noqa: BLE001 - every round of the job fails with it
+            outcomes = [e] * len(pending)
+        for p, outcome in zip(pending, outcomes, strict=True):
+            self._complete(p, outcome)
+
+    def _prepare(self, topic: ManagedTopic, run_id: int) -> _Pending | None:
+        """A round up to its Spark work: the horizon, the verified inputs, the new ledger's id,
+        the job. None when the round is already over (nothing new: a quick success; or failed)."""
         new_ledger_id: int | None = None
-        view: CompactedView | None = None
         started = time.monotonic()
+        previous = topic.view
         try:
             policy = self.policies.effective(topic.name)
             now = now_ms()
             horizon = self._horizon(topic, topic.ledger.roll_over(), policy.minCompactionLagMs or 0, now)
-            previous = topic.view
             if horizon is None or (previous is not None and horizon <= previous.horizon):
                 # Nothing new since the last horizon (or nothing old enough): a quick success.
                 self._finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
                 self._observe(topic, started)
-                return
+                return None
             previous_horizon = previous.horizon if previous else None
             sealed = self._verified_inputs(topic, previous, previous_horizon, horizon)
             new_ledger_id = self._allocate_ledger(topic)
@@ -400,12 +481,22 @@ class CompactionService:
                 max_deltas=self.broker.settings.compaction_max_deltas,
                 consolidation_ratio=self.broker.settings.compaction_consolidation_ratio,
             )
-            compactor = self._compactor()
-            compactor.fault_hook = self.fault_hook
-            latest = self._progress.get(topic.name)
-            progress = latest[1] if latest is not None and latest[0] == run_id else RoundProgress()
-            result = compactor.compact(job, progress)
-            progress.enter(COMMIT)
+        except Exception as e:  # noqa: BLE001 - recorded as the round's error
+            self._failed(topic, run_id, e, started, previous=previous, new_ledger_id=new_ledger_id)
+            return None
+        latest = self._progress.get(topic.name)
+        progress = latest[1] if latest is not None and latest[0] == run_id else RoundProgress()
+        return _Pending(topic, run_id, started, previous, job, progress)
+
+    def _complete(self, p: _Pending, outcome: CompactionResult | Exception) -> None:
+        """Commit a round's result (or record how it failed), then swap the topic's view."""
+        topic, previous = p.topic, p.previous
+        view: CompactedView | None = None
+        try:
+            if isinstance(outcome, Exception):
+                raise outcome
+            result = outcome
+            p.progress.enter(COMMIT)
             if self.fault_hook is not None:
                 self.fault_hook("before_commit")
             # The manifest's CRC32C (the manifest carries its files'): recorded by the commit.
@@ -413,35 +504,50 @@ class CompactionService:
             # Made before the commit (it reads the manifest), so it holds the files it shares
             # with the previous view before that view lets them go.
             view = CompactedView(
-                horizon=horizon,
-                ledger_id=new_ledger_id,
+                horizon=p.job.horizon,
+                ledger_id=p.job.output_ledger_id,
                 directory=result.directory,
                 checksum=checksum,
                 files=topic.layer_files,
             )
-            self._commit(topic, run_id, result, previous, checksum)
-        except Exception as e:
-            if isinstance(e, CompactionUnavailable | RoundDamaged):
-                error = str(e)  # one line, logged once where it was found
-            elif (finding := self._damage_in(e)) is not None:
-                error = self._damaged_round(topic, finding, previous)
-            else:
-                log.exception("compaction of %s failed", topic.name)
-                error = f"{type(e).__name__}: {e}".strip() or traceback.format_exc()
-            if view is not None:
-                view.retire()  # its own files go; the ones it shares stay with the current view
-            if new_ledger_id is not None:
-                self._discard(topic, new_ledger_id)
-            self._finish(run_id, ERROR, error=error)
-            self._observe(topic, started, failed=True)
+            self._commit(topic, p.run_id, result, previous, checksum)
+        except Exception as e:  # noqa: BLE001 - recorded as the round's error
+            ledger_id = p.job.output_ledger_id
+            self._failed(topic, p.run_id, e, p.started, previous=previous, new_ledger_id=ledger_id, view=view)
             return
         topic.view = view
         topic.repair = None
         if self.fault_hook is not None:
             self.fault_hook("after_commit")  # tests see the files between commit and clean-up
-        self._observe(topic, started, result)
+        self._observe(topic, p.started, result)
         if previous is not None:
             previous.retire()
+
+    def _failed(
+        self,
+        topic: ManagedTopic,
+        run_id: int,
+        e: Exception,
+        started: float,
+        *,
+        previous: CompactedView | None,
+        new_ledger_id: int | None,
+        view: CompactedView | None = None,
+    ) -> None:
+        """Record a failed round: its one-line error (damage handled as damage), its files gone."""
+        if isinstance(e, CompactionUnavailable | RoundDamaged):
+            error = str(e)  # one line, logged once where it was found
+        elif (finding := self._damage_in(e)) is not None:
+            error = self._damaged_round(topic, finding, previous)
+        else:
+            log.error("compaction of %s failed", topic.name, exc_info=e)
+            error = f"{type(e).__name__}: {e}".strip() or traceback.format_exc()
+        if view is not None:
+            view.retire()  # its own files go; the ones it shares stay with the current view
+        if new_ledger_id is not None:
+            self._discard(topic, new_ledger_id)
+        self._finish(run_id, ERROR, error=error)
+        self._observe(topic, started, failed=True)
 
     def _verified_inputs(
         self,

@@ -16,6 +16,7 @@ from service.clock import now_ms
 from service.compaction import CompactionService
 from service.errors import Conflict, NotFound
 from service.metrics import ServiceMetrics
+from service.names import TopicName, partition_of
 from service.policies import Policy, PolicyStore
 from service.topics import Broker, ManagedTopic
 
@@ -127,9 +128,12 @@ class CompactionScheduler:
                 log.exception("compaction scheduler tick failed")
 
     def tick(self) -> list[tuple[str, str]]:
-        """One pass over every topic; returns the (topic, rule) rounds it started."""
+        """One pass over every topic; returns the (topic, rule) rounds it started. The
+        partitions of a partitioned topic due in one pass start together, their Spark work
+        in one job (``CompactionService.trigger_many``)."""
         started: list[tuple[str, str]] = []
         now = now_ms()
+        partitions: dict[TopicName, list[tuple[TopicName, str]]] = {}
         for topic in self.broker.topics():
             if self._stop.is_set():
                 break
@@ -139,11 +143,30 @@ class CompactionScheduler:
                 if self.compaction.running() >= self.compaction.workers:
                     continue
                 rule = due(topic, policy, now)
-                if rule is not None:
-                    self.compaction.trigger(topic.name, trigger=rule)
-                    started.append((str(topic.name), rule))
-                    if self.metrics is not None:
-                        self.metrics.scheduler_decisions.labels(rule).inc()
+                if rule is None:
+                    continue
+                owner = partition_of(topic.name)
+                if owner is not None:
+                    partitions.setdefault(owner[0], []).append((topic.name, rule))
+                    continue
+                self.compaction.trigger(topic.name, trigger=rule)
+                self._started(started, topic.name, rule)
             except (Conflict, NotFound):
                 continue  # already compacting, or deleted meanwhile
+        for due_now in partitions.values():
+            if self._stop.is_set() or self.compaction.running() >= self.compaction.workers:
+                break
+            # One trigger for the group: the rule of its first partition (each was due by its own).
+            try:
+                busy = self.compaction.trigger_many([n for n, _ in due_now], trigger=due_now[0][1])
+            except (Conflict, NotFound):
+                continue
+            for n, rule in due_now:
+                if n not in busy:
+                    self._started(started, n, rule)
         return started
+
+    def _started(self, started: list[tuple[str, str]], name: TopicName, rule: str) -> None:
+        started.append((str(name), rule))
+        if self.metrics is not None:
+            self.metrics.scheduler_decisions.labels(rule).inc()

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from api.deps import CanLookup, PartitionedDep, TenantAdmin, TopicDep
-from compactor.progress import ProgressSnapshot
+from compactor.progress import ProgressSnapshot, combined
 from service.compaction import CompactionService, CompactionStatus
 from service.errors import Conflict
 from service.models import CompactionRun
@@ -66,19 +66,16 @@ def progress_out(p: ProgressSnapshot) -> CompactionProgressOut:
 )
 def trigger_compaction(name: TopicDep, compaction: CompactionDep, partitioned: PartitionedDep) -> Response:
     """Start a compaction in the background: 204, or 409 while one runs. On a partitioned topic,
-    of every partition (409 when one of them is compacting already: the others are started)."""
+    of every partition, their Spark work in one job (409 when one of them is compacting
+    already: the others are started)."""
     found = partitioned.get(name)
     if found is None:
         compaction.trigger(name, trigger="manual")
         return Response(status_code=204)
-    busy = []
-    for p in found.partition_names():
-        try:
-            compaction.trigger(p, trigger="manual")
-        except Conflict:
-            busy.append(p.topic)
+    busy = compaction.trigger_many(found.partition_names(), trigger="manual")
     if busy:
-        raise Conflict(f"partitions already compacting (the others were started): {', '.join(busy)}")
+        names = ", ".join(p.topic for p in busy)
+        raise Conflict(f"partitions already compacting (the others were started): {names}")
     return Response(status_code=204)
 
 
@@ -116,11 +113,15 @@ def _partitioned_status(each: dict[str, CompactionStatus]) -> CompactionStatusOu
         status = "NOT_RUN"
     else:
         status = "SUCCESS" if statuses == {"SUCCESS"} else "NOT_RUN"
-    return CompactionStatusOut(
+    out = CompactionStatusOut(
         status=status,
         lastError="; ".join(failed) if failed and status == "ERROR" else None,
         partitions={p: st.status for p, st in each.items()},
     )
+    running = [st.progress for st in each.values() if st.status == "RUNNING" and st.progress is not None]
+    if running:
+        out.progress = progress_out(combined(running))  # of the partitions' rounds that run
+    return out
 
 
 @router.get("/{tenant}/{namespace}/{topic}/compactionRuns", dependencies=[CanLookup])

@@ -13,7 +13,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from compactor import TwoPhaseCompactor
-from compactor.progress import COMMIT, PHASE_ONE, PHASE_TWO, ProgressSnapshot, RoundProgress, SparkJobTracker
+from compactor.progress import (
+    COMMIT,
+    PHASE_ONE,
+    PHASE_TWO,
+    ProgressSnapshot,
+    RoundProgress,
+    SparkJobTracker,
+    combined,
+)
 from ledger.entry import Position
 from tests.compactor.test_two_phase import Topic
 
@@ -83,6 +91,18 @@ def test_bands_of_the_phases() -> None:
     p.advance(1.0)
     snap = p.snapshot()
     assert (snap.phase, snap.percent, snap.started_at) == (COMMIT, 100.0, 123)
+
+
+def test_the_progress_of_partitions_together_weighs_each_by_its_bytes() -> None:
+    def snap(phase: str, percent: float, read: int, total: int, started: int) -> ProgressSnapshot:
+        return ProgressSnapshot(phase, read, total, read * 10, total * 10, percent, started, 1_000 - started)
+
+    both = combined([snap(PHASE_TWO, 90.0, 30, 30, 100), snap(PHASE_ONE, 10.0, 5, 90, 200)])
+    assert both == ProgressSnapshot(PHASE_ONE, 35, 120, 350, 1200, 30.0, 100, 900)
+    # Before any round knows its bytes: each counts the same.
+    assert combined([snap(PHASE_ONE, 40.0, 0, 0, 5), snap(COMMIT, 100.0, 0, 0, 9)]).percent == 70.0
+    with pytest.raises(ValueError):
+        combined([])
 
 
 @pytest.mark.parametrize("strategy", ["offset", "eventTime"])

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor, arrow_phases
 from compactor.phases import NARROW_COLUMNS, phase_one
 from compactor.spark import explain_string, get_spark, local_cores, spark_conf
+from compactor.two_phase import shared_group
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, write_manifest
 from ledger.entry import Position, is_delete
 from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
@@ -683,3 +684,119 @@ def test_existing_output_is_never_overwritten(topic: Topic, compactor: TwoPhaseC
     with pytest.raises(FileExistsError):
         compactor.compact(topic.job(2, horizon=P(1, 0)))
     assert kept(compacted_dir(topic.root, 2)) == [(P(1, 0), "a", b"a0")]
+
+
+# ------------------------------------------------------------------ several rounds in one job
+
+
+def _partitions(tmp_path: Path, n: int) -> list[Topic]:
+    out = []
+    for i in range(n):
+        root = tmp_path / "ledgers" / "public" / "default" / f"orders-partition-{i}"
+        root.mkdir(parents=True)
+        out.append(Topic(root))
+    return out
+
+
+def _latest(messages: Sequence[tuple[Position, str, bytes | None]]) -> list[Kept]:
+    """The model: each key's latest message, in id order, keys whose latest deletes dropped."""
+    latest: dict[str, tuple[Position, bytes | None]] = {}
+    for pos, key, value in messages:
+        latest[key] = (pos, value)
+    return sorted((pos, key, value) for key, (pos, value) in latest.items() if not is_delete(key, value))
+
+
+def _fill(
+    t: Topic, i: int, ledger_ids: Sequence[int], count: int = 14
+) -> list[tuple[Position, str, bytes | None]]:
+    sent = []
+    for lid in ledger_ids:
+        msgs: list[Msg] = [
+            (f"k{(i * 3 + lid + j) % 9}", None if j % 5 == 4 else f"{i}:{lid}:{j}".encode())
+            for j in range(count)
+        ]
+        t.seal(lid, msgs)
+        sent += [(P(lid, j), k, v) for j, (k, v) in enumerate(msgs) if k is not None]
+    return sent
+
+
+def _jobs_in(spark: SparkSession, jobs: Sequence[CompactionJob]) -> int:
+    """Spark jobs run by the rounds of ``jobs`` that shared their work."""
+    first = min(jobs, key=lambda j: j.output_ledger_id)
+    group = shared_group(first.topic_root, first.output_ledger_id, len(jobs))
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def test_the_rounds_of_every_partition_are_one_spark_job_each_equal_to_the_model(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    compactor = TwoPhaseCompactor(spark, min_part_bytes=0)
+    parts = _partitions(tmp_path, 4)
+    sent = [_fill(t, i, [1, 2]) for i, t in enumerate(parts)]
+    jobs = [t.job(10 + i, horizon=P(2, 13)) for i, t in enumerate(parts)]
+
+    results = compactor.compact_many(jobs)
+
+    assert _jobs_in(spark, jobs) == 1
+    for result, messages in zip(results, sent, strict=True):
+        assert isinstance(result, CompactionResult)
+        assert kept(result) == _latest(messages)
+        assert result.entries_read == 28
+    # A later round of each, on top of its first: delta layers, again one job for all.
+    for i, t in enumerate(parts):
+        sent[i] += _fill(t, i + 5, [3], count=6)  # a few keys: the base keeps live rows
+    later = [
+        t.job(20 + i, horizon=P(3, 5), previous=r, ledger_ids=[3])  # type: ignore[arg-type]
+        for i, (t, r) in enumerate(zip(parts, results, strict=True))
+    ]
+    again = compactor.compact_many(later)
+    assert _jobs_in(spark, later) == 1
+    for result, messages in zip(again, sent, strict=True):
+        assert isinstance(result, CompactionResult)
+        assert [layer.kind for layer in result.manifest.layers] == ["base", "delta"]
+        assert kept(result) == _latest(messages)
+
+
+def test_rounds_too_big_for_one_task_each_share_a_phase_two_job(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One round on two cores: two groups, and (forced) the two phases apart.
+    monkeypatch.setattr(arrow_phases, "_ONE_JOB_NEW_SHARE", 10**9)
+    compactor = TwoPhaseCompactor(spark, min_part_bytes=0)
+    (t,) = _partitions(tmp_path, 1)
+    sent = _fill(t, 0, [1, 2, 3])
+    job = t.job(10, horizon=P(3, 13))
+    (result,) = compactor.compact_many([job])
+    assert isinstance(result, CompactionResult)
+    assert _jobs_in(spark, [job]) == 2
+    assert kept(result) == _latest(sent)
+
+
+def test_a_partition_whose_task_fails_leaves_the_others_committed_and_says_why(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    compactor = TwoPhaseCompactor(spark, min_part_bytes=0)
+    parts = _partitions(tmp_path, 3)
+    sent = [_fill(t, i, [1]) for i, t in enumerate(parts)]
+    # Partition 1's pages are garbage (its footer, which planning reads, is intact): its
+    # task fails when it decodes them.
+    damaged = parts[1].ledgers[1]
+    data = bytearray(damaged.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    data[4 : len(data) - 8 - footer] = bytes(len(data) - 12 - footer)
+    damaged.write_bytes(bytes(data))
+    jobs = [t.job(10 + i, horizon=P(1, 13)) for i, t in enumerate(parts)]
+
+    results = compactor.compact_many(jobs)
+
+    assert _jobs_in(spark, jobs) == 1
+    failed = results[1]
+    assert isinstance(failed, arrow_phases.TaskFailed)
+    assert "\n" not in str(failed) and str(failed)
+    assert str(damaged) in str(failed.__cause__)
+    final = compacted_dir(parts[1].root, 11)
+    assert not final.exists() and not final.with_name(final.name + TMP_SUFFIX).exists()
+    for i in (0, 2):
+        result = results[i]
+        assert isinstance(result, CompactionResult)
+        assert kept(result) == _latest(sent[i])

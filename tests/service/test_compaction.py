@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from compactor import TwoPhaseCompactor
+from compactor.two_phase import shared_group
 from ledger.entry import Entry, Position, Record
 from service.compaction import COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR, CompactionService
-from service.names import TopicName
+from service.names import TopicName, partition
 from service.stats import internal_stats
 from service.topics import Broker
+from tests.ledger.test_checksums import flip_value_page
 
 pytestmark = pytest.mark.spark
 
@@ -433,3 +435,45 @@ def test_keyless_messages_across_rounds_follow_the_current_setting(broker, compa
     produce(broker, ("b", b"1"))
     compaction.compact_now(topic)
     assert kv(read(broker, compacted=True)) == [("a", b"2"), ("b", b"1")]
+
+
+# ---------------------------------------------------------------- partitions: one job for all
+
+
+def test_the_partitions_of_a_topic_compact_in_one_spark_job_and_a_damaged_one_fails_alone(
+    broker, compaction, spark
+) -> None:
+    broker.settings.max_entries_per_ledger = 7
+    orders = TopicName("t", "ns", "orders")
+    names = [partition(orders, i) for i in range(3)]
+    model: dict[TopicName, dict[str, bytes]] = {}
+    for i, name in enumerate(names):
+        broker.create_topic(name)
+        pairs = [(f"k{j % 5}", f"{i}:{j}".encode()) for j in range(20)]
+        broker.produce(name, [Record(key=k, value=v) for k, v in pairs])
+        model[name] = dict(pairs)
+    # Partition 1's last ledger (where every key's latest value is) gets a damaged page after
+    # it was sealed and verified: only the Spark task that decodes the page can find it.
+    damaged = broker.topic(names[1]).ledger
+    last = damaged.roll_over()
+    assert last is not None
+    ledger_id, path = damaged.sealed_files(None, last)[-1]
+    flip_value_page(path, 0)
+
+    assert compaction.trigger_many(names) == []
+    for name in names:
+        compaction.wait(name, timeout=120)
+
+    statuses = [compaction.status(n) for n in names]
+    assert [s.status for s in statuses] == ["SUCCESS", "ERROR", "SUCCESS"]
+    assert f"ledger {ledger_id} of {names[1]} is damaged" in (statuses[1].last_error or "")
+    first = compaction.history(names[0])[0].compacted_ledger_id
+    assert first is not None
+    group = shared_group(broker.topic(names[0]).ledger.root, first, 3)  # the first round's
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == 1
+    for name in (names[0], names[2]):
+        got, _ = broker.read(name, "earliest", 100, read_compacted=True)
+        assert {e.key: e.value for e in got} == model[name]
+        assert broker.topic(name).view is not None
+    assert broker.topic(names[1]).view is None
+    assert not [p for p in damaged.root.iterdir() if p.name.startswith("compacted-")]

@@ -8,13 +8,16 @@ from collections.abc import Iterator
 import pytest
 
 from compactor import TwoPhaseCompactor
+from compactor.two_phase import shared_group
 from ledger.entry import Position, Record
 from service.compaction import CompactionService
 from service.cursors import SubscriptionService
 from service.errors import InvalidInput
-from service.names import TopicName
+from service.names import TopicName, partition
+from service.partitions import PartitionedTopics
 from service.policies import PolicyStore, Scope
 from service.scheduler import CompactionScheduler, apply_retention, due
+from service.tenants import TenantService
 from service.topics import Broker
 
 pytestmark = pytest.mark.spark
@@ -232,3 +235,30 @@ def test_retention_deletes_only_what_it_may(broker, scheduler, compaction, polic
     # Time-based retention: nothing is old enough for a day.
     policies.set(Scope.topic_of(NAME), retentionSizeBytes=None, retentionTimeMs=86_400_000)
     assert apply_retention(topic, policies.effective(NAME), now) == []
+
+
+def test_the_partitions_due_in_one_pass_compact_in_one_spark_job(
+    broker, db, compaction, policies, spark
+) -> None:
+    broker.settings.max_entries_per_ledger = 5
+    orders = TopicName("public", "default", "orders")
+    tenants = TenantService(db=db, topics_of=broker.list_topics)
+    PartitionedTopics(db=db, broker=broker, tenants=tenants, max_partitions=8).create(orders, 3)
+    # Set on the partitioned topic: every partition's threshold.
+    policies.set(Scope.topic_of(orders), compactionThreshold=100)
+    names = [partition(orders, i) for i in range(3)]
+    for i, name in enumerate(names):
+        broker.produce(name, [kv(f"k{j % 3}", f"{i}:{j}".encode() * 4) for j in range(9)])
+    scheduler = CompactionScheduler(broker=broker, compaction=compaction, policies=policies, interval_s=60)
+
+    assert sorted(scheduler.tick()) == [(str(n), "threshold") for n in names]
+
+    for name in names:
+        compaction.wait(name, timeout=120)
+    rounds = [(compaction.history(n)[0].compacted_ledger_id or 0, broker.topic(n).ledger.root) for n in names]
+    first, root = min(rounds)
+    group = shared_group(root, first, len(rounds))
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == 1
+    for i, name in enumerate(names):
+        got, _ = broker.read(name, "earliest", 100, read_compacted=True)
+        assert [(e.key, e.value) for e in got] == [(f"k{j % 3}", f"{i}:{j}".encode() * 4) for j in (6, 7, 8)]
