@@ -32,6 +32,7 @@ intact rows.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -153,6 +154,8 @@ class ManagedLedger:
         self._lock = threading.RLock()
         # Notified when entries become readable: long-polling consumers wait on it.
         self._appended = threading.Condition(self._lock)
+        # Called (once each) when entries become readable: waiters that hold no thread.
+        self._watchers: list[Callable[[], None]] = []
         self._shared = shared
         self._files = shared.files
         self._backlog = shared.backlog
@@ -314,6 +317,7 @@ class ManagedLedger:
             if wal is self._wal:
                 _refresh_open(self._current, wal)
             self._appended.notify_all()
+            self._wake_watchers_locked()
         return positions
 
     def _append_locked(
@@ -383,6 +387,33 @@ class ManagedLedger:
             return self._appended.wait_for(
                 lambda: self._closed or (self.last_position() or Position(-1, -1)) > after, timeout
             )
+
+    def on_entry_after(self, after: Position, callback: Callable[[], None]) -> Callable[[], None]:
+        """``wait_for_entries`` for a waiter that holds no thread (the binary protocol's
+        consumers, on the event loop): ``callback()`` is called once, now or from the thread
+        that appends, when an entry after ``after`` is readable or the ledger closes. It must
+        not block (it runs under the ledger's lock). Returns a function that cancels it."""
+        with self._lock:
+            ready = self._closed or (self.last_position() or Position(-1, -1)) > after
+            if not ready:
+                self._watchers.append(callback)
+        if ready:
+            callback()
+
+        def cancel() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._watchers.remove(callback)
+
+        return cancel
+
+    def _wake_watchers_locked(self) -> None:
+        if self._watchers:
+            watchers, self._watchers = self._watchers, []
+            for callback in watchers:
+                try:
+                    callback()
+                except Exception:  # noqa: BLE001 - one waiter's failure must not fail an append
+                    log.exception("waking a waiter of %s failed", self.name)
 
     def _remember(self, records: Sequence[Record]) -> None:
         if self._cache is None:
@@ -882,6 +913,7 @@ class ManagedLedger:
                 return
             self._closed = True
             self._appended.notify_all()
+            self._wake_watchers_locked()
             self._sealed_cv.notify_all()
             self._wal.close()
             for wal in self._sealing.values():

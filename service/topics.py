@@ -425,6 +425,12 @@ class Broker:
             raise NotFound(f"topic {name} not found")
         return topic
 
+    def served(self, name: TopicName) -> ManagedTopic | None:
+        """The topic if this instance serves it now, else None: never claims or loads one
+        (cheap enough for the event loop)."""
+        with self._lock:
+            return self._topics.get(name)
+
     def topics(self) -> list[ManagedTopic]:
         with self._lock:
             return list(self._topics.values())

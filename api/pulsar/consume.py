@@ -3,8 +3,11 @@ GET_LAST_MESSAGE_ID, UNSUBSCRIBE and CLOSE_CONSUMER, over the same topics, subsc
 and dispatchers as REST.
 
 Pulsar pushes: a consumer grants permits (FLOW) and the broker sends that many messages. Each
-consumer has one delivery task that asks for up to its permits (a long poll on a worker thread)
-and writes them as MESSAGE frames.
+consumer has one delivery task that asks for up to its permits (a read on a worker thread) and
+writes them as MESSAGE frames. When there is nothing to send it waits on the event loop, never
+on a worker thread (a client of a topic of hundreds of partitions waits on each one): for the
+topic's next append (``ManagedLedger.on_entry_after``), its own redelivery requests, and, on
+subscriptions that other consumers share, a short poll for messages they give back.
 
 - A durable subscription's consumer (``WireConsumer``) receives through
   ``SubscriptionService.receive``: the subscription's position, acknowledgements and dispatcher
@@ -60,6 +63,9 @@ _TYPES = {
 # Messages asked for at once, and how long one ask waits for the first.
 _PAGE = 1000
 _POLL_S = 1.0
+# How often a waiting consumer of a subscription others share looks for messages given back
+# to it (a negative ack, a consumer gone), which no append announces.
+_SHARED_POLL_S = 0.05
 # Batches a consumer remembers sending until they are acknowledged (the oldest forgotten first:
 # an ack of a forgotten batch then acknowledges the batch's first member only).
 _MAX_BATCHES = 100_000
@@ -93,6 +99,42 @@ class WireSubscriber:
         self.batches: dict[Position, list[Position]] = BoundedDict(_MAX_BATCHES)
         self._permitted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """Cut a wait short: something may be there to send (a redelivery asked for)."""
+        self._nudged.set()
+
+    async def _wait(self, after: Position, timeout_s: float) -> None:
+        """Until the topic has an entry after ``after``, the consumer is nudged or closed, or
+        ``timeout_s`` passes; on the event loop, holding no worker thread."""
+        if self.closed or timeout_s <= 0:
+            return
+        topic = self.conn.ctx.broker.served(self.topic)
+        loop = asyncio.get_running_loop()
+        appended = loop.create_future()
+
+        def done() -> None:
+            if not appended.done():
+                appended.set_result(None)
+
+        def wake() -> None:  # from the appending thread, under the ledger's lock: no blocking
+            loop.call_soon_threadsafe(done)
+
+        cancel = topic.ledger.on_entry_after(after, wake) if topic is not None else None
+        nudged = loop.create_task(self._nudged.wait())
+        try:
+            await asyncio.wait({appended, nudged}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            nudged.cancel()
+            self._nudged.clear()
+            if cancel is not None:
+                cancel()
+
+    def _last_position(self) -> Position:
+        topic = self.conn.ctx.broker.served(self.topic)
+        last = topic.ledger.last_position() if topic is not None else None
+        return last or Position(-1, -1)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._deliver())
@@ -217,6 +259,7 @@ class WireSubscriber:
     def close(self) -> None:
         self.closed = True
         self._permitted.set()
+        self._nudged.set()
 
     async def wait_closed(self) -> None:
         """Until what ``close`` started is done (a consumer detached from its subscription)."""
@@ -245,21 +288,30 @@ class WireConsumer(WireSubscriber):
         subscription: str,
         service_id: str,
         read_compacted: bool,
+        shared: bool = False,
     ) -> None:
         super().__init__(conn, consumer_id, topic, subscription, read_compacted)
         self.service_id = service_id
         self._detached: asyncio.Future[None] | None = None
+        # Exclusive: only appends and its own redeliveries bring it messages.
+        self._poll_s = _SHARED_POLL_S if shared else _POLL_S
 
     async def _fetch(self, limit: int) -> _Page:
-        delivered = await self.conn.call(
-            self.conn.ctx.subscriptions.receive,
-            self.topic,
-            self.subscription,
-            self.service_id,
-            max_messages=limit,
-            timeout_ms=int(_POLL_S * 1000),
-        )
-        return _Page(delivered.entries, delivered.redelivery_counts)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _POLL_S
+        while True:
+            seen = self._last_position()  # before the read: an append after it ends the wait
+            delivered = await self.conn.call(
+                self.conn.ctx.subscriptions.receive,
+                self.topic,
+                self.subscription,
+                self.service_id,
+                max_messages=limit,
+            )
+            remaining = deadline - loop.time()
+            if delivered.entries or self.closed or remaining <= 0:
+                return _Page(delivered.entries, delivered.redelivery_counts)
+            await self._wait(seen, min(remaining, self._poll_s))
 
     async def _idle(self) -> None:
         # No permits for a while (the application is not receiving): stay attached.
@@ -298,6 +350,7 @@ class WireConsumer(WireSubscriber):
             await self.conn.call(subs.negative_ack, self.topic, self.subscription, self.service_id, ids)
         else:
             await self.conn.call(subs.redeliver, self.topic, self.subscription, self.service_id)
+        self.nudge()
 
     async def seek(self, *, message_id: str | None, publish_time: int | None) -> None:
         await self.conn.call(
@@ -329,14 +382,21 @@ class WireReader(WireSubscriber):
         self.position = start
 
     async def _fetch(self, limit: int) -> _Page:
-        entries, nxt = await self.conn.call(
-            self.conn.ctx.broker.read_waiting,
-            self.topic,
-            self.position,
-            limit,
-            read_compacted=self.read_compacted,
-            timeout_s=_POLL_S,
-        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _POLL_S
+        while True:
+            entries, nxt = await self.conn.call(
+                self.conn.ctx.broker.read_waiting,
+                self.topic,
+                self.position,
+                limit,
+                read_compacted=self.read_compacted,
+                timeout_s=0,
+            )
+            remaining = deadline - loop.time()
+            if entries or self.closed or remaining <= 0:
+                break
+            await self._wait(Position(nxt.ledger_id, nxt.entry_id - 1), remaining)
         # The rest of a batch the page ends inside (its members are one entry to the client).
         while entries and (rest := rest_of_batch(entries[-1])):
             more, after = await self.conn.call(
@@ -448,7 +508,13 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
                 negative_ack_redelivery_delay_ms=0,
             )
             consumer = WireConsumer(
-                conn, req.consumer_id, name, req.subscription, info.consumer_id, req.read_compacted
+                conn,
+                req.consumer_id,
+                name,
+                req.subscription,
+                info.consumer_id,
+                req.read_compacted,
+                shared=_TYPES[req.subType] != EXCLUSIVE,
             )
         conn.consumers[req.consumer_id] = consumer
         consumer.start()

@@ -13,6 +13,8 @@ import pulsar
 import pytest
 
 from tests.conftest import Server
+from tests.e2e.conftest import QUIET
+from tests.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e]
 
@@ -240,3 +242,28 @@ def test_rest_produce_routes_a_key_where_the_official_client_does(
         params={"maxMessages": 1000},
     ).json()["messages"]
     assert first in {m["messageId"] for m in msgs}
+
+
+def test_a_consumer_waiting_on_a_hundred_partitions_holds_no_worker_thread(tmp_path) -> None:
+    # 8 worker threads (the fewest allowed) and an idle consumer of 100 partitions: if each
+    # waiting partition held a thread, the producer below would queue behind them past the
+    # client's timeouts.
+    server = ServerProcess(tmp_path / "data", env={"COMPACTOR_WORKER_THREADS": "8"})
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            name = partitioned(http, 100)
+            c = pulsar.Client(server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
+            try:
+                consumer = c.subscribe(full(name), "s", initial_position=pulsar.InitialPosition.Earliest)
+                time.sleep(2)  # every partition's consumer is waiting now
+                assert http.get("/health").status_code == 200
+                producer = c.create_producer(full(name), batching_enabled=False)
+                for i in range(20):
+                    producer.send(f"{i}".encode(), partition_key=f"k{i}")
+                got = sorted(consumer.receive(10_000).data() for _ in range(20))
+                assert got == sorted(f"{i}".encode() for i in range(20))
+            finally:
+                c.close()
+    finally:
+        server.stop()

@@ -271,3 +271,24 @@ def test_writing_ahead_that_fails_leaves_the_sealing_to_the_roll_over(
     sealed = pq.read_table(ml.root / f"{ids[0].ledger_id:020d}.parquet")
     assert sealed.num_rows == n and len(ids) == n
     assert sealed.column("key").to_pylist() == [e.key for e in read_everything(broker, 5000)]
+
+
+def test_a_waiter_without_a_thread_is_called_once_an_entry_follows_its_position(broker: Broker) -> None:
+    name = TopicName("t", "ns", "watched")
+    broker.create_topic(name)
+    ledger = broker.topic(name).ledger
+    calls: list[str] = []
+    first = broker.produce(name, records(1))[0]
+    ledger.on_entry_after(Position(-1, -1), lambda: calls.append("at once"))  # an entry is there
+    assert calls == ["at once"]
+    ledger.on_entry_after(first, lambda: calls.append("next"))
+    cancel = ledger.on_entry_after(first, lambda: calls.append("cancelled"))
+    cancel()
+    assert calls == ["at once"]  # nothing after ``first`` yet
+    second = broker.produce(name, records(2))[-1]
+    assert calls == ["at once", "next"]  # once, for a produce of two
+    broker.produce(name, records(1))
+    assert calls == ["at once", "next"]
+    ledger.on_entry_after(Position(second.ledger_id, second.entry_id + 5), lambda: calls.append("closed"))
+    ledger.close()
+    assert calls == ["at once", "next", "closed"]  # closing wakes every waiter
