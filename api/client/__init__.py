@@ -120,6 +120,7 @@ from api.client.message import (
     MessageLike,
     OutgoingMessage,
 )
+from api.client.partitioned import AsyncPartitionedConsumer, PartitionedConsumer
 from api.client.producer import AsyncProducer, Producer
 from api.client.reader import AsyncReader, Reader
 from api.client.sync import Client
@@ -170,6 +171,8 @@ __all__ = [
     "ClientError",
     "TransportError",
     "Timeout",
+    "PartitionedConsumer",
+    "AsyncPartitionedConsumer",
     "AlreadyClosed",
     "ServerError",
     "BadRequest",

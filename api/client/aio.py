@@ -29,6 +29,7 @@ from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import AsyncConsumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
+from api.client.partitioned import AsyncPartitionedConsumer, _op_partitions, partition_topic
 from api.client.producer import AsyncProducer
 from api.client.reader import AsyncReader
 from api.client.table_view import AsyncTableView
@@ -141,13 +142,11 @@ class AsyncClient(_BaseClient):
         priority_level: int = 0,
         negative_ack_redelivery_delay_ms: int = 60_000,
         dead_letter_policy: DeadLetterPolicy | None = None,
-    ) -> AsyncConsumer:
+    ) -> AsyncConsumer | AsyncPartitionedConsumer:
         """See ``Client.subscribe``."""
         self._check_open()
-        consumer = AsyncConsumer(
-            self,
-            _Topic.parse(topic),
-            subscription_name,
+        parsed = _Topic.parse(topic)
+        options: dict[str, Any] = dict(
             read_compacted=read_compacted,
             initial_position=initial_position,
             ack_timeout_ms=ack_timeout_ms,
@@ -159,6 +158,16 @@ class AsyncClient(_BaseClient):
             negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
             dead_letter_policy=dead_letter_policy,
         )
+        consumer: AsyncConsumer | AsyncPartitionedConsumer
+        partitions = await self._run(_op_partitions(parsed))
+        if partitions:
+            parts = [
+                AsyncConsumer(self, partition_topic(parsed, i), subscription_name, **options)
+                for i in range(partitions)
+            ]
+            consumer = AsyncPartitionedConsumer(self, parsed, parts)
+        else:
+            consumer = AsyncConsumer(self, parsed, subscription_name, **options)
         await self._run(consumer._op_open())
         self._children.add(consumer)
         return consumer
@@ -190,15 +199,21 @@ class AsyncClient(_BaseClient):
     ) -> AsyncTableView:
         """See ``Client.create_table_view``; ``start()`` follows the topic in an asyncio task."""
         self._check_open()
-        reader = AsyncReader(
-            self,
-            _Topic.parse(topic),
-            MessageId.earliest,
-            read_compacted=True,
-            inclusive=True,
-            receiver_queue_size=receiver_queue_size,
-        )
-        view = AsyncTableView(self, reader, poll_interval)
+        parsed = _Topic.parse(topic)
+        partitions = await self._run(_op_partitions(parsed))
+        topics = [partition_topic(parsed, i) for i in range(partitions)] if partitions else [parsed]
+        readers = [
+            AsyncReader(
+                self,
+                t,
+                MessageId.earliest,
+                read_compacted=True,
+                inclusive=True,
+                receiver_queue_size=receiver_queue_size,
+            )
+            for t in topics
+        ]
+        view = AsyncTableView(self, readers, poll_interval, str(parsed))
         await view.refresh()
         self._children.add(view)
         return view

@@ -27,6 +27,7 @@ from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import Consumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
+from api.client.partitioned import PartitionedConsumer, _op_partitions, partition_topic
 from api.client.producer import Producer
 from api.client.reader import Reader
 from api.client.table_view import TableView
@@ -148,7 +149,7 @@ class Client(_BaseClient):
         priority_level: int = 0,
         negative_ack_redelivery_delay_ms: int = 60_000,
         dead_letter_policy: DeadLetterPolicy | None = None,
-    ) -> Consumer:
+    ) -> Consumer | PartitionedConsumer:
         """Create the subscription if it does not exist (at ``initial_position``), then attach
         this consumer to it. With ``read_compacted`` the consumer reads the compacted topic up
         to the horizon and the log after it; without, every message of the log. It is the
@@ -175,10 +176,8 @@ class Client(_BaseClient):
         ``ack_group_time_ms=0`` sends each acknowledgement and returns once the server has it.
         """
         self._check_open()
-        consumer = Consumer(
-            self,
-            _Topic.parse(topic),
-            subscription_name,
+        parsed = _Topic.parse(topic)
+        options: dict[str, Any] = dict(
             read_compacted=read_compacted,
             initial_position=initial_position,
             ack_timeout_ms=ack_timeout_ms,
@@ -190,6 +189,16 @@ class Client(_BaseClient):
             negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
             dead_letter_policy=dead_letter_policy,
         )
+        consumer: Consumer | PartitionedConsumer
+        partitions = self._run(_op_partitions(parsed))
+        if partitions:
+            parts = [
+                Consumer(self, partition_topic(parsed, i), subscription_name, **options)
+                for i in range(partitions)
+            ]
+            consumer = PartitionedConsumer(self, parsed, parts)
+        else:
+            consumer = Consumer(self, parsed, subscription_name, **options)
         self._run(consumer._op_open())
         self._children.add(consumer)
         return consumer
@@ -230,15 +239,21 @@ class Client(_BaseClient):
         earliest message. ``refresh()`` applies newer messages; ``start()`` has a background
         thread do it every ``poll_interval`` seconds until ``close()``."""
         self._check_open()
-        reader = Reader(
-            self,
-            _Topic.parse(topic),
-            MessageId.earliest,
-            read_compacted=True,
-            inclusive=True,
-            receiver_queue_size=receiver_queue_size,
-        )
-        view = TableView(self, reader, poll_interval)
+        parsed = _Topic.parse(topic)
+        partitions = self._run(_op_partitions(parsed))
+        topics = [partition_topic(parsed, i) for i in range(partitions)] if partitions else [parsed]
+        readers = [
+            Reader(
+                self,
+                t,
+                MessageId.earliest,
+                read_compacted=True,
+                inclusive=True,
+                receiver_queue_size=receiver_queue_size,
+            )
+            for t in topics
+        ]
+        view = TableView(self, readers, poll_interval, str(parsed))
         view.refresh()
         self._children.add(view)
         return view

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from api.client._core import _Op
@@ -32,10 +32,13 @@ _R = TypeVar("_R", bound=_ReaderBase[Any])
 class _TableViewBase(Generic[_R]):
     """The key -> latest value map and its listeners; sync and async differ in refreshing."""
 
-    def __init__(self, reader: _R, poll_interval: float) -> None:
+    def __init__(self, readers: Sequence[_R], poll_interval: float, topic: str | None = None) -> None:
+        """``readers``: one of the topic, or one per partition of a partitioned topic (whose
+        name is ``topic``); a key is in one partition, so the map is their union."""
         if poll_interval <= 0:
             raise ValueError("poll_interval is a positive number of seconds")
-        self._reader = reader
+        self._readers = list(readers)
+        self._topic = topic or self._readers[0].topic()
         self.poll_interval = poll_interval
         self._data: dict[str, bytes] = {}
         self._lock = threading.Lock()
@@ -43,14 +46,15 @@ class _TableViewBase(Generic[_R]):
         self.last_error: ClientError | None = None
 
     def topic(self) -> str:
-        return self._reader.topic()
+        return self._topic
 
     def _op_refresh(self) -> _Op[int]:
         changes = 0
-        while (yield from self._reader._op_fill()):
-            batch = list(self._reader._queue)
-            self._reader._queue.clear()
-            changes += self._apply(batch)
+        for reader in self._readers:
+            while (yield from reader._op_fill()):
+                batch = list(reader._queue)
+                reader._queue.clear()
+                changes += self._apply(batch)
         return changes
 
     def _apply(self, messages: Iterable[Message]) -> int:
@@ -140,8 +144,10 @@ class TableView(_TableViewBase[Reader]):
     """A live key -> latest value map over a topic, as Pulsar's ``TableView``; made by
     ``Client.create_table_view``. Keyless messages are ignored; a tombstone removes its key."""
 
-    def __init__(self, client: Client, reader: Reader, poll_interval: float) -> None:
-        super().__init__(reader, poll_interval)
+    def __init__(
+        self, client: Client, readers: Sequence[Reader], poll_interval: float, topic: str | None = None
+    ) -> None:
+        super().__init__(readers, poll_interval, topic)
         self._client = client
         self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
@@ -157,7 +163,7 @@ class TableView(_TableViewBase[Reader]):
         """Follow the topic in a background thread, refreshing every ``poll_interval`` s; errors
         are logged and kept in ``last_error``, and the thread goes on."""
         if self._thread is None:
-            self._reader._check_open()
+            self._readers[0]._check_open()
             self._thread = threading.Thread(
                 target=self._follow, name=f"table-view {self.topic()}", daemon=True
             )
@@ -181,7 +187,8 @@ class TableView(_TableViewBase[Reader]):
         if self._thread is not None:
             self._thread.join(self._client.timeout + 1)
             self._thread = None
-        self._reader.close()
+        for reader in self._readers:
+            reader.close()
 
     def __enter__(self) -> TableView:
         return self
@@ -193,8 +200,14 @@ class TableView(_TableViewBase[Reader]):
 class AsyncTableView(_TableViewBase[AsyncReader]):
     """See ``TableView``; ``start()`` follows the topic in an asyncio task of the running loop."""
 
-    def __init__(self, client: AsyncClient, reader: AsyncReader, poll_interval: float) -> None:
-        super().__init__(reader, poll_interval)
+    def __init__(
+        self,
+        client: AsyncClient,
+        readers: Sequence[AsyncReader],
+        poll_interval: float,
+        topic: str | None = None,
+    ) -> None:
+        super().__init__(readers, poll_interval, topic)
         self._client = client
         self._refresh_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -205,7 +218,7 @@ class AsyncTableView(_TableViewBase[AsyncReader]):
 
     def start(self) -> AsyncTableView:
         if self._task is None:
-            self._reader._check_open()
+            self._readers[0]._check_open()
             self._task = asyncio.get_running_loop().create_task(
                 self._follow(), name=f"table-view {self.topic()}"
             )
@@ -229,4 +242,5 @@ class AsyncTableView(_TableViewBase[AsyncReader]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self._reader.close()
+        for reader in self._readers:
+            await reader.close()

@@ -3,6 +3,7 @@ their partitions, against a real ``compactor serve``."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -12,6 +13,7 @@ import httpx
 import pulsar
 import pytest
 
+from api.client import AsyncClient, AsyncPartitionedConsumer, Client, MessageId, PartitionedConsumer, Timeout
 from tests.conftest import Server
 from tests.e2e.conftest import QUIET
 from tests.server import ServerProcess
@@ -267,3 +269,100 @@ def test_a_consumer_waiting_on_a_hundred_partitions_holds_no_worker_thread(tmp_p
                 c.close()
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ the project's own client
+
+
+def test_the_project_client_produces_to_partitions_and_consumes_them_all_in_key_order(
+    http: httpx.Client, shared_server: Server
+) -> None:
+    name = partitioned(http, 3)
+    with Client(shared_server.url) as c:
+        producer = c.create_producer(full(name))
+        sent: list[tuple[str | None, bytes]] = []
+        for i in range(60):
+            key = f"k{i % 7}" if i % 6 else None
+            producer.send(f"{i}".encode(), key=key)
+            sent.append((key, f"{i}".encode()))
+        consumer = c.subscribe(full(name), "s", initial_position="earliest")
+        assert isinstance(consumer, PartitionedConsumer) and consumer.partitions == 3
+        got = [consumer.receive(10_000) for _ in range(60)]
+        assert sorted(m.value() for m in got) == sorted(v for _, v in sent)  # type: ignore[type-var]
+        where: dict[str, set[str]] = {}
+        for m in got:
+            if m.key() is not None:
+                where.setdefault(m.key(), set()).add(m.topic)  # type: ignore[arg-type]
+        assert all(len(t) == 1 for t in where.values())  # a key is in one partition
+        for key in where:  # and its messages come in the order they were sent
+            assert [m.value() for m in got if m.key() == key] == [v for k, v in sent if k == key]
+        assert len({m.topic for m in got}) == 3
+        # Acknowledged in each partition (bare ids too): nothing comes again.
+        consumer.acknowledge_many([m.message_id() for m in got[:30]] + got[30:])  # type: ignore[operator]
+        consumer.close()
+        again = c.subscribe(full(name), "s", negative_ack_redelivery_delay_ms=0)
+        with pytest.raises(Timeout):
+            again.receive(500)
+        # A negative ack redelivers from its own partition.
+        producer.send(b"late", key="k1")
+        late = again.receive(10_000)
+        again.negative_acknowledge(late)
+        assert again.receive(10_000).value() == b"late"
+        # Seeking to the earliest message seeks every partition; unsubscribing removes the
+        # subscription from each.
+        again.seek(MessageId.earliest)
+        assert len({again.receive(10_000).value() for _ in range(61)}) == 61
+        again.unsubscribe()
+        for i in range(3):
+            assert "s" not in http.get(f"{ADMIN}/{name}-partition-{i}/subscriptions").json()
+
+
+def test_the_project_client_reads_compacted_partitions_and_a_table_view_covers_them(
+    http: httpx.Client, shared_server: Server
+) -> None:
+    name = partitioned(http, 4)
+    latest: dict[str, bytes] = {}
+    with Client(shared_server.url) as c:
+        producer = c.create_producer(full(name))
+        for i in range(80):
+            key, value = f"k{i % 15}", f"v{i}".encode()
+            deleted = i in (71, 77)
+            producer.send(None if deleted else value, key=key)
+            if deleted:
+                latest.pop(key, None)
+            else:
+                latest[key] = value
+        c.admin.topics.compact(full(name))
+        assert c.admin.topics.wait_for_compaction(full(name), timeout=180).status == "SUCCESS"
+        consumer = c.subscribe(full(name), "compacted", read_compacted=True, initial_position="earliest")
+        got = {}
+        while True:
+            try:
+                m = consumer.receive(1_000)
+            except Timeout:
+                break
+            got[m.key()] = m.value()
+        assert got == latest  # the latest value of each key, deleted keys gone, over every partition
+        consumer.close()
+        with c.create_table_view(full(name)) as table:
+            assert {k: table.get(k) for k in latest} == latest and len(table) == len(latest)
+            producer.send(b"new", key="k0")
+            assert table.refresh() == 1 and table.get("k0") == b"new"
+
+
+def test_the_project_async_client_consumes_every_partition(http: httpx.Client, shared_server: Server) -> None:
+    name = partitioned(http, 2)
+
+    async def run() -> list[bytes]:
+        async with AsyncClient(shared_server.url) as c:
+            producer = await c.create_producer(full(name))
+            consumer = await c.subscribe(full(name), "s", subscription_type="Shared")
+            assert isinstance(consumer, AsyncPartitionedConsumer)
+            for i in range(20):
+                await producer.send(f"{i}".encode(), key=f"k{i}")
+            got = [await consumer.receive(10_000) for _ in range(20)]
+            await consumer.acknowledge_many(got)
+            await consumer.close()
+            return [m.value() for m in got]  # type: ignore[misc]
+
+    assert sorted(asyncio.run(run())) == sorted(f"{i}".encode() for i in range(20))
