@@ -41,6 +41,10 @@ _NAME_LIMITS = {
     "topic": {"pattern": NAME_PATTERN, "minLength": 1, "maxLength": 128},
     "sub": {"pattern": SUBSCRIPTION_PATTERN, "minLength": 1, "maxLength": 256},
 }
+# A dead letter topic: a topic name, alone or with the topic's own tenant and namespace (which
+# the route checks), with or without ``persistent://`` (service.dead_letters).
+_PART = NAME_PATTERN[1:-1]
+DEAD_LETTER_TOPIC_PATTERN = rf"^(persistent://)?({_PART}/{_PART}/)?({_PART})$"
 # A message id as the service writes it ("L:E", a Pulsar batch's member "L:E:i"), or where a
 # read or seek may start.
 MESSAGE_ID_PATTERN = r"^[0-9]{1,18}:[0-9]{1,18}(:[0-9]{1,9})?$"
@@ -292,6 +296,11 @@ def _patch_properties(schemas: dict[str, Any]) -> None:
     message = schemas.get("MessageIn")
     if message:
         message["properties"]["value"] = _nullable({"type": "string", "pattern": BASE64_PATTERN})
+    dead_letters = schemas.get("DeadLetterPolicyBody")
+    if dead_letters:
+        dead_letters["properties"]["deadLetterTopic"] = _nullable(
+            {"type": "string", "pattern": DEAD_LETTER_TOPIC_PATTERN, "minLength": 1, "maxLength": 400}
+        )
 
 
 def _partition_bounds(doc: dict[str, Any], max_partitions: int) -> None:
