@@ -14,6 +14,7 @@ from api.audit import AuditLog
 from api.guard import RequestGuard
 from api.http_metrics import HttpMetrics
 from api.openapi import install_openapi
+from api.peers import Peers
 from api.pulsar.listener import BrokerListener
 from api.routes import (
     admin,
@@ -134,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.db = db
         app.state.broker = broker
         app.state.compaction = compaction
+        app.state.peers = peers = Peers(settings)
         # Spark takes seconds to start: check Java (and with warm-up, start Spark and run a
         # throw-away round) now, in the background, so the first compaction does not wait.
         engine.start_in_background()
@@ -155,6 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await listener.stop()
+            peers.close()
             engine.stop()
             service_metrics.unwatch()
             scrubber.stop()

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from api.auth import require
+from api.peers import Peers
 from service.authorization import Rule
 from service.names import TopicName
 from service.partitions import PartitionedTopics
@@ -31,6 +32,15 @@ async def get_partitioned(request: Request) -> PartitionedTopics:
     return request.app.state.partitioned  # type: ignore[no-any-return]
 
 
+async def get_peers(request: Request) -> Peers:
+    return request.app.state.peers  # type: ignore[no-any-return]
+
+
+async def authorization(request: Request) -> str | None:
+    """The request's ``Authorization`` header, for a request made on the client's behalf."""
+    return request.headers.get("authorization")
+
+
 async def topic_name(tenant: str, namespace: str, topic: str) -> TopicName:
     """The topic a path names; 400 for a name that could not be a directory.
 
@@ -44,6 +54,8 @@ TenantsDep = Annotated[TenantService, Depends(get_tenants)]
 TopicDep = Annotated[TopicName, Depends(topic_name)]
 SchemasDep = Annotated[SchemaRegistry, Depends(get_schemas)]
 PartitionedDep = Annotated[PartitionedTopics, Depends(get_partitioned)]
+PeersDep = Annotated[Peers, Depends(get_peers)]
+AuthorizationDep = Annotated[str | None, Depends(authorization)]
 
 # A route declares what it needs with ``dependencies=[...]`` (or its router does); see
 # service.authorization for the rules. tests/api/test_routes_authorization.py fails on a route

@@ -42,7 +42,7 @@ from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
 from service.cursors import COMPACTION_CURSOR
-from service.errors import CompactionUnavailable, Conflict
+from service.errors import CompactionUnavailable, Conflict, NotOwner
 from service.integrity import (
     COMPACTED,
     Finding,
@@ -91,6 +91,15 @@ class CompactionRecord:
 
 
 @dataclass(frozen=True)
+class ManyTriggered:
+    """What ``CompactionService.trigger_many`` did not start: topics whose round runs already,
+    and topics another instance owns, with the owner's URL."""
+
+    busy: list[TopicName]
+    elsewhere: dict[TopicName, str]
+
+
+@dataclass(frozen=True)
 class _Pending:
     """A round prepared for its Spark work (see ``CompactionService._prepare``)."""
 
@@ -100,6 +109,14 @@ class _Pending:
     previous: CompactedView | None
     job: CompactionJob
     progress: RoundProgress
+    rolled: float  # time.monotonic() when the open ledger was rolled over and sealed
+    prepared: float  # ... and when the inputs were verified and the job made
+
+    def timings(self, spark_done: float, committed: float) -> str:
+        """Where the round's time went, for its log line."""
+        ms = [int((b - a) * 1000) for a, b in ((self.started, self.rolled), (self.rolled, self.prepared))]
+        spark, commit = int((spark_done - self.prepared) * 1000), int((committed - spark_done) * 1000)
+        return f"roll-over and seal {ms[0]} ms, inputs {ms[1]} ms, Spark work {spark} ms, commit {commit} ms"
 
 
 class CompactionService:
@@ -315,11 +332,18 @@ class CompactionService:
             self._futures[name] = future
         return run_id
 
-    def trigger_many(self, names: list[TopicName], *, trigger: str = "manual") -> list[TopicName]:
+    def trigger_many(self, names: list[TopicName], *, trigger: str = "manual") -> ManyTriggered:
         """Start rounds of ``names`` (a partitioned topic's partitions) in the background, their
-        Spark work in one job; each round commits or fails on its own. Returns the topics
-        skipped because a round of theirs runs already (the others are started)."""
-        topics = [self.broker.topic(n) for n in names]  # every one served here, or nothing starts
+        Spark work in one job; each round commits or fails on its own. Says which topics were
+        skipped: those a round of runs already, and those another instance owns (theirs to
+        compact; the others are started)."""
+        topics: list[ManagedTopic] = []
+        elsewhere: dict[TopicName, str] = {}
+        for n in names:
+            try:
+                topics.append(self.broker.topic(n))
+            except NotOwner as e:
+                elsewhere[n] = e.url
         runs: list[tuple[ManagedTopic, int]] = []
         busy: list[TopicName] = []
         try:
@@ -341,7 +365,7 @@ class CompactionService:
             with self._lock:
                 for topic, _ in runs:
                     self._futures[topic.name] = future
-        return busy
+        return ManyTriggered(busy=busy, elsewhere=elsewhere)
 
     def compact_now(self, name: TopicName, *, trigger: str = "manual") -> CompactionStatus:
         """Run a round in the calling thread and wait for it (tests, CLI). 409 while one runs."""
@@ -458,6 +482,7 @@ class CompactionService:
             policy = self.policies.effective(topic.name)
             now = now_ms()
             horizon = self._horizon(topic, topic.ledger.roll_over(), policy.minCompactionLagMs or 0, now)
+            rolled = time.monotonic()
             if horizon is None or (previous is not None and horizon <= previous.horizon):
                 # Nothing new since the last horizon (or nothing old enough): a quick success.
                 self._finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
@@ -486,12 +511,13 @@ class CompactionService:
             return None
         latest = self._progress.get(topic.name)
         progress = latest[1] if latest is not None and latest[0] == run_id else RoundProgress()
-        return _Pending(topic, run_id, started, previous, job, progress)
+        return _Pending(topic, run_id, started, previous, job, progress, rolled, time.monotonic())
 
     def _complete(self, p: _Pending, outcome: CompactionResult | Exception) -> None:
         """Commit a round's result (or record how it failed), then swap the topic's view."""
         topic, previous = p.topic, p.previous
         view: CompactedView | None = None
+        spark_done = time.monotonic()
         try:
             if isinstance(outcome, Exception):
                 raise outcome
@@ -517,6 +543,15 @@ class CompactionService:
             return
         topic.view = view
         topic.repair = None
+        log.info(
+            "compacted %s into ledger %d: %d messages read, %d kept, in %d ms (%s)",
+            topic.name,
+            result.ledger_id,
+            result.entries_read,
+            result.records_kept,
+            int((time.monotonic() - p.started) * 1000),
+            p.timings(spark_done, time.monotonic()),
+        )
         if self.fault_hook is not None:
             self.fault_hook("after_commit")  # tests see the files between commit and clean-up
         self._observe(topic, p.started, result)

@@ -9,7 +9,7 @@ name (``<base>-partition-<i>``) is a topic only as partition ``i`` of the partit
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -19,11 +19,14 @@ from ledger.entry import Position, Record
 from service import models
 from service.clock import now_ms
 from service.db import Database
-from service.errors import Conflict, InvalidInput, NotFound
+from service.errors import Conflict, InvalidInput, NotFound, NotOwner
 from service.names import PARTITION_SUFFIX, TopicName, partition, partition_of
 from service.partition_routing import RoundRobin, key_partition
 from service.tenants import TenantService
 from service.topics import Broker
+
+# Stores a partition's messages (by their indexes in the request) at the instance that owns it.
+Forward = Callable[[TopicName, str, list[int]], list[Position]]
 
 
 @dataclass(frozen=True)
@@ -102,12 +105,17 @@ class PartitionedTopics:
 
     # ------------------------------------------------------------------ producing
 
-    def produce(self, topic: PartitionedTopic, records: Sequence[Record]) -> tuple[list[Position], list[int]]:
+    def produce(
+        self, topic: PartitionedTopic, records: Sequence[Record], forward: Forward | None = None
+    ) -> tuple[list[Position], list[int]]:
         """Append ``records`` to the partitions the official client would send them to (a
         keyed message by the hash of its key, the others in turn: ``service.partition_routing``);
-        each record's position and partition, in the order given. Every record is checked before
-        any is written; the partitions are then written one after the other, so a failure of one
-        partition's write leaves the messages of the partitions written before it stored."""
+        each record's position and partition, in the order given. Every record is checked, and
+        every partition's owner found, before any is written; the partitions are then written
+        one after the other, so a failure of one partition's write leaves the messages of the
+        partitions written before it stored. With several instances, the messages of a partition
+        another instance owns are handed to ``forward(partition, owner URL, indexes)``, which
+        stores them there (without it, ``NotOwner`` before anything is written)."""
         self.broker.check_records(records)
         n = topic.partitions
         name = str(topic.name)
@@ -115,9 +123,21 @@ class PartitionedTopics:
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(targets):
             groups.setdefault(p, []).append(i)
+        owners: dict[int, str] = {}
+        for p in groups:
+            try:
+                self.broker.topic(partition(topic.name, p))  # served here, or taken now
+            except NotOwner as e:
+                if forward is None:
+                    raise
+                owners[p] = e.url
         positions: list[Position] = [Position(-1, -1)] * len(records)
         for p, indexes in sorted(groups.items()):
-            written = self.broker.produce(partition(topic.name, p), [records[i] for i in indexes])
+            where = partition(topic.name, p)
+            if p in owners:
+                written = forward(where, owners[p], indexes)  # type: ignore[misc]
+            else:
+                written = self.broker.produce(where, [records[i] for i in indexes])
             for i, pos in zip(indexes, written, strict=True):
                 positions[i] = pos
         return positions, targets

@@ -158,11 +158,11 @@ class CompactionScheduler:
                 break
             # One trigger for the group: the rule of its first partition (each was due by its own).
             try:
-                busy = self.compaction.trigger_many([n for n, _ in due_now], trigger=due_now[0][1])
+                skipped = self.compaction.trigger_many([n for n, _ in due_now], trigger=due_now[0][1])
             except (Conflict, NotFound):
                 continue
             for n, rule in due_now:
-                if n not in busy:
+                if n not in skipped.busy and n not in skipped.elsewhere:
                     self._started(started, n, rule)
         return started
 

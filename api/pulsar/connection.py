@@ -95,6 +95,14 @@ class BrokerContext:
     # subscribes again (Pulsar keeps the non-durable cursor across that reconnection).
     reader_positions: BoundedDict = field(default_factory=lambda: BoundedDict(10_000))
     access: ProducerAccess = field(default_factory=lambda: ProducerAccess())
+    # Consumers waiting for messages on a worker thread now (see ``consume.WireSubscriber``);
+    # touched on the event loop only.
+    thread_waits: int = 0
+
+    @property
+    def max_thread_waits(self) -> int:
+        """How many consumers may wait on a worker thread at once: a quarter of the pool."""
+        return max(1, self.settings.worker_threads // 4)
 
 
 class PulsarConnection(asyncio.Protocol):

@@ -4,10 +4,12 @@ and dispatchers as REST.
 
 Pulsar pushes: a consumer grants permits (FLOW) and the broker sends that many messages. Each
 consumer has one delivery task that asks for up to its permits (a read on a worker thread) and
-writes them as MESSAGE frames. When there is nothing to send it waits on the event loop, never
-on a worker thread (a client of a topic of hundreds of partitions waits on each one): for the
-topic's next append (``ManagedLedger.on_entry_after``), its own redelivery requests, and, on
-subscriptions that other consumers share, a short poll for messages they give back.
+writes them as MESSAGE frames. When there is nothing to send, it waits for the topic's next
+append. Up to a quarter of the worker threads, consumers wait on a worker thread, inside the read
+(the shortest way from an append to the consumer); the others wait on the event loop, holding no
+thread (``ManagedLedger.on_entry_after``, their own redelivery requests and acks, and on
+subscriptions that others share a short poll for messages given back), so that a client of a
+topic of hundreds of partitions, which waits on each one, cannot take every thread.
 
 - A durable subscription's consumer (``WireConsumer``) receives through
   ``SubscriptionService.receive``: the subscription's position, acknowledgements and dispatcher
@@ -27,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from api.pulsar import pulsar_api_pb2 as pb
@@ -130,6 +132,20 @@ class WireSubscriber:
             self._nudged.clear()
             if cancel is not None:
                 cancel()
+
+    @contextlib.asynccontextmanager
+    async def _thread_wait(self) -> AsyncIterator[bool]:
+        """Whether this fetch may wait on a worker thread (a slot of the shared few is free),
+        holding the slot while it does."""
+        ctx = self.conn.ctx
+        if ctx.thread_waits >= ctx.max_thread_waits:
+            yield False
+            return
+        ctx.thread_waits += 1
+        try:
+            yield True
+        finally:
+            ctx.thread_waits -= 1
 
     def _last_position(self) -> Position:
         topic = self.conn.ctx.broker.served(self.topic)
@@ -297,6 +313,17 @@ class WireConsumer(WireSubscriber):
         self._poll_s = _SHARED_POLL_S if shared else _POLL_S
 
     async def _fetch(self, limit: int) -> _Page:
+        async with self._thread_wait() as on_thread:
+            if on_thread:
+                delivered = await self.conn.call(
+                    self.conn.ctx.subscriptions.receive,
+                    self.topic,
+                    self.subscription,
+                    self.service_id,
+                    max_messages=limit,
+                    timeout_ms=int(_POLL_S * 1000),
+                )
+                return _Page(delivered.entries, delivered.redelivery_counts)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _POLL_S
         while True:
@@ -343,6 +370,7 @@ class WireConsumer(WireSubscriber):
         await self.conn.call(
             subs.ack, self.topic, self.subscription, self.service_id, ids, cumulative=cumulative
         )
+        self.nudge()  # a consumer at its bound of unacknowledged messages may receive again
 
     async def redeliver(self, ids: list[Position]) -> None:
         subs = self.conn.ctx.subscriptions
@@ -384,19 +412,20 @@ class WireReader(WireSubscriber):
     async def _fetch(self, limit: int) -> _Page:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _POLL_S
-        while True:
-            entries, nxt = await self.conn.call(
-                self.conn.ctx.broker.read_waiting,
-                self.topic,
-                self.position,
-                limit,
-                read_compacted=self.read_compacted,
-                timeout_s=0,
-            )
-            remaining = deadline - loop.time()
-            if entries or self.closed or remaining <= 0:
-                break
-            await self._wait(Position(nxt.ledger_id, nxt.entry_id - 1), remaining)
+        async with self._thread_wait() as on_thread:
+            while True:
+                entries, nxt = await self.conn.call(
+                    self.conn.ctx.broker.read_waiting,
+                    self.topic,
+                    self.position,
+                    limit,
+                    read_compacted=self.read_compacted,
+                    timeout_s=_POLL_S if on_thread else 0,
+                )
+                remaining = deadline - loop.time()
+                if entries or self.closed or remaining <= 0 or on_thread:
+                    break
+                await self._wait(Position(nxt.ledger_id, nxt.entry_id - 1), remaining)
         # The rest of a batch the page ends inside (its members are one entry to the client).
         while entries and (rest := rest_of_batch(entries[-1])):
             more, after = await self.conn.call(

@@ -7,11 +7,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
-from api.deps import CanLookup, PartitionedDep, TenantAdmin, TopicDep
+from api.deps import AuthorizationDep, CanLookup, PartitionedDep, PeersDep, TenantAdmin, TopicDep
+from api.peers import Peers
 from compactor.progress import ProgressSnapshot, combined
 from service.compaction import CompactionService, CompactionStatus
-from service.errors import Conflict
+from service.errors import Conflict, NotOwner, Unavailable
 from service.models import CompactionRun
+from service.names import TopicName
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["compaction"])
 
@@ -63,19 +65,40 @@ def progress_out(p: ProgressSnapshot) -> CompactionProgressOut:
     status_code=204,
     response_class=Response,
     dependencies=[TenantAdmin],
+    responses={
+        409: {"description": "a compaction of the topic (or of a partition) is already running"},
+        503: {"description": "a partition's owner could not be asked to compact it (the others started)"},
+    },
 )
-def trigger_compaction(name: TopicDep, compaction: CompactionDep, partitioned: PartitionedDep) -> Response:
+def trigger_compaction(
+    name: TopicDep,
+    compaction: CompactionDep,
+    partitioned: PartitionedDep,
+    peers: PeersDep,
+    auth: AuthorizationDep,
+) -> Response:
     """Start a compaction in the background: 204, or 409 while one runs. On a partitioned topic,
-    of every partition, their Spark work in one job (409 when one of them is compacting
-    already: the others are started)."""
+    of every partition: those this instance owns in one Spark job, the others by their owners
+    (asked on the client's behalf); 409 when one of them is compacting already, 503 when an
+    owner could not be asked (the others are started either way)."""
     found = partitioned.get(name)
     if found is None:
         compaction.trigger(name, trigger="manual")
         return Response(status_code=204)
-    busy = compaction.trigger_many(found.partition_names(), trigger="manual")
+    skipped = compaction.trigger_many(found.partition_names(), trigger="manual")
+    busy = [p.topic for p in skipped.busy]
+    unreachable = []
+    for p, owner in skipped.elsewhere.items():
+        reply = peers.ask(owner, "PUT", p, "compaction", auth)
+        if reply.status == 409:
+            busy.append(p.topic)
+        elif not reply.ok:
+            unreachable.append(f"{p.topic} ({reply.error})")
+    if unreachable:
+        names = ", ".join(unreachable)
+        raise Unavailable(f"partitions not started (the others were): {names}", retry_after=5)
     if busy:
-        names = ", ".join(p.topic for p in busy)
-        raise Conflict(f"partitions already compacting (the others were started): {names}")
+        raise Conflict(f"partitions already compacting (the others were started): {', '.join(busy)}")
     return Response(status_code=204)
 
 
@@ -87,19 +110,58 @@ def trigger_compaction(name: TopicDep, compaction: CompactionDep, partitioned: P
     dependencies=[CanLookup],
 )
 def compaction_status(
-    name: TopicDep, compaction: CompactionDep, partitioned: PartitionedDep
+    name: TopicDep,
+    compaction: CompactionDep,
+    partitioned: PartitionedDep,
+    peers: PeersDep,
+    auth: AuthorizationDep,
 ) -> CompactionStatusOut:
     """NOT_RUN, RUNNING, SUCCESS or ERROR; while RUNNING, with ``progress``. A partitioned
     topic's: RUNNING while a partition's round runs, then ERROR if one failed (``lastError``
-    names them), else SUCCESS once each has compacted; ``partitions`` has each one's status."""
+    names them), else SUCCESS once each has compacted; ``partitions`` has each one's status
+    (a partition another instance owns, as its owner tells; 503 when it cannot be asked)."""
     found = partitioned.get(name)
     if found is not None:
-        return _partitioned_status({p.topic: compaction.status(p) for p in found.partition_names()})
+        return _partitioned_status(
+            {p.topic: _status_anywhere(p, compaction, peers, auth) for p in found.partition_names()}
+        )
     st = compaction.status(name)
     out = CompactionStatusOut(status=st.status, lastError=st.last_error)
     if st.progress is not None:
         out.progress = progress_out(st.progress)
     return out
+
+
+def _status_anywhere(
+    name: TopicName, compaction: CompactionService, peers: Peers, auth: str | None
+) -> CompactionStatus:
+    try:
+        return compaction.status(name)
+    except NotOwner as e:
+        reply = peers.ask(e.url, "GET", name, "compaction", auth)
+    if not reply.ok or not isinstance(reply.body, dict):
+        reason = f"the compaction status of {name.topic} could not be had: {reply.error}"
+        raise Unavailable(reason, retry_after=5)
+    body = reply.body
+    progress = body.get("progress")
+    return CompactionStatus(
+        status=str(body.get("status")),
+        last_error=body.get("lastError"),
+        progress=_snapshot(progress) if isinstance(progress, dict) else None,
+    )
+
+
+def _snapshot(p: dict[str, Any]) -> ProgressSnapshot:
+    return ProgressSnapshot(
+        phase=p["phase"],
+        entries_read=p["entriesRead"],
+        entries_total=p["entriesTotal"],
+        bytes_read=p["bytesRead"],
+        bytes_total=p["bytesTotal"],
+        percent=p["percent"],
+        started_at=p["startedAt"],
+        elapsed_ms=p["elapsedMs"],
+    )
 
 
 def _partitioned_status(each: dict[str, CompactionStatus]) -> CompactionStatusOut:

@@ -13,11 +13,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from api.deps import BrokerDep, CanConsume, CanProduce, PartitionedDep, TopicDep
+from api.deps import AuthorizationDep, BrokerDep, CanConsume, CanProduce, PartitionedDep, PeersDep, TopicDep
 from api.openapi import DAMAGE_RESPONSES
 from api.schemas import ProduceRequest, ProduceResponse, ReadResponse
-from ledger.entry import Entry
-from service.errors import NotFound
+from ledger.entry import Entry, Position
+from service.errors import NotFound, Unavailable
+from service.names import TopicName
 
 router = APIRouter(prefix="/topics/persistent", tags=["messages"])
 PRODUCE_SCHEMA = ProduceRequest.model_json_schema()  # self-contained: its $defs travel with it
@@ -33,11 +34,17 @@ PRODUCE_SCHEMA = ProduceRequest.model_json_schema()  # self-contained: its $defs
     },
 )
 async def produce(
-    name: TopicDep, request: Request, broker: BrokerDep, partitioned: PartitionedDep
+    name: TopicDep,
+    request: Request,
+    broker: BrokerDep,
+    partitioned: PartitionedDep,
+    peers: PeersDep,
+    auth: AuthorizationDep,
 ) -> ProduceResponse:
     """Append a batch; the reply comes once every message is durable (fsync policy). To a
     partitioned topic, each message goes to the partition Pulsar's client would choose
-    (``partitions`` names it; each id is its partition's)."""
+    (``partitions`` names it; each id is its partition's), stored by the instance that owns
+    the partition."""
     # Parsed and validated in one pass by pydantic's own JSON parser: a batch of a thousand
     # messages costs a fraction of json.loads followed by validation of Python objects.
     try:
@@ -53,7 +60,16 @@ async def produce(
         found = await run_in_threadpool(partitioned.get, name)
         if found is None:
             raise
-        ids, targets = await run_in_threadpool(partitioned.produce, found, records)
+
+        def forward(where: TopicName, owner: str, indexes: list[int]) -> list[Position]:
+            messages = [body.messages[i].model_dump(mode="json", exclude_defaults=True) for i in indexes]
+            reply = peers.produce(owner, where, messages, auth)
+            if not reply.ok or not isinstance(reply.body, dict):
+                reason = f"{where.topic} could not be written at its owner: {reply.error}"
+                raise Unavailable(reason, retry_after=1)
+            return [Position.parse(i) for i in reply.body["messageIds"]]
+
+        ids, targets = await run_in_threadpool(partitioned.produce, found, records, forward)
         return ProduceResponse(messageIds=[str(p) for p in ids], partitions=targets)
     return ProduceResponse(messageIds=[str(p) for p in ids])
 

@@ -10,15 +10,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response
 
 from api.deps import (
+    AuthorizationDep,
     BrokerDep,
     CanListTopics,
     CanLookup,
     PartitionedDep,
+    PeersDep,
     SchemasDep,
     TenantAdmin,
     TenantsDep,
     TopicDep,
 )
+from api.peers import Peers
 from api.routes.admin import CompactionDep
 from api.routes.subscriptions import SubscriptionsDep, topic_stats_json
 from api.routes.topics import internal_stats_json
@@ -111,13 +114,16 @@ def partitioned_stats(
     broker: BrokerDep,
     subs: SubscriptionsDep,
     compaction: CompactionDep,
+    peers: PeersDep,
+    auth: AuthorizationDep,
 ) -> dict[str, Any]:
     """Every partition's stats (``partitions``, by partition name) and their sums."""
     found = partitioned.require(name)
     parts = {
-        str(p): _here(partial(topic_stats_json, p, broker, subs, compaction)) for p in found.partition_names()
+        str(p): _anywhere(partial(topic_stats_json, p, broker, subs, compaction), p, "stats", peers, auth)
+        for p in found.partition_names()
     }
-    counted = [s for s in parts.values() if "ownerUrl" not in s]
+    counted = [s for s in parts.values() if "error" not in s]
     return {
         "msgInCounter": sum(s["msgInCounter"] for s in counted),
         "bytesInCounter": sum(s["bytesInCounter"] for s in counted),
@@ -129,12 +135,15 @@ def partitioned_stats(
 
 @router.get("/{tenant}/{namespace}/{topic}/partitioned-internalStats", dependencies=[CanLookup])
 def partitioned_internal_stats(
-    name: TopicDep, partitioned: PartitionedDep, broker: BrokerDep
+    name: TopicDep, partitioned: PartitionedDep, broker: BrokerDep, peers: PeersDep, auth: AuthorizationDep
 ) -> dict[str, Any]:
     found = partitioned.require(name)
     return {
         "metadata": {"partitions": found.partitions},
-        "partitions": {str(p): _here(partial(_internal, broker, p)) for p in found.partition_names()},
+        "partitions": {
+            str(p): _anywhere(partial(_internal, broker, p), p, "internalStats", peers, auth)
+            for p in found.partition_names()
+        },
     }
 
 
@@ -142,10 +151,16 @@ def _internal(broker: Broker, name: TopicName) -> dict[str, Any]:
     return internal_stats_json(internal_stats(broker, name))
 
 
-def _here(stats: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """A partition's stats, or where to ask for them: with several instances, a partition
-    another instance owns is named with its owner's URL (its stats are there)."""
+def _anywhere(
+    stats: Callable[[], dict[str, Any]], name: TopicName, action: str, peers: Peers, auth: str | None
+) -> dict[str, Any]:
+    """A partition's stats: this instance's, or with several instances, its owner's (asked on
+    the client's behalf, with ``ownerUrl`` added); when the owner cannot be asked, only
+    ``ownerUrl`` and the ``error``, and the sums leave the partition out."""
     try:
         return stats()
     except NotOwner as e:
-        return {"ownerUrl": e.url}
+        reply = peers.ask(e.url, "GET", name, action, auth)
+        if reply.ok and isinstance(reply.body, dict):
+            return {**reply.body, "ownerUrl": e.url}
+        return {"ownerUrl": e.url, "error": reply.error}

@@ -16,6 +16,8 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``shapes``: a full round on differently shaped data (long keys with properties, big values,
   keyless messages, skewed, unique and few keys; ``tests.benchmarks.shapes``), 2M messages
   each (quick: 200k), the project against DuckDB; ``--shapes`` picks some by name.
+- ``partitions``: a topic of 16 partitions (2M messages in all; quick: 4 x 50k), full and +1%
+  rounds: every partition in one Spark job against one job per partition, outputs compared.
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
 - ``wire``: Pulsar's binary protocol through the official ``pulsar-client`` beside REST
   (``tests/benchmarks/wire.py``).
@@ -61,6 +63,7 @@ SECTIONS = (
     "scale",
     "big",
     "shapes",
+    "partitions",
     "serving",
     "wire",
     "rounds",
@@ -210,6 +213,19 @@ def run_compaction(
                 log=log,
             )
             emit(report.shapes_table(found_shapes), tables)
+        if "partitions" in sections:
+            from tests.benchmarks import partitions
+
+            found_parts = partitions.run(
+                spark,
+                work_dir,
+                partitions=4 if args.quick else 16,
+                messages=200_000 if args.quick else 2_000_000,
+                keys=20_000 if args.quick else 200_000,
+                runs=args.runs,
+                log=log,
+            )
+            emit(report.partitions_table(found_parts), tables)
         if "big" in sections:
             big, w, last = bench.full_round(BIG, runs=1, warmups=0, compactors=[project], keep=True)
             emit(report.big_table(big), tables)
@@ -320,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"soak benchmark failed: {type(e).__name__}: {e}")
-        if args.sections & {"compaction", "incremental", "layers", "scale", "big", "shapes"}:
+        if args.sections & {"compaction", "incremental", "layers", "scale", "big", "shapes", "partitions"}:
             main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
                 args, work_dir, tables
             )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.benchmarks.layers import LayersResult
+from tests.benchmarks.partitions import PartitionsResult
 from tests.benchmarks.runner import CompactorRuns, IncrementalResult, SizeResult
 from tests.benchmarks.scrape import Block, ScrapeResult
 from tests.benchmarks.service_rounds import ServiceRoundsResult
@@ -906,5 +907,35 @@ def service_rounds_table(r: ServiceRoundsResult) -> Table:
         "(`compactionRuns`: roll-over, planning, both phases, the metadata commit); in process: "
         "`TwoPhaseCompactor` on the same sealed ledgers right after, on the benchmark's warm "
         "SparkSession, chained the same way"
+    )
+    return t
+
+
+def partitions_table(r: PartitionsResult) -> Table:
+    """A partitioned topic's full and +1% rounds: in one Spark job against one after another."""
+    from tests.benchmarks.measure import median as med
+
+    t = Table(
+        f"A topic of {r.partitions} partitions: every partition in one Spark job, or one after another",
+        ["round", "one job s", "one after another s", "one job / one after another"],
+    )
+    for name, one, each in (
+        ("full", r.one_job_s, r.per_partition_s),
+        ("+1% of every partition", r.delta_one_job_s, r.delta_per_partition_s),
+    ):
+        t.add(
+            name,
+            f"{f_s(med(one))} ({' / '.join(f_s(x) for x in one)})",
+            f"{f_s(med(each))} ({' / '.join(f_s(x) for x in each)})",
+            f_x(med(one) / med(each)),
+        )
+    t.notes.append(
+        f"{f_int(r.messages)} messages over {f_int(r.keys)} keys in all, spread evenly over the "
+        f"partitions (each a topic of its own); in process on the warm SparkSession; medians of "
+        f"the runs shown, the order of the two ways alternating, after one unmeasured round of each"
+    )
+    t.notes.append(
+        f"Spark jobs of one full round: {', '.join(f'{k} {v}' for k, v in r.jobs.items())}; "
+        f"outputs checked equal, partition by partition ({f_int(r.rows)} rows)"
     )
     return t

@@ -348,6 +348,13 @@ def test_the_project_client_reads_compacted_partitions_and_a_table_view_covers_t
             assert {k: table.get(k) for k in latest} == latest and len(table) == len(latest)
             producer.send(b"new", key="k0")
             assert table.refresh() == 1 and table.get("k0") == b"new"
+        # A reader of one partition reads that partition's messages only, in order.
+        reader = c.create_reader(f"{full(name)}-partition-1", MessageId.earliest, read_compacted=True)
+        one = [m for m in reader]
+        reader.close()
+        assert one and {m.topic for m in one} == {f"{full(name)}-partition-1"}
+        assert [m.id for m in one] == sorted(m.id for m in one)
+        assert {m.key(): m.value() for m in one}.items() <= {**latest, "k0": b"new"}.items()
 
 
 def test_the_project_async_client_consumes_every_partition(http: httpx.Client, shared_server: Server) -> None:

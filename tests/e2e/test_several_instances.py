@@ -415,6 +415,53 @@ def test_a_dead_letter_topic_owned_by_another_instance_does_not_break_receiving(
         consumer.close()
 
 
+def test_a_partitioned_topic_spread_over_two_instances_is_produced_compacted_and_described_by_either(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.start(2)
+    admin = f"/admin/v2/persistent/{NS}/orders"
+    assert httpx.put(f"{a.url}{admin}/partitions", json=4, headers=HEADERS, timeout=30).status_code == 204
+    owners = [_owner(b, f"{NS}/orders-partition-{i}") for i in range(4)]
+    assert set(owners) == {a.url, b.url}  # the partitions are spread over both
+    # REST produce through one instance: each partition's messages are stored by its owner.
+    latest: dict[str, bytes] = {}
+    messages = []
+    for i in range(60):
+        key, value = f"k{i % 13}", f"v{i}".encode()
+        messages.append({"key": key, "value": base64.b64encode(value).decode()})
+        latest[key] = value
+    messages.append({"key": "k3", "value": None})  # a tombstone
+    del latest["k3"]
+    body = {"messages": messages}
+    r = httpx.post(f"{a.url}/topics/persistent/{NS}/orders", json=body, headers=HEADERS, timeout=30)
+    assert r.status_code == 200, r.text
+    assert set(r.json()["partitions"]) == {0, 1, 2, 3}
+    stats = httpx.get(f"{b.url}{admin}/partitioned-stats", headers=HEADERS, timeout=30).json()
+    assert all("error" not in p for p in stats["partitions"].values())
+    assert stats["msgInCounter"] == 61  # every partition's, summed, whoever owns it
+    # Compacting through either instance compacts every partition, on its owner.
+    assert httpx.put(f"{b.url}{admin}/compaction", headers=HEADERS, timeout=30).status_code == 204
+    deadline = time.monotonic() + 300
+    while (status := httpx.get(f"{a.url}{admin}/compaction", headers=HEADERS, timeout=30).json())[
+        "status"
+    ] in ("RUNNING", "NOT_RUN"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+    assert status["status"] == "SUCCESS", status
+    assert set(status["partitions"].values()) == {"SUCCESS"}
+    with cluster.client(a) as c:
+        consumer = c.subscribe(f"{NS}/orders", "compacted", read_compacted=True, initial_position="earliest")
+        got: dict[str | None, bytes | None] = {}
+        while True:
+            try:
+                m = consumer.receive(2_000)
+            except ClientError:
+                break
+            got[m.key()] = m.value()
+        consumer.close()
+    assert got == latest
+
+
 def test_a_second_instance_on_one_sqlite_store_is_refused(tmp_path: Path) -> None:
     first = Server(tmp_path / "data", env={"COMPACTOR_DATABASE_URL": ""})
     first.start()
