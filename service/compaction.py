@@ -460,7 +460,11 @@ class CompactionService:
     def _run_many(self, runs: list[tuple[ManagedTopic, int]]) -> None:
         """The rounds of several topics (a partitioned topic's partitions) with their Spark
         work in one job (``TwoPhaseCompactor.compact_many``); each commits or fails alone."""
-        pending = [p for topic, run_id in runs if (p := self._prepare(topic, run_id)) is not None]
+        # Each round first rolls its topic's open ledger over and waits for it to be sealed:
+        # side by side, so that hundreds of partitions do not seal one after another.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(runs))), thread_name_prefix="prepare") as pool:
+            prepared = list(pool.map(lambda run: self._prepare(*run), runs))
+        pending = [p for p in prepared if p is not None]
         if not pending:
             return
         compactor = self._compactor()

@@ -142,6 +142,7 @@ class AsyncClient(_BaseClient):
         priority_level: int = 0,
         negative_ack_redelivery_delay_ms: int = 60_000,
         dead_letter_policy: DeadLetterPolicy | None = None,
+        partitions_update_interval_s: float = 60.0,
     ) -> AsyncConsumer | AsyncPartitionedConsumer:
         """See ``Client.subscribe``."""
         self._check_open()
@@ -165,7 +166,14 @@ class AsyncClient(_BaseClient):
                 AsyncConsumer(self, partition_topic(parsed, i), subscription_name, **options)
                 for i in range(partitions)
             ]
-            consumer = AsyncPartitionedConsumer(self, parsed, parts)
+            later = {**options, "initial_position": "earliest"}
+            consumer = AsyncPartitionedConsumer(
+                self,
+                parsed,
+                parts,
+                make=lambda t: AsyncConsumer(self, t, subscription_name, **later),
+                update_interval_s=partitions_update_interval_s,
+            )
         else:
             consumer = AsyncConsumer(self, parsed, subscription_name, **options)
         await self._run(consumer._op_open())

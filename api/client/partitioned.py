@@ -7,13 +7,15 @@ turn: first what their receiver queues hold, then a look at each partition witho
 and only then a wait on one partition at a time, in slices of ``_WAIT_SLICE_MS``, so that a
 message in any partition is seen within a slice. An acknowledgement goes to the partition its
 message came from: the message's ``topic``, or for a bare id, the partition it was received
-from (ledger ids are never shared between topics).
+from (ledger ids are never shared between topics). Partitions added to the topic later are
+found within ``partitions_update_interval_s`` (a minute, as Pulsar's client) and consumed from
+their earliest message, so that nothing produced to them before the consumer looked is missed.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from api.client._core import _C, _Call, _Child, _Op, _Topic
@@ -43,12 +45,37 @@ def _op_partitions(topic: _Topic) -> _Op[int]:
 
 
 class _PartitionedBase(_Child[_C], Generic[_C, _P]):
-    def __init__(self, client: _C, topic: _Topic, parts: Sequence[_P]) -> None:
+    def __init__(
+        self,
+        client: _C,
+        topic: _Topic,
+        parts: Sequence[_P],
+        *,
+        make: Callable[[_Topic], _P] | None = None,
+        update_interval_s: float = 60.0,
+    ) -> None:
+        """``make(partition)``: the consumer of a partition added later (found every
+        ``update_interval_s`` seconds, as Pulsar's client looks every minute)."""
         super().__init__(client, topic)
         self._parts = list(parts)
         self._by_topic = {p.topic(): p for p in self._parts}
         self._by_ledger: dict[int, _P] = {}  # learned from the messages received
         self._next = 0  # the partition a receive looks at first
+        self._make = make
+        self._update_interval_s = update_interval_s
+        self._looked = time.monotonic()
+
+    def _op_follow_growth(self) -> _Op[None]:
+        """Subscribe to the partitions added since the last look, if it is time to look."""
+        if self._make is None or time.monotonic() - self._looked < self._update_interval_s:
+            return
+        self._looked = time.monotonic()
+        n = yield from _op_partitions(self._topic)
+        for i in range(len(self._parts), n):
+            part = self._make(partition_topic(self._topic, i))
+            yield from part._op_open()
+            self._parts.append(part)
+            self._by_topic[part.topic()] = part
 
     def subscription_name(self) -> str:
         return self._parts[0].subscription_name()
@@ -98,8 +125,9 @@ class _PartitionedBase(_Child[_C], Generic[_C, _P]):
             raise ValueError("max_messages is at least 1")
         want = max_messages or 1
         deadline = None if timeout_millis is None else time.monotonic() + max(0, timeout_millis) / 1000
-        n = len(self._parts)
         while True:
+            yield from self._op_follow_growth()
+            n = len(self._parts)
             out = self._take_queued(want)
             if out:
                 return out

@@ -149,6 +149,7 @@ class Client(_BaseClient):
         priority_level: int = 0,
         negative_ack_redelivery_delay_ms: int = 60_000,
         dead_letter_policy: DeadLetterPolicy | None = None,
+        partitions_update_interval_s: float = 60.0,
     ) -> Consumer | PartitionedConsumer:
         """Create the subscription if it does not exist (at ``initial_position``), then attach
         this consumer to it. With ``read_compacted`` the consumer reads the compacted topic up
@@ -174,6 +175,11 @@ class Client(_BaseClient):
         and by ``redeliver_unacknowledged_messages``, ``seek`` and ``close``. A consumer that
         stops without ``close`` may have its last acknowledged messages delivered again.
         ``ack_group_time_ms=0`` sends each acknowledgement and returns once the server has it.
+
+        On a partitioned topic it returns a ``PartitionedConsumer``, a consumer of every
+        partition (``api.client.partitioned``), which looks for partitions added to the topic
+        every ``partitions_update_interval_s`` seconds and consumes those from their earliest
+        message.
         """
         self._check_open()
         parsed = _Topic.parse(topic)
@@ -196,7 +202,14 @@ class Client(_BaseClient):
                 Consumer(self, partition_topic(parsed, i), subscription_name, **options)
                 for i in range(partitions)
             ]
-            consumer = PartitionedConsumer(self, parsed, parts)
+            later = {**options, "initial_position": "earliest"}
+            consumer = PartitionedConsumer(
+                self,
+                parsed,
+                parts,
+                make=lambda t: Consumer(self, t, subscription_name, **later),
+                update_interval_s=partitions_update_interval_s,
+            )
         else:
             consumer = Consumer(self, parsed, subscription_name, **options)
         self._run(consumer._op_open())

@@ -357,6 +357,24 @@ def test_the_project_client_reads_compacted_partitions_and_a_table_view_covers_t
         assert {m.key(): m.value() for m in one}.items() <= {**latest, "k0": b"new"}.items()
 
 
+def test_the_project_client_follows_a_growing_partition_count(
+    http: httpx.Client, shared_server: Server
+) -> None:
+    name = partitioned(http, 2)
+    with Client(shared_server.url) as c:
+        consumer = c.subscribe(full(name), "s", partitions_update_interval_s=0.2)
+        assert isinstance(consumer, PartitionedConsumer) and consumer.partitions == 2
+        assert http.post(f"{ADMIN}/{name}/partitions", json=5).status_code == 204
+        producer = c.create_producer(full(name))
+        # Keys that land in every partition, the new ones included (the service routes them).
+        for i in range(40):
+            producer.send(f"{i}".encode(), key=f"grow-{i}")
+        got = {consumer.receive(10_000).value() for _ in range(40)}
+        assert got == {f"{i}".encode() for i in range(40)}
+        assert consumer.partitions == 5
+        consumer.close()
+
+
 def test_the_project_async_client_consumes_every_partition(http: httpx.Client, shared_server: Server) -> None:
     name = partitioned(http, 2)
 
