@@ -449,9 +449,11 @@ class CompactionService:
         pending = self._prepare(topic, run_id)
         if pending is None:
             return
-        compactor = self._compactor()
-        compactor.fault_hook = self.fault_hook
         try:
+            # Spark may be unavailable (no Java, a storage root its executors cannot read):
+            # the round then fails with the reason, as any other failure.
+            compactor = self._compactor()
+            compactor.fault_hook = self.fault_hook
             outcome: CompactionResult | Exception = compactor.compact(pending.job, pending.progress)
         except Exception as e:  # noqa: BLE001 - _complete records it
             outcome = e
@@ -467,9 +469,9 @@ class CompactionService:
         pending = [p for p in prepared if p is not None]
         if not pending:
             return
-        compactor = self._compactor()
-        compactor.fault_hook = self.fault_hook
         try:
+            compactor = self._compactor()
+            compactor.fault_hook = self.fault_hook
             outcomes = compactor.compact_many([p.job for p in pending], [p.progress for p in pending])
         except Exception as e:  # noqa: BLE001 - every round of the job fails with it
             outcomes = [e] * len(pending)
