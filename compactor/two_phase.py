@@ -267,10 +267,7 @@ def shared_group(root: Path | str, ledger_id: int, rounds: int) -> str:
     (:meth:`TwoPhaseCompactor.compact_many`; a second job, phase two, when a round needs
     one), named after the round among them with the smallest compacted ledger id: its topic
     directory ``root`` (ledger ids alone repeat across databases) and that id."""
-    return f"compaction-{ledger_id}-{rounds}{_SHARED}{Path(root).absolute()}"
-
-
-_SHARED = "-rounds:"
+    return f"compaction-{ledger_id}-{rounds}-rounds:{Path(root).absolute()}"
 
 
 @dataclass(eq=False)
@@ -684,7 +681,7 @@ class TwoPhaseCompactor:
         tag = shared_group(first.topic_root, first.output_ledger_id, len(rounds))
         with (
             self._job_description(f"compaction {ids}: {len(rounds)} rounds"),
-            self._tracked(tag, [r.progress for r in rounds.values()]),
+            self._tracked(tag, [r.progress for r in rounds.values()], own_group=True),
         ):
             outcomes = arrow_phases.many_rounds(self.spark, both, apart)  # type: ignore[arg-type]
         failed: dict[int, Exception] = {}
@@ -702,7 +699,7 @@ class TwoPhaseCompactor:
                     p.enter(PHASE_TWO)
             with (
                 self._job_description(f"compaction {ids}: phase two"),
-                self._tracked(tag, [rounds[i].progress for i in later]),
+                self._tracked(tag, [rounds[i].progress for i in later], own_group=True),
             ):
                 second = arrow_phases.many_writes(self.spark, later)  # type: ignore[arg-type]
             failed.update(second)
@@ -792,15 +789,15 @@ class TwoPhaseCompactor:
     # ------------------------------------------------------------------ helpers
 
     def _tracked(
-        self, group: str, progresses: Sequence[RoundProgress | None]
+        self, group: str, progresses: Sequence[RoundProgress | None], *, own_group: bool = False
     ) -> AbstractContextManager[None]:
         """The body's Spark jobs in job group ``group``, their progress polled into every one
-        of ``progresses`` (the rounds that share them)."""
+        of ``progresses`` (the rounds that share them). With no progress to poll, the jobs stay
+        in the caller's group, unless ``own_group`` (rounds that share a job are always in
+        their ``shared_group``, where their jobs can be counted)."""
         watching = [p for p in progresses if p is not None]
         if not watching:
-            # A lone round leaves its caller's job group alone; shared rounds are always
-            # in their own (``shared_group``), where their jobs can be counted.
-            return job_group(self.spark, group) if _SHARED in group else nullcontext()
+            return job_group(self.spark, group) if own_group else nullcontext()
         return SparkJobTracker(self.spark, group, watching).tracking()
 
     def _fault(self, phase: str) -> None:

@@ -313,32 +313,24 @@ class WireConsumer(WireSubscriber):
         self._poll_s = _SHARED_POLL_S if shared else _POLL_S
 
     async def _fetch(self, limit: int) -> _Page:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _POLL_S
         async with self._thread_wait() as on_thread:
-            if on_thread:
+            while True:
+                # Before the read: an append after it ends a wait on the loop.
+                seen = None if on_thread else self._last_position()
                 delivered = await self.conn.call(
                     self.conn.ctx.subscriptions.receive,
                     self.topic,
                     self.subscription,
                     self.service_id,
                     max_messages=limit,
-                    timeout_ms=int(_POLL_S * 1000),
+                    timeout_ms=int(_POLL_S * 1000) if on_thread else 0,
                 )
-                return _Page(delivered.entries, delivered.redelivery_counts)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _POLL_S
-        while True:
-            seen = self._last_position()  # before the read: an append after it ends the wait
-            delivered = await self.conn.call(
-                self.conn.ctx.subscriptions.receive,
-                self.topic,
-                self.subscription,
-                self.service_id,
-                max_messages=limit,
-            )
-            remaining = deadline - loop.time()
-            if delivered.entries or self.closed or remaining <= 0:
-                return _Page(delivered.entries, delivered.redelivery_counts)
-            await self._wait(seen, min(remaining, self._poll_s))
+                remaining = deadline - loop.time()
+                if delivered.entries or self.closed or remaining <= 0 or seen is None:
+                    return _Page(delivered.entries, delivered.redelivery_counts)
+                await self._wait(seen, min(remaining, self._poll_s))
 
     async def _idle(self) -> None:
         # No permits for a while (the application is not receiving): stay attached.
