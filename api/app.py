@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.audit import AuditLog
+from api.client.routing import key_partition
 from api.guard import RequestGuard
 from api.http_metrics import HttpMetrics
 from api.openapi import install_openapi
@@ -90,7 +91,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.tenants = tenant_service
         partitioned = PartitionedTopics(
-            db=db, broker=broker, tenants=tenant_service, max_partitions=settings.max_partitions_per_topic
+            db=db,
+            broker=broker,
+            tenants=tenant_service,
+            max_partitions=settings.max_partitions_per_topic,
+            route_key=key_partition,  # the official client's default, as api.client routes
         )
         app.state.partitioned = partitioned
         app.state.authorizer = (

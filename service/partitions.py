@@ -21,7 +21,7 @@ from service.clock import now_ms
 from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound, NotOwner
 from service.names import PARTITION_SUFFIX, TopicName, partition, partition_of
-from service.partition_routing import RoundRobin, key_partition
+from service.partition_routing import KeyRouter, RoundRobin
 from service.tenants import TenantService
 from service.topics import Broker
 
@@ -42,11 +42,21 @@ class PartitionedTopics:
     """The partitioned topics of every namespace, in the metadata database (every instance
     sees them); their partitions are the broker's topics."""
 
-    def __init__(self, *, db: Database, broker: Broker, tenants: TenantService, max_partitions: int) -> None:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        broker: Broker,
+        tenants: TenantService,
+        max_partitions: int,
+        route_key: KeyRouter,
+    ) -> None:
+        """``route_key(key, partitions)``: the partition of a keyed message produced here."""
         self.db = db
         self.broker = broker
         self.tenants = tenants
         self.max_partitions = max_partitions
+        self._route_key = route_key
         self._round_robin = RoundRobin()
 
     # ------------------------------------------------------------------ reading
@@ -109,7 +119,7 @@ class PartitionedTopics:
         self, topic: PartitionedTopic, records: Sequence[Record], forward: Forward | None = None
     ) -> tuple[list[Position], list[int]]:
         """Append ``records`` to the partitions the official client would send them to (a
-        keyed message by the hash of its key, the others in turn: ``service.partition_routing``);
+        keyed message by ``route_key``, the others in turn: ``service.partition_routing``);
         each record's position and partition, in the order given. Every record is checked, and
         every partition's owner found, before any is written; the partitions are then written
         one after the other, so a failure of one partition's write leaves the messages of the
@@ -119,7 +129,7 @@ class PartitionedTopics:
         self.broker.check_records(records)
         n = topic.partitions
         name = str(topic.name)
-        targets = [key_partition(r.key, n) if r.key else self._round_robin.next(name, n) for r in records]
+        targets = [self._route_key(r.key, n) if r.key else self._round_robin.next(name, n) for r in records]
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(targets):
             groups.setdefault(p, []).append(i)

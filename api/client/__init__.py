@@ -120,9 +120,10 @@ from api.client.message import (
     MessageLike,
     OutgoingMessage,
 )
-from api.client.partitioned import AsyncPartitionedConsumer, PartitionedConsumer
+from api.client.multi_topic import AsyncMultiTopicConsumer, MultiTopicConsumer, TopicSpec
 from api.client.producer import AsyncProducer, Producer
 from api.client.reader import AsyncReader, Reader
+from api.client.routing import HashingScheme, MessageRouter, PartitionsRoutingMode
 from api.client.sync import Client
 from api.client.table_view import AsyncTableView, TableListener, TableView
 from api.client.tenancy import AsyncNamespacesAdmin, AsyncTenantsAdmin, NamespacesAdmin, TenantsAdmin
@@ -140,6 +141,12 @@ __all__ = [
     "AsyncConsumer",
     "ConsumerType",
     "DeadLetterPolicy",
+    "MultiTopicConsumer",
+    "AsyncMultiTopicConsumer",
+    "TopicSpec",
+    "PartitionsRoutingMode",
+    "HashingScheme",
+    "MessageRouter",
     "Reader",
     "AsyncReader",
     "TableView",
@@ -171,8 +178,6 @@ __all__ = [
     "ClientError",
     "TransportError",
     "Timeout",
-    "PartitionedConsumer",
-    "AsyncPartitionedConsumer",
     "AlreadyClosed",
     "ServerError",
     "BadRequest",

@@ -85,6 +85,17 @@ class _Topic:
         return f"{self.admin}/subscription/{_q(name)}"
 
 
+def partition_topic(topic: _Topic, index: int) -> _Topic:
+    """Partition ``index`` of a partitioned topic, as Pulsar names it."""
+    return _Topic(topic.tenant, topic.namespace, f"{topic.name}-partition-{index}")
+
+
+def _op_partitions(topic: _Topic) -> _Op[int]:
+    """How many partitions ``topic`` has (0: a plain topic, or none yet)."""
+    body = yield _Call("GET", f"{topic.admin}/partitions")
+    return int(body["partitions"])
+
+
 def _namespace(namespace: str) -> str:
     t, n = _split(namespace.removeprefix("persistent://"), 2, "namespace", "tenant/namespace")
     return f"{_q(t)}/{_q(n)}"

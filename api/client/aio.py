@@ -29,9 +29,10 @@ from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import AsyncConsumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
-from api.client.partitioned import AsyncPartitionedConsumer, _op_partitions, partition_topic
+from api.client.multi_topic import AsyncMultiTopicConsumer, Topics, TopicSpec
 from api.client.producer import AsyncProducer
 from api.client.reader import AsyncReader
+from api.client.routing import HashingScheme, MessageRouter, PartitionsRoutingMode, Router
 from api.client.table_view import AsyncTableView
 
 log = logging.getLogger(__name__)
@@ -120,16 +121,25 @@ class AsyncClient(_BaseClient):
             self._admin = AsyncAdmin(self)
         return self._admin
 
-    async def create_producer(self, topic: str) -> AsyncProducer:
+    async def create_producer(
+        self,
+        topic: str,
+        *,
+        message_routing_mode: str = PartitionsRoutingMode.RoundRobinDistribution,
+        hashing_scheme: str = HashingScheme.BoostHash,
+        message_router: MessageRouter | None = None,
+        partitions_update_interval_s: float = 60.0,
+    ) -> AsyncProducer:
         """See ``Client.create_producer``."""
         self._check_open()
-        producer = AsyncProducer(self, _Topic.parse(topic))
+        router = Router(message_routing_mode, hashing_scheme, message_router)
+        producer = AsyncProducer(self, _Topic.parse(topic), router, partitions_update_interval_s)
         await self._run(producer._op_open())
         return producer
 
     async def subscribe(
         self,
-        topic: str,
+        topic: TopicSpec,
         subscription_name: str,
         *,
         read_compacted: bool = False,
@@ -143,10 +153,11 @@ class AsyncClient(_BaseClient):
         negative_ack_redelivery_delay_ms: int = 60_000,
         dead_letter_policy: DeadLetterPolicy | None = None,
         partitions_update_interval_s: float = 60.0,
-    ) -> AsyncConsumer | AsyncPartitionedConsumer:
+        pattern_auto_discovery_period: float = 60.0,
+    ) -> AsyncConsumer | AsyncMultiTopicConsumer:
         """See ``Client.subscribe``."""
         self._check_open()
-        parsed = _Topic.parse(topic)
+        topics = Topics.parse(topic)
         options: dict[str, Any] = dict(
             read_compacted=read_compacted,
             initial_position=initial_position,
@@ -159,23 +170,21 @@ class AsyncClient(_BaseClient):
             negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
             dead_letter_policy=dead_letter_policy,
         )
-        consumer: AsyncConsumer | AsyncPartitionedConsumer
-        partitions = await self._run(_op_partitions(parsed))
-        if partitions:
-            parts = [
-                AsyncConsumer(self, partition_topic(parsed, i), subscription_name, **options)
-                for i in range(partitions)
-            ]
-            later = {**options, "initial_position": "earliest"}
-            consumer = AsyncPartitionedConsumer(
-                self,
-                parsed,
-                parts,
-                make=lambda t: AsyncConsumer(self, t, subscription_name, **later),
-                update_interval_s=partitions_update_interval_s,
-            )
+        consumer: AsyncConsumer | AsyncMultiTopicConsumer
+        now = await self._run(topics._op_resolve())
+        if topics.one_plain(now):
+            consumer = AsyncConsumer(self, now[0], subscription_name, **options)
         else:
-            consumer = AsyncConsumer(self, parsed, subscription_name, **options)
+            later = {**options, "initial_position": "earliest"}
+            consumer = AsyncMultiTopicConsumer(
+                self,
+                topics,
+                [AsyncConsumer(self, t, subscription_name, **options) for t in now],
+                make=lambda t: AsyncConsumer(self, t, subscription_name, **later),
+                update_interval_s=(
+                    pattern_auto_discovery_period if topics.pattern else partitions_update_interval_s
+                ),
+            )
         await self._run(consumer._op_open())
         self._children.add(consumer)
         return consumer
@@ -208,8 +217,7 @@ class AsyncClient(_BaseClient):
         """See ``Client.create_table_view``; ``start()`` follows the topic in an asyncio task."""
         self._check_open()
         parsed = _Topic.parse(topic)
-        partitions = await self._run(_op_partitions(parsed))
-        topics = [partition_topic(parsed, i) for i in range(partitions)] if partitions else [parsed]
+        topics = await self._run(Topics((parsed,))._op_resolve())  # every partition of a partitioned one
         readers = [
             AsyncReader(
                 self,

@@ -27,9 +27,10 @@ from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import Consumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
-from api.client.partitioned import PartitionedConsumer, _op_partitions, partition_topic
+from api.client.multi_topic import MultiTopicConsumer, Topics, TopicSpec
 from api.client.producer import Producer
 from api.client.reader import Reader
+from api.client.routing import HashingScheme, MessageRouter, PartitionsRoutingMode, Router
 from api.client.table_view import TableView
 
 log = logging.getLogger(__name__)
@@ -127,16 +128,32 @@ class Client(_BaseClient):
             self._admin = Admin(self)
         return self._admin
 
-    def create_producer(self, topic: str) -> Producer:
-        """A producer of an existing topic (``NotFound`` if there is none)."""
+    def create_producer(
+        self,
+        topic: str,
+        *,
+        message_routing_mode: str = PartitionsRoutingMode.RoundRobinDistribution,
+        hashing_scheme: str = HashingScheme.BoostHash,
+        message_router: MessageRouter | None = None,
+        partitions_update_interval_s: float = 60.0,
+    ) -> Producer:
+        """A producer of an existing topic (``NotFound`` if there is none).
+
+        On a partitioned topic, each message goes to a partition as Pulsar's client sends it
+        (``api.client.routing``): by the ``hashing_scheme`` hash of its key, and a keyless one
+        by ``message_routing_mode``; ``CustomPartition`` asks ``message_router(message,
+        partitions)`` for every message. A producer that routes itself looks for partitions
+        added to the topic every ``partitions_update_interval_s`` seconds, as Pulsar's does.
+        """
         self._check_open()
-        producer = Producer(self, _Topic.parse(topic))
+        router = Router(message_routing_mode, hashing_scheme, message_router)
+        producer = Producer(self, _Topic.parse(topic), router, partitions_update_interval_s)
         self._run(producer._op_open())
         return producer
 
     def subscribe(
         self,
-        topic: str,
+        topic: TopicSpec,
         subscription_name: str,
         *,
         read_compacted: bool = False,
@@ -150,7 +167,8 @@ class Client(_BaseClient):
         negative_ack_redelivery_delay_ms: int = 60_000,
         dead_letter_policy: DeadLetterPolicy | None = None,
         partitions_update_interval_s: float = 60.0,
-    ) -> Consumer | PartitionedConsumer:
+        pattern_auto_discovery_period: float = 60.0,
+    ) -> Consumer | MultiTopicConsumer:
         """Create the subscription if it does not exist (at ``initial_position``), then attach
         this consumer to it. With ``read_compacted`` the consumer reads the compacted topic up
         to the horizon and the log after it; without, every message of the log. It is the
@@ -176,13 +194,15 @@ class Client(_BaseClient):
         stops without ``close`` may have its last acknowledged messages delivered again.
         ``ack_group_time_ms=0`` sends each acknowledgement and returns once the server has it.
 
-        On a partitioned topic it returns a ``PartitionedConsumer``, a consumer of every
-        partition (``api.client.partitioned``), which looks for partitions added to the topic
-        every ``partitions_update_interval_s`` seconds and consumes those from their earliest
-        message.
+        ``topic`` may also be a list of topics, or a compiled pattern of topic names in one
+        namespace (``re.compile("persistent://public/default/orders-.*")``). On a partitioned
+        topic, a list or a pattern it returns a ``MultiTopicConsumer``, one consumer per topic
+        (per partition) behind one (``api.client.multi_topic``), which looks for partitions
+        added every ``partitions_update_interval_s`` seconds (and a pattern's new matches every
+        ``pattern_auto_discovery_period``) and consumes those from their earliest message.
         """
         self._check_open()
-        parsed = _Topic.parse(topic)
+        topics = Topics.parse(topic)
         options: dict[str, Any] = dict(
             read_compacted=read_compacted,
             initial_position=initial_position,
@@ -195,23 +215,21 @@ class Client(_BaseClient):
             negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
             dead_letter_policy=dead_letter_policy,
         )
-        consumer: Consumer | PartitionedConsumer
-        partitions = self._run(_op_partitions(parsed))
-        if partitions:
-            parts = [
-                Consumer(self, partition_topic(parsed, i), subscription_name, **options)
-                for i in range(partitions)
-            ]
-            later = {**options, "initial_position": "earliest"}
-            consumer = PartitionedConsumer(
-                self,
-                parsed,
-                parts,
-                make=lambda t: Consumer(self, t, subscription_name, **later),
-                update_interval_s=partitions_update_interval_s,
-            )
+        consumer: Consumer | MultiTopicConsumer
+        now = self._run(topics._op_resolve())
+        if topics.one_plain(now):
+            consumer = Consumer(self, now[0], subscription_name, **options)
         else:
-            consumer = Consumer(self, parsed, subscription_name, **options)
+            later = {**options, "initial_position": "earliest"}
+            consumer = MultiTopicConsumer(
+                self,
+                topics,
+                [Consumer(self, t, subscription_name, **options) for t in now],
+                make=lambda t: Consumer(self, t, subscription_name, **later),
+                update_interval_s=(
+                    pattern_auto_discovery_period if topics.pattern else partitions_update_interval_s
+                ),
+            )
         self._run(consumer._op_open())
         self._children.add(consumer)
         return consumer
@@ -253,8 +271,7 @@ class Client(_BaseClient):
         thread do it every ``poll_interval`` seconds until ``close()``."""
         self._check_open()
         parsed = _Topic.parse(topic)
-        partitions = self._run(_op_partitions(parsed))
-        topics = [partition_topic(parsed, i) for i in range(partitions)] if partitions else [parsed]
+        topics = self._run(Topics((parsed,))._op_resolve())  # every partition of a partitioned one
         readers = [
             Reader(
                 self,

@@ -14,7 +14,18 @@ import httpx
 import pulsar
 import pytest
 
-from api.client import AsyncClient, AsyncPartitionedConsumer, Client, MessageId, PartitionedConsumer, Timeout
+from api.client import (
+    AsyncClient,
+    AsyncMultiTopicConsumer,
+    Client,
+    HashingScheme,
+    MessageId,
+    MultiTopicConsumer,
+    OutgoingMessage,
+    PartitionsRoutingMode,
+    Timeout,
+)
+from api.client.routing import key_partition
 from tests.conftest import Server
 from tests.e2e.conftest import QUIET
 from tests.server import ServerProcess
@@ -94,15 +105,22 @@ def test_bad_partitioned_requests_change_nothing(http: httpx.Client) -> None:
 
 @pytest.mark.parametrize(
     "mode",
-    [pulsar.PartitionsRoutingMode.RoundRobinDistribution, pulsar.PartitionsRoutingMode.UseSinglePartition],
-    ids=["round-robin", "single-partition"],
+    [
+        pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+        pulsar.PartitionsRoutingMode.UseSinglePartition,
+        pulsar.PartitionsRoutingMode.CustomPartition,
+    ],
+    ids=["round-robin", "single-partition", "custom"],
 )
 def test_the_client_routes_by_key_and_a_consumer_reads_every_partition(
     http: httpx.Client, client: pulsar.Client, mode: pulsar.PartitionsRoutingMode
 ) -> None:
     name = partitioned(http, 4)
     consumer = client.subscribe(full(name), "s", initial_position=pulsar.InitialPosition.Earliest)
-    producer = client.create_producer(full(name), message_routing_mode=mode, batching_enabled=False)
+    custom = {}
+    if mode == pulsar.PartitionsRoutingMode.CustomPartition:  # keyed to 2, keyless to 3
+        custom["message_router"] = lambda m, n: (len(m.partition_key()) if m.partition_key() else 3) % n
+    producer = client.create_producer(full(name), message_routing_mode=mode, batching_enabled=False, **custom)
     sent = {}
     for i in range(80):
         key = f"k{i % 10}" if i % 5 else None  # keyless ones follow the routing mode
@@ -118,6 +136,10 @@ def test_the_client_routes_by_key_and_a_consumer_reads_every_partition(
     assert all(len(topics) == 1 for topics in where.values()), where  # a key stays in one partition
     if mode == pulsar.PartitionsRoutingMode.RoundRobinDistribution:
         assert len({m.topic_name() for m in got}) > 1  # keys spread over the partitions
+    if mode == pulsar.PartitionsRoutingMode.CustomPartition:  # the router chose, keyed or not
+        assert all(
+            m.topic_name().endswith("-partition-2" if m.partition_key() else "-partition-3") for m in got
+        )
 
 
 def test_compacting_a_partitioned_topic_compacts_every_partition(
@@ -287,7 +309,7 @@ def test_the_project_client_produces_to_partitions_and_consumes_them_all_in_key_
             producer.send(f"{i}".encode(), key=key)
             sent.append((key, f"{i}".encode()))
         consumer = c.subscribe(full(name), "s", initial_position="earliest")
-        assert isinstance(consumer, PartitionedConsumer) and consumer.partitions == 3
+        assert isinstance(consumer, MultiTopicConsumer) and len(consumer.topics()) == 3
         got = [consumer.receive(10_000) for _ in range(60)]
         assert sorted(m.value() for m in got) == sorted(v for _, v in sent)  # type: ignore[type-var]
         where: dict[str, set[str]] = {}
@@ -364,7 +386,7 @@ def test_the_project_client_follows_a_growing_partition_count(
     name = partitioned(http, 2)
     with Client(shared_server.url) as c:
         consumer = c.subscribe(full(name), "s", partitions_update_interval_s=0.2)
-        assert isinstance(consumer, PartitionedConsumer) and consumer.partitions == 2
+        assert isinstance(consumer, MultiTopicConsumer) and len(consumer.topics()) == 2
         assert http.post(f"{ADMIN}/{name}/partitions", json=5).status_code == 204
         producer = c.create_producer(full(name))
         # Keys that land in every partition, the new ones included (the service routes them).
@@ -372,7 +394,7 @@ def test_the_project_client_follows_a_growing_partition_count(
             producer.send(f"{i}".encode(), key=f"grow-{i}")
         got = {consumer.receive(10_000).value() for _ in range(40)}
         assert got == {f"{i}".encode() for i in range(40)}
-        assert consumer.partitions == 5
+        assert len(consumer.topics()) == 5
         consumer.close()
 
 
@@ -381,12 +403,13 @@ def test_the_project_async_client_consumes_every_partition(http: httpx.Client, s
 
     async def run() -> list[bytes]:
         async with AsyncClient(shared_server.url) as c:
-            producer = await c.create_producer(full(name))
+            producer = await c.create_producer(full(name), hashing_scheme=HashingScheme.JavaStringHash)
             consumer = await c.subscribe(full(name), "s", subscription_type="Shared")
-            assert isinstance(consumer, AsyncPartitionedConsumer)
+            assert isinstance(consumer, AsyncMultiTopicConsumer)
             for i in range(20):
                 await producer.send(f"{i}".encode(), key=f"k{i}")
             got = [await consumer.receive(10_000) for _ in range(20)]
+            assert all(_index(m.topic) == key_partition(m.key(), 2, "JavaStringHash") for m in got)  # type: ignore[arg-type]
             await consumer.acknowledge_many(got)
             await consumer.close()
             return [m.value() for m in got]  # type: ignore[misc]
@@ -396,3 +419,119 @@ def test_the_project_async_client_consumes_every_partition(http: httpx.Client, s
     with ThreadPoolExecutor(1) as thread:
         got = thread.submit(asyncio.run, run()).result()
     assert sorted(got) == sorted(f"{i}".encode() for i in range(20))
+
+
+def _index(topic: str) -> int:
+    return int(topic.rsplit("-", 1)[1])
+
+
+@pytest.mark.parametrize("scheme", ["BoostHash", "JavaStringHash", "Murmur3_32Hash"])
+def test_the_project_client_hashes_a_key_to_one_partition_by_each_scheme(
+    http: httpx.Client, client: pulsar.Client, shared_server: Server, scheme: str
+) -> None:
+    """Under each hashing scheme a key lands in the partition Pulsar's clients choose (the
+    hashes are checked against the clients' own test values in ``tests/service``); under the
+    default, where the official Python client sends it."""
+    name = partitioned(http, 7)
+    keys = [f"customer-{i}" for i in range(30)] + ["κλειδί", "x" * 23, "a", "abc", "abcd", "ÿ-high-bytes"]
+    if scheme == "BoostHash":  # the only scheme the official Python client offers
+        wire = client.create_producer(full(name), batching_enabled=False)
+        for key in keys:
+            wire.send(b"wire", partition_key=key)
+    with Client(shared_server.url) as c:
+        ours = c.create_producer(full(name), hashing_scheme=scheme)
+        ours.send_many([OutgoingMessage(b"rest", key=k) for k in keys])
+        consumer = c.subscribe(full(name), "s", initial_position="earliest")
+        got = [consumer.receive(10_000) for _ in range(len(keys) * (2 if scheme == "BoostHash" else 1))]
+    by_rest = {m.key(): _index(m.topic) for m in got if m.value() == b"rest"}
+    assert by_rest == {k: key_partition(k, 7, scheme) for k in keys}
+    assert len(set(by_rest.values())) > 3  # spread over the partitions
+    if scheme == "BoostHash":
+        assert {m.key(): _index(m.topic) for m in got if m.value() == b"wire"} == by_rest
+
+
+def test_the_project_client_routes_by_each_mode_and_refuses_bad_routing(
+    http: httpx.Client, shared_server: Server
+) -> None:
+    name = partitioned(http, 4)
+    with Client(shared_server.url) as c:
+        single = c.create_producer(full(name), message_routing_mode=PartitionsRoutingMode.UseSinglePartition)
+        single.send_many([b"s1", b"s2", b"s3", ("k1", b"sk")])
+        custom = c.create_producer(
+            full(name),
+            message_routing_mode=PartitionsRoutingMode.CustomPartition,
+            message_router=lambda m, n: n - 1 if m.key is None else 0,
+        )
+        ids = custom.send_many([b"c1", ("k2", b"ck"), b"c2"])
+        assert ids[0] < ids[2]  # in the order sent, across the partitions written
+        spread = c.create_producer(full(name), hashing_scheme=HashingScheme.Murmur3_32Hash)
+        spread.send_many([b"r1", b"r2", b"r3", b"r4"])
+        consumer = c.subscribe(full(name), "s", initial_position="earliest")
+        got = {m.value(): _index(m.topic) for m in (consumer.receive(10_000) for _ in range(11))}
+        assert len({got[v] for v in (b"s1", b"s2", b"s3")}) == 1  # keyless: one partition
+        assert got[b"sk"] == key_partition("k1", 4)  # keyed: its hash, in every mode
+        assert (got[b"c1"], got[b"c2"], got[b"ck"]) == (3, 3, 0)  # the router's choice
+        assert sorted(got[v] for v in (b"r1", b"r2", b"r3", b"r4")) == [0, 1, 2, 3]  # in turn
+        # Bad settings are refused when the producer is made; a bad choice before anything is sent.
+        with pytest.raises(ValueError, match="routing mode"):
+            c.create_producer(full(name), message_routing_mode="Sticky")
+        with pytest.raises(ValueError, match="hashing scheme"):
+            c.create_producer(full(name), hashing_scheme="Md5")
+        with pytest.raises(ValueError, match="CustomPartition"):
+            c.create_producer(full(name), message_router=lambda m, n: 0)
+        wrong = c.create_producer(
+            full(name),
+            message_routing_mode=PartitionsRoutingMode.CustomPartition,
+            message_router=lambda m, n: n if m.value == b"x" else 0,
+        )
+        with pytest.raises(ValueError, match="0..3"):
+            wrong.send_many([b"fine", b"x"])
+        with pytest.raises(Timeout):
+            consumer.receive(300)  # nothing of the refused batch was stored
+
+
+def test_the_project_client_subscribes_to_a_pattern_and_to_a_list_of_topics(
+    http: httpx.Client, shared_server: Server
+) -> None:
+    prefix = fresh("pat")
+    a, b, late, other = f"{prefix}-a", f"{prefix}-b", f"{prefix}-late", fresh("other")
+    assert http.put(f"{ADMIN}/{a}/partitions", json=2).status_code == 204
+    for t in (b, other):
+        assert http.put(f"{ADMIN}/{t}").status_code == 204
+    with Client(shared_server.url) as c:
+        consumer = c.subscribe(
+            re.compile(f"persistent://public/default/{prefix}-.*"),
+            "s",
+            initial_position="earliest",
+            pattern_auto_discovery_period=0.2,
+        )
+        assert isinstance(consumer, MultiTopicConsumer)
+        assert sorted(consumer.topics()) == [full(f"{a}-partition-0"), full(f"{a}-partition-1"), full(b)]
+        for t in (a, b, other):
+            c.create_producer(full(t)).send_many([(f"k{i}", f"{t}/{i}".encode()) for i in range(5)])
+        got = [consumer.receive(10_000) for _ in range(10)]
+        assert sorted(m.value() for m in got) == sorted(f"{t}/{i}".encode() for t in (a, b) for i in range(5))
+        consumer.acknowledge_many(got)
+        with pytest.raises(Timeout):
+            consumer.receive(500)  # the topic the pattern does not match is not read
+        # A topic created later that matches is found, and read from its earliest message.
+        assert http.put(f"{ADMIN}/{late}").status_code == 204
+        c.create_producer(full(late)).send(b"late", key="x")
+        assert consumer.receive(10_000).value() == b"late"
+        # A topic deleted is let go.
+        assert http.delete(f"{ADMIN}/{b}").status_code == 204
+        deadline = time.monotonic() + 10
+        while full(b) in consumer.topics() and time.monotonic() < deadline:
+            with pytest.raises(Timeout):
+                consumer.receive(100)
+        assert full(b) not in consumer.topics()
+        consumer.close()
+        # A list of topics: every partition of a partitioned one, and the plain ones.
+        listed = c.subscribe([full(a), full(other)], "l", initial_position="earliest")
+        assert isinstance(listed, MultiTopicConsumer) and listed.topic() == f"{full(a)},{full(other)}"
+        assert len(listed.topics()) == 3
+        values = sorted(listed.receive(10_000).value() for _ in range(10))  # type: ignore[type-var]
+        assert values == sorted(f"{t}/{i}".encode() for t in (a, other) for i in range(5))
+        listed.close()
+        with pytest.raises(ValueError, match="tenant and namespace"):
+            c.subscribe(re.compile("persistent://public/.*/x"), "s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from api.client.routing import key_partition
 from service.auto_topics import topic_for_use
 from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound
@@ -21,7 +22,7 @@ ORDERS = TopicName("public", "default", "orders")
 @pytest.fixture
 def partitioned(broker: Broker, db: Database) -> PartitionedTopics:
     tenants = TenantService(db=db, topics_of=broker.list_topics)
-    return PartitionedTopics(db=db, broker=broker, tenants=tenants, max_partitions=8)
+    return PartitionedTopics(db=db, broker=broker, tenants=tenants, max_partitions=8, route_key=key_partition)
 
 
 def test_partition_names_round_trip() -> None:

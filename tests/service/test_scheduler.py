@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from api.client.routing import key_partition
 from compactor import TwoPhaseCompactor
 from compactor.two_phase import shared_group
 from ledger.entry import Position, Record
@@ -243,7 +244,10 @@ def test_the_partitions_due_in_one_pass_compact_in_one_spark_job(
     broker.settings.max_entries_per_ledger = 5
     orders = TopicName("public", "default", "orders")
     tenants = TenantService(db=db, topics_of=broker.list_topics)
-    PartitionedTopics(db=db, broker=broker, tenants=tenants, max_partitions=8).create(orders, 3)
+    partitioned = PartitionedTopics(
+        db=db, broker=broker, tenants=tenants, max_partitions=8, route_key=key_partition
+    )
+    partitioned.create(orders, 3)
     # Set on the partitioned topic: every partition's threshold.
     policies.set(Scope.topic_of(orders), compactionThreshold=100)
     names = [partition(orders, i) for i in range(3)]
