@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from api.client._core import (
     _C,
@@ -342,33 +342,73 @@ class _ConsumerBase(_Child[_C]):
             with contextlib.suppress(NotFound):
                 yield _Call("DELETE", f"{self._consumers}/{_q(self._consumer_id)}")
 
+    def _queued(self) -> Message | None:
+        """The next message of the receiver queue, if any (no operation to run)."""
+        return self._queue.popleft() if self._queue and not self._closed else None
+
+    def _no_message(self, timeout_millis: int | None) -> str:
+        return f"no message on {self._topic} for {self._subscription} within {timeout_millis} ms"
+
     def _op_unsubscribe(self) -> _Op[None]:
         self._check_open()
         yield from self._op_close()
         yield _Call("DELETE", self._sub_path)
 
 
-class Consumer(_ConsumerBase["Client"]):
-    """A consumer attached to a durable subscription; made by ``Client.subscribe``.
+class _Ops:
+    """What the verbs below run: the operations of the consumer class they join, which is
+    listed before them among its bases (so these are never the ones called)."""
 
-    Messages come in order; each is redelivered until acknowledged (after
-    ``redeliver_unacknowledged_messages``, the ack timeout, or this consumer closing).
-    """
+    _client: Any
+    _closed: bool
+
+    def _queued(self) -> Message | None:
+        raise NotImplementedError
+
+    def _no_message(self, timeout_millis: int | None) -> str:
+        raise NotImplementedError
+
+    def _op_receive(self, timeout_millis: int | None, max_messages: int | None) -> _Op[list[Message]]:
+        raise NotImplementedError
+
+    def _op_ack(self, items: Iterable[MessageIdLike | Message], cumulative: bool) -> _Op[None]:
+        raise NotImplementedError
+
+    def _op_negative_ack(self, items: Iterable[MessageIdLike | Message]) -> _Op[None]:
+        raise NotImplementedError
+
+    def _op_redeliver(self) -> _Op[None]:
+        raise NotImplementedError
+
+    def _op_seek(self, target: MessageIdLike | int) -> _Op[None]:
+        raise NotImplementedError
+
+    def _op_unsubscribe(self) -> _Op[None]:
+        raise NotImplementedError
+
+    def _op_close(self) -> _Op[None]:
+        raise NotImplementedError
+
+
+class _Verbs(_Ops):
+    """A consumer's public verbs (sync), over the ``_op_*`` operations of the class they join:
+    one consumer's (``Consumer``) or several behind one (``MultiTopicConsumer``)."""
 
     def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; waits for one up to ``timeout_millis`` (``None``: for ever) and
         raises ``Timeout`` if none came."""
-        if self._queue and not self._closed:
-            return self._queue.popleft()
+        queued = self._queued()
+        if queued is not None:
+            return queued
         got = self._client._run(self._op_receive(timeout_millis, None))
         if not got:
-            raise Timeout(f"no message on {self._topic} for {self._subscription} within {timeout_millis} ms")
-        return got[0]
+            raise Timeout(self._no_message(timeout_millis))
+        return got[0]  # type: ignore[no-any-return]
 
     def batch_receive(self, max_messages: int = 100, timeout_millis: int = 0) -> list[Message]:
         """Up to ``max_messages``: those already here, or else the first to arrive within
         ``timeout_millis`` (0: only what is there now). An empty list when none came."""
-        return self._client._run(self._op_receive(timeout_millis, max_messages))
+        return self._client._run(self._op_receive(timeout_millis, max_messages))  # type: ignore[no-any-return]
 
     def acknowledge(self, message: Message | MessageIdLike) -> None:
         """Acknowledge one message: it will not be delivered to this subscription again.
@@ -381,7 +421,8 @@ class Consumer(_ConsumerBase["Client"]):
         self._client._run(self._op_ack(messages, cumulative=False))
 
     def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:
-        """Acknowledge this message and every message before it (Exclusive and Failover)."""
+        """Acknowledge this message and every message before it in its topic (Exclusive and
+        Failover)."""
         self._client._run(self._op_ack([message], cumulative=True))
 
     def negative_acknowledge(self, message: Message | MessageIdLike) -> None:
@@ -418,26 +459,27 @@ class Consumer(_ConsumerBase["Client"]):
         while True:
             yield self.receive()
 
-    def __enter__(self) -> Consumer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class AsyncConsumer(_ConsumerBase["AsyncClient"]):
-    """See ``Consumer``."""
+class _AsyncVerbs(_Ops):
+    """See ``_Verbs``: the same verbs, awaited."""
 
     async def receive(self, timeout_millis: int | None = None) -> Message:
-        if self._queue and not self._closed:
-            return self._queue.popleft()
+        queued = self._queued()
+        if queued is not None:
+            return queued
         got = await self._client._run(self._op_receive(timeout_millis, None))
         if not got:
-            raise Timeout(f"no message on {self._topic} for {self._subscription} within {timeout_millis} ms")
-        return got[0]
+            raise Timeout(self._no_message(timeout_millis))
+        return got[0]  # type: ignore[no-any-return]
 
     async def batch_receive(self, max_messages: int = 100, timeout_millis: int = 0) -> list[Message]:
-        return await self._client._run(self._op_receive(timeout_millis, max_messages))
+        return await self._client._run(self._op_receive(timeout_millis, max_messages))  # type: ignore[no-any-return]
 
     async def acknowledge(self, message: Message | MessageIdLike) -> None:
         await self._client._run(self._op_ack([message], cumulative=False))
@@ -470,3 +512,15 @@ class AsyncConsumer(_ConsumerBase["AsyncClient"]):
     async def __aiter__(self) -> AsyncIterator[Message]:
         while True:
             yield await self.receive()
+
+
+class Consumer(_ConsumerBase["Client"], _Verbs):
+    """A consumer attached to a durable subscription; made by ``Client.subscribe``.
+
+    Messages come in order; each is redelivered until acknowledged (after
+    ``redeliver_unacknowledged_messages``, the ack timeout, or this consumer closing).
+    """
+
+
+class AsyncConsumer(_ConsumerBase["AsyncClient"], _AsyncVerbs):
+    """See ``Consumer``."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -34,8 +34,8 @@ from api.client._core import (
     _Topic,
     partition_topic,
 )
-from api.client.consumer import AsyncConsumer, Consumer, _ConsumerBase
-from api.client.errors import NotFound, Timeout
+from api.client.consumer import AsyncConsumer, Consumer, _AsyncVerbs, _ConsumerBase, _Verbs
+from api.client.errors import NotFound
 from api.client.message import Message, MessageId, MessageIdLike, _as_id
 
 if TYPE_CHECKING:  # named as strings in the base classes below (imported here, they would be circular)
@@ -257,6 +257,12 @@ class _MultiTopicBase(_Child[_C], Generic[_C, _P]):
             if got:
                 return self._learn(got, p)
 
+    def _queued(self) -> Message | None:
+        return None  # the receive's operation takes from the topics' queues in turn
+
+    def _no_message(self, timeout_millis: int | None) -> str:
+        return f"no message on {self.topic()} within {timeout_millis} ms"
+
     def _part_of(self, item: MessageIdLike | Message) -> _P:
         if isinstance(item, Message) and item.topic in self._by_topic:
             return self._by_topic[item.topic]
@@ -309,100 +315,11 @@ class _MultiTopicBase(_Child[_C], Generic[_C, _P]):
         self._closed = True
 
 
-class MultiTopicConsumer(_MultiTopicBase["Client", Consumer]):
+class MultiTopicConsumer(_MultiTopicBase["Client", Consumer], _Verbs):
     """A consumer of several topics behind one, with ``Consumer``'s methods; made by
     ``Client.subscribe`` for a partitioned topic (every partition), a list of topics, or a
     pattern. A message's ``topic`` names the topic (the partition) it came from."""
 
-    def receive(self, timeout_millis: int | None = None) -> Message:
-        got = self._client._run(self._op_receive(timeout_millis, None))
-        if not got:
-            raise Timeout(f"no message on {self.topic()} within {timeout_millis} ms")
-        return got[0]
 
-    def batch_receive(self, max_messages: int = 100, timeout_millis: int = 0) -> list[Message]:
-        return self._client._run(self._op_receive(timeout_millis, max_messages))
-
-    def acknowledge(self, message: Message | MessageIdLike) -> None:
-        self._client._run(self._op_ack([message], cumulative=False))
-
-    def acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
-        self._client._run(self._op_ack(messages, cumulative=False))
-
-    def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:
-        """This message and every one before it in its topic (Exclusive and Failover)."""
-        self._client._run(self._op_ack([message], cumulative=True))
-
-    def negative_acknowledge(self, message: Message | MessageIdLike) -> None:
-        self._client._run(self._op_negative_ack([message]))
-
-    def negative_acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
-        self._client._run(self._op_negative_ack(messages))
-
-    def redeliver_unacknowledged_messages(self) -> None:
-        self._client._run(self._op_redeliver())
-
-    def seek(self, target: MessageIdLike | int) -> None:
-        self._client._run(self._op_seek(target))
-
-    def unsubscribe(self) -> None:
-        self._client._run(self._op_unsubscribe())
-
-    def close(self) -> None:
-        if not self._closed:
-            self._client._run(self._op_close())
-
-    def __iter__(self) -> Iterator[Message]:
-        while True:
-            yield self.receive()
-
-    def __enter__(self) -> MultiTopicConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncMultiTopicConsumer(_MultiTopicBase["AsyncClient", AsyncConsumer]):
+class AsyncMultiTopicConsumer(_MultiTopicBase["AsyncClient", AsyncConsumer], _AsyncVerbs):
     """See ``MultiTopicConsumer``."""
-
-    async def receive(self, timeout_millis: int | None = None) -> Message:
-        got = await self._client._run(self._op_receive(timeout_millis, None))
-        if not got:
-            raise Timeout(f"no message on {self.topic()} within {timeout_millis} ms")
-        return got[0]
-
-    async def batch_receive(self, max_messages: int = 100, timeout_millis: int = 0) -> list[Message]:
-        return await self._client._run(self._op_receive(timeout_millis, max_messages))
-
-    async def acknowledge(self, message: Message | MessageIdLike) -> None:
-        await self._client._run(self._op_ack([message], cumulative=False))
-
-    async def acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
-        await self._client._run(self._op_ack(messages, cumulative=False))
-
-    async def acknowledge_cumulative(self, message: Message | MessageIdLike) -> None:
-        await self._client._run(self._op_ack([message], cumulative=True))
-
-    async def negative_acknowledge(self, message: Message | MessageIdLike) -> None:
-        await self._client._run(self._op_negative_ack([message]))
-
-    async def negative_acknowledge_many(self, messages: Iterable[Message | MessageIdLike]) -> None:
-        await self._client._run(self._op_negative_ack(messages))
-
-    async def redeliver_unacknowledged_messages(self) -> None:
-        await self._client._run(self._op_redeliver())
-
-    async def seek(self, target: MessageIdLike | int) -> None:
-        await self._client._run(self._op_seek(target))
-
-    async def unsubscribe(self) -> None:
-        await self._client._run(self._op_unsubscribe())
-
-    async def close(self) -> None:
-        if not self._closed:
-            await self._client._run(self._op_close())
-
-    async def __aiter__(self) -> AsyncIterator[Message]:
-        while True:
-            yield await self.receive()
