@@ -1,0 +1,242 @@
+"""Where ledger files are kept, behind one interface: a local directory or an S3-compatible
+bucket, chosen by a storage URL (``/data`` or ``file:///data``; ``s3://bucket/prefix``).
+
+Both are pyarrow filesystems (``LocalFileSystem``, ``S3FileSystem``) under one code path; what
+differs is how a write becomes durable and visible, which :class:`Storage` hides:
+
+* **local**: a file is written under a temporary name, fsynced, renamed into place and its
+  directory fsynced, so a reader sees all of it or nothing, after a crash too;
+* **S3**: an object store has no rename, no fsync and no directories. An object is visible
+  once its upload completes, and pyarrow completes an upload when its stream is closed, even
+  when an exception left it half written (and when a stream is dropped unclosed). So a write
+  is kept aside (in memory, then in a temporary file past :data:`SPOOL_BYTES`) until the
+  caller's block ends without error, and only then uploaded; an upload that fails is deleted
+  (best effort: a key that is published by no metadata is an orphan, which the scrub removes).
+
+Keys are ``/``-separated paths relative to the storage's root; the layout above them is
+``ledger.paths``'s. Nothing here is published by being written: the metadata commit that names
+a key is what publishes it (so a key is written once, and a writer that may have been fenced
+writes under a key of its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, BinaryIO
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from ledger.paths import TMP_SUFFIX, fsync_dir
+
+#: How much of an upload is kept in memory before the rest goes to a temporary file.
+SPOOL_BYTES = 64 << 20
+#: Read size of an upload from its spool.
+_UPLOAD_CHUNK = 8 << 20
+
+
+class StorageError(Exception):
+    """A storage URL or its settings that cannot be used (raised when the storage is made)."""
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file (an object) found by :meth:`Storage.list`."""
+
+    key: str
+    size: int
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach an S3-compatible service; ``None`` leaves a value to AWS's own chain
+    (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, the instance's role)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+
+
+class Storage:
+    """The files of one storage root; safe to share between threads (pyarrow's filesystems
+    are). Made by :func:`open_storage`."""
+
+    def __init__(self, url: str, fs: pafs.FileSystem, root: str, *, local: bool) -> None:
+        self.url = url
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.local = local
+
+    def __repr__(self) -> str:
+        return f"Storage({self.url!r})"
+
+    # ------------------------------------------------------------------ names
+
+    def path(self, key: str) -> str:
+        """The filesystem path of ``key`` (what pyarrow and Spark's tasks open)."""
+        key = key.strip("/")
+        if not key or any(part in ("", ".", "..") for part in key.split("/")):
+            raise ValueError(f"invalid storage key {key!r}")
+        return f"{self.root}/{key}" if self.root else key
+
+    def _prefix(self, prefix: str) -> str:
+        """The path of a directory's key; ``""`` is the root."""
+        return self.path(prefix) if prefix.strip("/") else self.root
+
+    def _key(self, path: str) -> str:
+        return path[len(self.root) + 1 :] if self.root else path
+
+    # ------------------------------------------------------------------ reading
+
+    def open(self, key: str) -> pa.NativeFile:
+        """``key`` for random access (a Parquet reader's source); ``FileNotFoundError`` if
+        there is none."""
+        return self.fs.open_input_file(self.path(key))
+
+    def read(self, key: str) -> bytes:
+        with self.open(key) as f:
+            return f.read()  # type: ignore[no-any-return]
+
+    def size(self, key: str) -> int | None:
+        """The size of ``key`` in bytes; None if there is none."""
+        info = self.fs.get_file_info(self.path(key))
+        return None if info.type != pafs.FileType.File else int(info.size)
+
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def list(self, prefix: str) -> list[StoredFile]:
+        """Every file under ``prefix`` (a directory's key; ``""``: the root), at any depth,
+        by key."""
+        selector = pafs.FileSelector(self._prefix(prefix), recursive=True, allow_not_found=True)
+        found = [
+            StoredFile(self._key(i.path), int(i.size))
+            for i in self.fs.get_file_info(selector)
+            if i.type == pafs.FileType.File
+        ]
+        return sorted(found, key=lambda f: f.key)
+
+    # ------------------------------------------------------------------ writing
+
+    def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        """Store ``data`` as ``key``, durable and whole when this returns."""
+        with self.writer(key) as out:
+            out.write(data)
+
+    @contextlib.contextmanager
+    def writer(self, key: str) -> Iterator[BinaryIO]:
+        """A stream to write ``key`` with: stored, durable and whole, when the block ends
+        without an error; nothing under ``key`` when it raises."""
+        if self.local:
+            with self._local_writer(self.path(key)) as out:
+                yield out
+            return
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+            yield spool  # type: ignore[misc]
+            spool.seek(0)
+            self._upload(self.path(key), spool)  # type: ignore[arg-type]
+
+    @contextlib.contextmanager
+    def _local_writer(self, path: str) -> Iterator[BinaryIO]:
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}"
+        try:
+            with open(tmp, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        fsync_dir(Path(parent))
+
+    def _upload(self, path: str, source: IO[bytes]) -> None:
+        try:
+            with self.fs.open_output_stream(path) as out:
+                while chunk := source.read(_UPLOAD_CHUNK):
+                    out.write(chunk)
+        except BaseException:
+            # pyarrow completes a cut-off upload with the parts it sent: take it back.
+            with contextlib.suppress(Exception):
+                self.fs.delete_file(path)
+            raise
+
+    # ------------------------------------------------------------------ deleting
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` if it exists."""
+        path = self.path(key)
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            return
+        if self.local:
+            fsync_dir(Path(os.path.dirname(path)))
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove every file under ``prefix`` (a directory's key; ``""``: everything), and
+        the directory."""
+        path = self._prefix(prefix)
+        if self.local:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_dir(path)
+            return
+        for found in self.list(prefix):  # an object store has no directory to remove
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(self.path(found.key))
+
+
+def open_storage(url: str, s3: S3Settings | None = None) -> Storage:
+    """The storage a URL names: a local directory (a path, or ``file://``) or an S3 bucket
+    with an optional prefix (``s3://bucket/prefix``). ``StorageError`` for a URL of another
+    kind; an S3 bucket that cannot be reached is found by :func:`check_storage`."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        root = os.path.abspath(parsed.path if parsed.scheme else url)
+        return Storage(url, pafs.LocalFileSystem(), root, local=True)
+    if parsed.scheme != "s3":
+        raise StorageError(f"storage URL {url!r}: a local path, file:// or s3://bucket/prefix")
+    if not parsed.netloc:
+        raise StorageError(f"storage URL {url!r} names no bucket (s3://bucket/prefix)")
+    s3 = s3 or S3Settings()
+    options: dict[str, object] = {"region": s3.region or os.environ.get("AWS_REGION") or "us-east-1"}
+    if s3.endpoint_url:
+        endpoint = urlparse(s3.endpoint_url)
+        if endpoint.scheme not in ("http", "https") or not endpoint.netloc:
+            raise StorageError(f"S3 endpoint {s3.endpoint_url!r}: an http:// or https:// URL")
+        options.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme)
+    if s3.access_key or s3.secret_key:
+        options.update(access_key=s3.access_key, secret_key=s3.secret_key)
+    try:
+        fs = pafs.S3FileSystem(**options)  # type: ignore[arg-type]
+    except (pa.ArrowException, ValueError) as e:
+        raise StorageError(f"storage URL {url!r}: {e}") from None
+    root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+    return Storage(url, fs, root, local=False)
+
+
+def check_storage(storage: Storage) -> None:
+    """Write, read back and delete a probe object under the root: ``StorageError`` in one
+    line when the storage cannot be used (no such bucket, credentials refused, endpoint down)."""
+    key = f"probe-{uuid.uuid4().hex}"
+    try:
+        storage.put(key, b"probe")
+        if storage.read(key) != b"probe":
+            raise StorageError(f"{storage.url}: a probe object read back differs from what was written")
+        storage.delete(key)
+    except StorageError:
+        raise
+    except (OSError, pa.ArrowException) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StorageError(f"{storage.url} cannot be used: {first}") from None
