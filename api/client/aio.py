@@ -180,6 +180,8 @@ class AsyncClient(_BaseClient):
                 self,
                 topics,
                 [AsyncConsumer(self, t, subscription_name, **options) for t in now],
+                subscription=subscription_name,
+                consumer_name=consumer_name,
                 make=lambda t: AsyncConsumer(self, t, subscription_name, **later),
                 update_interval_s=(
                     pattern_auto_discovery_period if topics.pattern else partitions_update_interval_s

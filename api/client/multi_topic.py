@@ -117,6 +117,8 @@ class _MultiTopicBase(_Child[_C], Generic[_C, _P]):
         topics: Topics,
         parts: Sequence[_P],
         *,
+        subscription: str,
+        consumer_name: str | None = None,
         make: Callable[[_Topic], _P] | None = None,
         update_interval_s: float = 60.0,
     ) -> None:
@@ -124,6 +126,8 @@ class _MultiTopicBase(_Child[_C], Generic[_C, _P]):
         ``update_interval_s`` seconds, as Pulsar's client looks every minute)."""
         super().__init__(client, topics.given[0])
         self._topics = topics
+        self._subscription = subscription
+        self._consumer_name = consumer_name
         self._parts = list(parts)
         self._by_topic = {p.topic(): p for p in self._parts}
         self._by_ledger: dict[int, _P] = {}  # learned from the messages received
@@ -178,10 +182,10 @@ class _MultiTopicBase(_Child[_C], Generic[_C, _P]):
             return None
 
     def subscription_name(self) -> str:
-        return self._parts[0].subscription_name()
+        return self._subscription
 
     def consumer_name(self) -> str | None:
-        return self._parts[0].consumer_name()
+        return self._consumer_name
 
     def _op_open(self) -> _Op[None]:
         opened: list[_P] = []

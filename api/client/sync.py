@@ -225,6 +225,8 @@ class Client(_BaseClient):
                 self,
                 topics,
                 [Consumer(self, t, subscription_name, **options) for t in now],
+                subscription=subscription_name,
+                consumer_name=consumer_name,
                 make=lambda t: Consumer(self, t, subscription_name, **later),
                 update_interval_s=(
                     pattern_auto_discovery_period if topics.pattern else partitions_update_interval_s

@@ -535,3 +535,18 @@ def test_the_project_client_subscribes_to_a_pattern_and_to_a_list_of_topics(
         listed.close()
         with pytest.raises(ValueError, match="tenant and namespace"):
             c.subscribe(re.compile("persistent://public/.*/x"), "s")
+        # A pattern that matches nothing yet waits for its first topic.
+        empty = c.subscribe(
+            re.compile(f"persistent://public/default/{prefix}-none-.*"),
+            "e",
+            consumer_name="watcher",
+            pattern_auto_discovery_period=0.2,
+        )
+        assert isinstance(empty, MultiTopicConsumer) and empty.topics() == []
+        assert (empty.subscription_name(), empty.consumer_name()) == ("e", "watcher")
+        with pytest.raises(Timeout):
+            empty.receive(300)
+        assert http.put(f"{ADMIN}/{prefix}-none-1").status_code == 204
+        c.create_producer(full(f"{prefix}-none-1")).send(b"first")
+        assert empty.receive(10_000).value() == b"first"
+        empty.close()
