@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -29,7 +30,7 @@ from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import AsyncConsumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
-from api.client.multi_topic import AsyncMultiTopicConsumer, Topics, TopicSpec
+from api.client.multi_topic import AsyncMultiTopicConsumer, Topics, TopicSpec, consumer_for
 from api.client.producer import AsyncProducer
 from api.client.reader import AsyncReader
 from api.client.routing import HashingScheme, MessageRouter, PartitionsRoutingMode, Router
@@ -170,23 +171,17 @@ class AsyncClient(_BaseClient):
             negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
             dead_letter_policy=dead_letter_policy,
         )
-        consumer: AsyncConsumer | AsyncMultiTopicConsumer
         now = await self._run(topics._op_resolve())
-        if topics.one_plain(now):
-            consumer = AsyncConsumer(self, now[0], subscription_name, **options)
-        else:
-            later = {**options, "initial_position": "earliest"}
-            consumer = AsyncMultiTopicConsumer(
-                self,
-                topics,
-                [AsyncConsumer(self, t, subscription_name, **options) for t in now],
-                subscription=subscription_name,
-                consumer_name=consumer_name,
-                make=lambda t: AsyncConsumer(self, t, subscription_name, **later),
-                update_interval_s=(
-                    pattern_auto_discovery_period if topics.pattern else partitions_update_interval_s
-                ),
-            )
+        consumer = consumer_for(
+            topics,
+            now,
+            subscription_name,
+            options,
+            one=functools.partial(AsyncConsumer, self),
+            several=functools.partial(AsyncMultiTopicConsumer, self),
+            partitions_update_interval_s=partitions_update_interval_s,
+            pattern_auto_discovery_period=pattern_auto_discovery_period,
+        )
         await self._run(consumer._op_open())
         self._children.add(consumer)
         return consumer

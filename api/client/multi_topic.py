@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # named as strings in the base classes below (imported here, 
 _WAIT_SLICE_MS = 100
 
 _P = TypeVar("_P", bound=_ConsumerBase[Any])
+_M = TypeVar("_M", bound="_MultiTopicBase[Any, Any]")
 
 #: What ``subscribe`` takes: a topic (partitioned or not), a list of them, or a compiled
 #: pattern of topic names in one namespace (``re.compile("persistent://t/n/orders-.*")``).
@@ -108,6 +109,34 @@ class Topics:
         """Whether ``now`` (the resolved topics) is the one plain topic named: a consumer of
         it alone, not one of several behind one."""
         return self.pattern is None and list(self.given) == list(now) and len(now) == 1
+
+
+def consumer_for(
+    topics: Topics,
+    now: Sequence[_Topic],
+    subscription: str,
+    options: dict[str, Any],
+    *,
+    one: Callable[..., _P],
+    several: Callable[..., _M],
+    partitions_update_interval_s: float,
+    pattern_auto_discovery_period: float,
+) -> _P | _M:
+    """The consumer ``subscribe`` returns for ``topics`` (resolved to ``now``), not opened yet:
+    ``one(topic, subscription, **options)`` of its one plain topic, else ``several`` over one
+    such consumer per topic, which consumes the topics it finds later from their earliest
+    message."""
+    if topics.one_plain(now):
+        return one(now[0], subscription, **options)
+    later = {**options, "initial_position": "earliest"}
+    return several(
+        topics,
+        [one(t, subscription, **options) for t in now],
+        subscription=subscription,
+        consumer_name=options.get("consumer_name"),
+        make=lambda t: one(t, subscription, **later),
+        update_interval_s=pattern_auto_discovery_period if topics.pattern else partitions_update_interval_s,
+    )
 
 
 class _MultiTopicBase(_Child[_C], Generic[_C, _P]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -27,7 +28,7 @@ from api.client.auth import AuthenticationToken, _tls_verify
 from api.client.consumer import Consumer, ConsumerType, DeadLetterPolicy
 from api.client.errors import ClientError, TransportError
 from api.client.message import MessageId, MessageIdLike
-from api.client.multi_topic import MultiTopicConsumer, Topics, TopicSpec
+from api.client.multi_topic import MultiTopicConsumer, Topics, TopicSpec, consumer_for
 from api.client.producer import Producer
 from api.client.reader import Reader
 from api.client.routing import HashingScheme, MessageRouter, PartitionsRoutingMode, Router
@@ -215,23 +216,17 @@ class Client(_BaseClient):
             negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
             dead_letter_policy=dead_letter_policy,
         )
-        consumer: Consumer | MultiTopicConsumer
         now = self._run(topics._op_resolve())
-        if topics.one_plain(now):
-            consumer = Consumer(self, now[0], subscription_name, **options)
-        else:
-            later = {**options, "initial_position": "earliest"}
-            consumer = MultiTopicConsumer(
-                self,
-                topics,
-                [Consumer(self, t, subscription_name, **options) for t in now],
-                subscription=subscription_name,
-                consumer_name=consumer_name,
-                make=lambda t: Consumer(self, t, subscription_name, **later),
-                update_interval_s=(
-                    pattern_auto_discovery_period if topics.pattern else partitions_update_interval_s
-                ),
-            )
+        consumer = consumer_for(
+            topics,
+            now,
+            subscription_name,
+            options,
+            one=functools.partial(Consumer, self),
+            several=functools.partial(MultiTopicConsumer, self),
+            partitions_update_interval_s=partitions_update_interval_s,
+            pattern_auto_discovery_period=pattern_auto_discovery_period,
+        )
         self._run(consumer._op_open())
         self._children.add(consumer)
         return consumer
