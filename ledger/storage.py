@@ -24,9 +24,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, BinaryIO
 from urllib.parse import urlparse
@@ -61,22 +62,45 @@ class S3Settings:
 
     endpoint_url: str | None = None
     region: str | None = None
-    access_key: str | None = None
-    secret_key: str | None = None
+    # Never in a repr: settings are logged, and shipped to Spark's tasks inside a round's plan.
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
 
 
 class Storage:
     """The files of one storage root; safe to share between threads (pyarrow's filesystems
     are). Made by :func:`open_storage`."""
 
-    def __init__(self, url: str, fs: pafs.FileSystem, root: str, *, local: bool) -> None:
+    def __init__(
+        self, url: str, fs: pafs.FileSystem, root: str, *, local: bool, s3: S3Settings | None = None
+    ) -> None:
         self.url = url
         self.fs = fs
         self.root = root.rstrip("/")
         self.local = local
+        self.s3 = s3
 
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
+
+    def __reduce__(self) -> tuple[object, tuple[str, S3Settings | None]]:
+        # Spark ships a round's storage to its tasks: they open it again from its URL and
+        # settings (once per process, see open_storage), never from a pickled connection.
+        return (open_storage, (self.url, self.s3))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Storage) and (self.url, self.s3) == (other.url, other.s3)
+
+    def __hash__(self) -> int:
+        return hash((self.url, self.s3))
+
+    def at(self, key: str = "") -> StoragePath:
+        """``key`` (a file or a directory; ``""``: the root) as a :class:`StoragePath`."""
+        return StoragePath(self, key.strip("/"))
+
+    def local_path(self, key: str) -> Path | None:
+        """Where ``key`` is on this machine's disk (None on object storage)."""
+        return Path(self._prefix(key)) if self.local else None
 
     # ------------------------------------------------------------------ names
 
@@ -85,14 +109,16 @@ class Storage:
         key = key.strip("/")
         if not key or any(part in ("", ".", "..") for part in key.split("/")):
             raise ValueError(f"invalid storage key {key!r}")
+        if self.local:
+            return f"{self.root}/{key}"  # "" is the file system's root
         return f"{self.root}/{key}" if self.root else key
 
     def _prefix(self, prefix: str) -> str:
         """The path of a directory's key; ``""`` is the root."""
-        return self.path(prefix) if prefix.strip("/") else self.root
+        return self.path(prefix) if prefix.strip("/") else (self.root or "/" if self.local else self.root)
 
     def _key(self, path: str) -> str:
-        return path[len(self.root) + 1 :] if self.root else path
+        return path[len(self.root) + 1 :] if self.root or self.local else path
 
     # ------------------------------------------------------------------ reading
 
@@ -197,10 +223,25 @@ class Storage:
                 self.fs.delete_file(self.path(found.key))
 
 
+_OPENED: dict[tuple[str, S3Settings | None], Storage] = {}
+_OPENED_LOCK = threading.Lock()
+
+
 def open_storage(url: str, s3: S3Settings | None = None) -> Storage:
     """The storage a URL names: a local directory (a path, or ``file://``) or an S3 bucket
     with an optional prefix (``s3://bucket/prefix``). ``StorageError`` for a URL of another
-    kind; an S3 bucket that cannot be reached is found by :func:`check_storage`."""
+    kind; an S3 bucket that cannot be reached is found by :func:`check_storage`.
+
+    One :class:`Storage` per URL and settings in a process: a Spark task unpickles its round's
+    storage many times, and an S3 client is costly to make (its connections are reused)."""
+    with _OPENED_LOCK:
+        found = _OPENED.get((url, s3))
+        if found is None:
+            found = _OPENED[(url, s3)] = _open(url, s3)
+        return found
+
+
+def _open(url: str, s3: S3Settings | None) -> Storage:
     parsed = urlparse(url)
     if parsed.scheme in ("", "file"):
         root = os.path.abspath(parsed.path if parsed.scheme else url)
@@ -209,7 +250,7 @@ def open_storage(url: str, s3: S3Settings | None = None) -> Storage:
         raise StorageError(f"storage URL {url!r}: a local path, file:// or s3://bucket/prefix")
     if not parsed.netloc:
         raise StorageError(f"storage URL {url!r} names no bucket (s3://bucket/prefix)")
-    s3 = s3 or S3Settings()
+    given, s3 = s3, s3 or S3Settings()
     options: dict[str, object] = {"region": s3.region or os.environ.get("AWS_REGION") or "us-east-1"}
     if s3.endpoint_url:
         endpoint = urlparse(s3.endpoint_url)
@@ -223,7 +264,160 @@ def open_storage(url: str, s3: S3Settings | None = None) -> Storage:
     except (pa.ArrowException, ValueError) as e:
         raise StorageError(f"storage URL {url!r}: {e}") from None
     root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-    return Storage(url, fs, root, local=False)
+    return Storage(url, fs, root, local=False, s3=given)
+
+
+@dataclass(frozen=True, slots=True)
+class StoragePath:
+    """A file or a directory of a :class:`Storage`, used as ``pathlib.Path`` is: joined with
+    ``/``, named, read, written and deleted, on whichever backend holds it. Picklable (a
+    Spark task gets its files so). ``str()`` names it for people: the local path, or
+    ``s3://bucket/key``.
+
+    Writing is all-or-nothing (see the module's docstring). A file that a writer must produce
+    on local disk first (a Parquet writer that spills, Spark's own output) is written to
+    :meth:`staging` and made this file by :meth:`publish`: on a local disk an fsync and a
+    rename beside it, on object storage an upload."""
+
+    storage: Storage
+    key: str
+
+    # ------------------------------------------------------------------ names
+
+    def __truediv__(self, name: str) -> StoragePath:
+        return StoragePath(self.storage, f"{self.key}/{name}" if self.key else name)
+
+    def __str__(self) -> str:
+        return self.fs_path if self.storage.local else f"s3://{self.fs_path}"
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> StoragePath:
+        return StoragePath(self.storage, self.key.rsplit("/", 1)[0] if "/" in self.key else "")
+
+    def with_name(self, name: str) -> StoragePath:
+        return self.parent / name
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self.storage.fs
+
+    @property
+    def fs_path(self) -> str:
+        """The path pyarrow's filesystem (:attr:`fs`) knows it by."""
+        return self.storage._prefix(self.key)
+
+    @property
+    def local(self) -> Path | None:
+        """Where it is on this machine's disk; None on object storage."""
+        return Path(self.fs_path) if self.storage.local else None
+
+    # ------------------------------------------------------------------ reading
+
+    def open(self) -> pa.NativeFile:
+        """For random access (a Parquet reader's source); ``FileNotFoundError`` if missing."""
+        return self.storage.open(self.key)
+
+    def read_bytes(self) -> bytes:
+        return self.storage.read(self.key)
+
+    def size(self) -> int:
+        """Its size in bytes; ``FileNotFoundError`` if there is no such file."""
+        found = self.storage.size(self.key)
+        if found is None:
+            raise FileNotFoundError(str(self))
+        return found
+
+    def exists(self) -> bool:
+        """Whether it is a file, or a directory holding one."""
+        return self.storage.exists(self.key) or self.is_dir()
+
+    def is_file(self) -> bool:
+        return self.storage.exists(self.key)
+
+    def is_dir(self) -> bool:
+        info = self.fs.get_file_info(self.fs_path)
+        if info.type == pafs.FileType.Directory:
+            return self.storage.local or bool(self.storage.list(self.key))
+        return False
+
+    def files(self) -> list[StoragePath]:
+        """The files directly in this directory, by name."""
+        selector = pafs.FileSelector(self.fs_path, recursive=False, allow_not_found=True)
+        found = [self / i.base_name for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.File]
+        return sorted(found, key=lambda p: p.name)
+
+    def dirs(self) -> list[StoragePath]:
+        """The directories directly in this directory, by name."""
+        selector = pafs.FileSelector(self.fs_path, recursive=False, allow_not_found=True)
+        found = [
+            self / i.base_name for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.Directory
+        ]
+        return sorted(found, key=lambda p: p.name)
+
+    # ------------------------------------------------------------------ writing
+
+    def writer(self) -> contextlib.AbstractContextManager[BinaryIO]:
+        """:meth:`Storage.writer` of this file."""
+        return self.storage.writer(self.key)
+
+    def write_bytes(self, data: bytes | bytearray | memoryview) -> None:
+        self.storage.put(self.key, data)
+
+    def staging(self) -> Path:
+        """A local file to write this file's bytes to, then :meth:`publish` (or
+        :meth:`unstage`): beside it on a local disk (a rename then moves it), in the
+        temporary directory otherwise."""
+        local = self.local
+        if local is not None:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            return local.with_name(f"{local.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+        fd, name = tempfile.mkstemp(prefix="compactor-", suffix=TMP_SUFFIX)
+        os.close(fd)
+        return Path(name)
+
+    def publish(self, staged: Path, *, synced: bool = False) -> None:
+        """Make the staged file this file, durable and whole (``synced``: its bytes were
+        fsynced already); the staged file is gone afterwards, whether this succeeds or not."""
+        try:
+            local = self.local
+            if local is not None:
+                if not synced:
+                    with open(staged, "rb") as f:
+                        os.fsync(f.fileno())
+                os.replace(staged, local)
+                fsync_dir(local.parent)
+                return
+            with open(staged, "rb") as f:
+                self.storage._upload(self.fs_path, f)
+        finally:
+            unstage(staged)
+
+    def unlink(self, missing_ok: bool = True) -> None:
+        if not missing_ok and not self.is_file():
+            raise FileNotFoundError(str(self))
+        self.storage.delete(self.key)
+
+    def delete_tree(self) -> None:
+        """Remove this directory and everything in it (nothing if there is none)."""
+        self.storage.delete_prefix(self.key)
+
+
+def as_storage_path(path: Path | str | StoragePath) -> StoragePath:
+    """``path`` as a :class:`StoragePath`: one already is; a local path is a file of the local
+    disk's root storage (so its ``str()`` is the absolute path it was)."""
+    if isinstance(path, StoragePath):
+        return path
+    return open_storage("/").at(os.path.abspath(path).lstrip("/"))
+
+
+def unstage(staged: Path) -> None:
+    """Remove a staged file that will not be published."""
+    with contextlib.suppress(OSError):
+        os.unlink(staged)
 
 
 def check_storage(storage: Storage) -> None:

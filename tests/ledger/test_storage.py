@@ -5,6 +5,7 @@ settings to the tests in ``COMPACTOR_TEST_S3_SETTINGS``, as ``NAME=value`` lines
 from __future__ import annotations
 
 import os
+import pickle
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +144,37 @@ def test_a_bucket_that_does_not_exist_or_refuses_the_credentials_fails_its_check
     with pytest.raises(StorageError) as e:
         check_storage(refused)
     assert "\n" not in str(e.value)
+
+
+def test_a_storage_path_names_reads_stages_and_publishes(storage: Storage) -> None:
+    topic = storage.at("ledgers/t/n/x")
+    sealed = topic / "00000000000000000001.parquet"
+    assert (sealed.name, sealed.parent, sealed.with_name("other").key) == (
+        "00000000000000000001.parquet",
+        topic,
+        "ledgers/t/n/x/other",
+    )
+    assert not sealed.exists() and topic.files() == []
+    staged = sealed.staging()
+    staged.write_bytes(b"rows")
+    sealed.publish(staged)
+    assert not staged.exists()  # published: the staged copy is gone
+    assert (sealed.read_bytes(), sealed.size(), sealed.is_file()) == (b"rows", 4, True)
+    (topic / "compacted-00000000000000000002" / "part-0.parquet").write_bytes(b"part")
+    assert topic.files() == [sealed]
+    assert [d.name for d in topic.dirs()] == ["compacted-00000000000000000002"]
+    assert (topic / "compacted-00000000000000000002").is_dir()
+    # Spark's tasks get their files pickled: the same storage, opened again from its settings.
+    again = pickle.loads(pickle.dumps(sealed))
+    assert again == sealed and again.read_bytes() == b"rows"
+    assert "secret" not in repr(storage.s3)
+    topic.delete_tree()
+    assert not topic.exists() and not sealed.exists()
+
+
+def test_a_staged_file_that_is_not_published_leaves_nothing(storage: Storage) -> None:
+    target = storage.at("a/file")
+    staged = target.staging()
+    staged.write_bytes(b"half")
+    storage_module.unstage(staged)
+    assert not staged.exists() and not target.exists()
