@@ -5,7 +5,8 @@ ledger and the check. ``NotOwner`` (several instances: another one owns the topi
 it (``api.redirects``). ``Unavailable`` (a full seal backlog, descriptors exhausted, a damaged
 compacted ledger being rebuilt, a lease lost) is 503 with ``Retry-After``. An ``OSError`` that
 is the process running out of descriptors, wherever it is raised, becomes the same 503 (and is
-noted for ``/health``); any other ``OSError`` stays a 500, as a bug should.
+noted for ``/health``); one that is object storage not answering is a 503 too
+(``StorageUnavailable``); any other ``OSError`` stays a 500, as a bug should.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.redirects import redirect_to_owner
+from ledger.storage import is_unavailable
 from service.errors import (
     Conflict,
     DamagedData,
@@ -25,6 +27,7 @@ from service.errors import (
     NotFound,
     NotOwner,
     ServiceError,
+    StorageUnavailable,
     TooLarge,
     Unauthenticated,
     Unavailable,
@@ -70,6 +73,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(OSError)
     async def _os_error(request: Request, exc: OSError) -> JSONResponse:
+        if is_unavailable(exc):  # object storage does not answer: retry once it does
+            first = str(exc).strip().splitlines()[0][:300]
+            return _error_response(StorageUnavailable(f"the ledger storage does not answer: {first}"))
         if not is_descriptor_exhaustion(exc):
             raise exc  # a 500: not the client's doing, nor a resource to wait for
         broker = getattr(request.app.state, "broker", None)

@@ -113,6 +113,10 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on [COMPACTOR_HOST].")] = None,
     port: Annotated[int | None, typer.Option(help="Port [COMPACTOR_PORT].")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Storage root [COMPACTOR_DATA_DIR].")] = None,
+    storage_url: Annotated[
+        str | None,
+        typer.Option(help="Ledger storage: a directory or s3://bucket/prefix [COMPACTOR_STORAGE_URL]."),
+    ] = None,
     database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL [COMPACTOR_DATABASE_URL].")] = None,
     fsync: Annotated[str | None, typer.Option(help="always|interval|never [COMPACTOR_FSYNC].")] = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master [COMPACTOR_SPARK_MASTER].")] = None,
@@ -126,6 +130,7 @@ def serve(
         ("HOST", host),
         ("PORT", port),
         ("DATA_DIR", data_dir),
+        ("STORAGE_URL", storage_url),
         ("DATABASE_URL", database_url),
         ("FSYNC", fsync),
         ("SPARK_MASTER", spark_master),
@@ -152,6 +157,13 @@ def serve(
     if refusal is not None:
         typer.echo(f"error: {refusal}", err=True)
         raise typer.Exit(2)
+    from ledger.storage import StorageError, check_storage
+
+    try:  # a bucket that does not exist, credentials refused, an endpoint down: one line, now
+        check_storage(settings.ledger_storage())
+    except StorageError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     # Imported only now: a refusal above comes at once, without loading Spark and the app.
     import uvicorn
 

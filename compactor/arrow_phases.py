@@ -34,6 +34,15 @@ small share of the round (:func:`fits_one_job`), each task runs both phases itse
 partial stays in memory and it reads the keys of the later groups' new rows directly (a few
 narrow reads) instead of waiting for their partials. The previous ledger's parts are then
 split by row group, so that copying them spreads over every task.
+
+Every file is a ``ledger.storage.StoragePath``, so the same tasks read and write a local disk
+or an S3-compatible bucket (a task opens the storage once per process, see ``open_storage``).
+What differs is how a file is put in place: on a local disk a task writes under a name of its
+own in the scratch directory and renames it into place (parts and key indexes fsynced first);
+on object storage a part and its key index are written to a local staging file and uploaded,
+and a scratch file (a partial, a probe's dead rows) is spooled and uploaded, each whole or not
+at all. Reads differ too: partials and key indexes are memory-mapped on a local disk, and
+read whole, in one request each, from object storage (Parquet files by ranges on both).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import io
 import os
 import threading
 import time
@@ -49,6 +59,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -81,6 +92,7 @@ from ledger.schema import (
     null_columns_metadata,
     still_null,
 )
+from ledger.storage import StoragePath, unstage
 
 T = TypeVar("T")
 
@@ -150,7 +162,7 @@ _ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
 class Segment:
     """Rows of one Parquet file with packed ids in ``(lo, hi]``, stored in id order."""
 
-    path: str
+    path: StoragePath
     lo: int
     hi: int
     size: int = 0
@@ -164,7 +176,7 @@ class Segment:
     derive_deletes: bool = False
     # A compacted layer's part with dead rows: its layer's deletion vector (``deletes_rows``
     # rows), and the layer row number of the segment's first row (of its first row group).
-    deletes: str | None = None
+    deletes: StoragePath | None = None
     deletes_rows: int = 0
     first_row: int = 0
 
@@ -296,7 +308,7 @@ def _chunks(
     )
     row = segment.first_row
     try:
-        f = pq.ParquetFile(segment.path, **READ_OPTIONS)  # type: ignore[arg-type]
+        f = pq.ParquetFile(segment.path.fs_path, filesystem=segment.path.fs, **READ_OPTIONS)  # type: ignore[arg-type]
     except Exception as e:
         raise damage_of(segment.path, e, opening=True) or e from e
     with f:
@@ -355,7 +367,7 @@ class IndexedPart:
     """A part of an older layer in a delta round: its key index, its layer (by position in the
     manifest) and the layer row number of its first row."""
 
-    keys: str
+    keys: StoragePath
     layer: int
     first_row: int
     # The part's rows, as the manifest says: its index must hold as many.
@@ -371,8 +383,8 @@ class RoundPlan:
     """What every task of a round needs to know (pickled into the tasks)."""
 
     groups: tuple[tuple[Segment, ...], ...]
-    out_dir: str  # where part files go
-    scratch_dir: str  # where phase one leaves its partials for phase two
+    out_dir: StoragePath  # where part files go
+    scratch_dir: StoragePath  # where phase one leaves its partials for phase two (inside out_dir)
     row_group_bytes: int
     retain_null_key: bool
     keep_tombstones_since: int | None  # delete retention: tombstones published since are kept
@@ -390,14 +402,20 @@ class RoundPlan:
         """Tasks of a job of this round: one per group, and as many as share the probe."""
         return max(len(self.groups), self.probe_tasks)
 
-    def partial_path(self, group: int) -> str:
-        return os.path.join(self.scratch_dir, f"partial-{group:05d}.arrow")
+    def partial_path(self, group: int) -> StoragePath:
+        return self.scratch_dir / f"partial-{group:05d}.arrow"
 
-    def dead_path(self, share: int) -> str:
-        return os.path.join(self.scratch_dir, f"dead-{share:05d}.npz")
+    def dead_path(self, share: int) -> StoragePath:
+        return self.scratch_dir / f"dead-{share:05d}.npz"
 
-    def part_path(self, group: int) -> str:
-        return os.path.join(self.out_dir, f"part-{group:05d}.parquet")
+    def part_path(self, group: int) -> StoragePath:
+        return self.out_dir / f"part-{group:05d}.parquet"
+
+    def make_out_dir(self) -> None:
+        """On a local disk, create the directory the parts go to (an object store has none)."""
+        local = self.out_dir.local
+        if local is not None:
+            local.mkdir(parents=True, exist_ok=True)
 
 
 # ---------------------------------------------------------------------------- phase one
@@ -516,10 +534,16 @@ def group_latest(plan: RoundPlan, group: int) -> int:
     directory. Returns how many rows it read."""
     partial, rows_read = _partial(plan, group)
     schema = partial.schema
-    tmp = _attempt_path(plan.partial_path(group), plan.scratch_dir)
+    target = plan.partial_path(group)
+    local = target.local
+    if local is None:
+        with target.writer() as out, pa.ipc.new_file(out, schema) as writer:
+            writer.write_table(partial)
+        return rows_read
+    tmp = _attempt_path(local, plan.scratch_dir)
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         writer.write_table(partial)
-    os.replace(tmp, plan.partial_path(group))  # scratch: no fsync, a crash discards the round
+    os.replace(tmp, local)  # scratch: no fsync, a crash discards the round
     return rows_read
 
 
@@ -563,7 +587,13 @@ def _per_group(
 
 
 def _read_partial(plan: RoundPlan, group: int, columns: list[str]) -> pa.Table:
-    with pa.memory_map(plan.partial_path(group)) as source:
+    """Group ``group``'s partial (``FileNotFoundError`` if it has none): memory-mapped on a
+    local disk, read whole in one request from object storage."""
+    path = plan.partial_path(group)
+    local = path.local
+    if local is None:
+        return pa.ipc.open_file(pa.BufferReader(path.read_bytes())).read_all().select(columns)
+    with pa.memory_map(str(local)) as source:
         return pa.ipc.open_file(source).read_all().select(columns)
 
 
@@ -584,9 +614,10 @@ def _partial_keys(plan: RoundPlan) -> KeySets:
     """Key sets read from the partials phase one wrote."""
 
     def keys(h: int) -> pa.Array | None:
-        if not os.path.exists(plan.partial_path(h)):
+        try:
+            return _read_partial(plan, h, [P_KEY]).column(P_KEY).combine_chunks()
+        except FileNotFoundError:
             return None
-        return _read_partial(plan, h, [P_KEY]).column(P_KEY).combine_chunks()
 
     return _cached(keys)
 
@@ -651,12 +682,15 @@ def _previous_rows_kept(
     return keep
 
 
-def _attempt_path(path: str, scratch_dir: str) -> str:
-    """Where a task writes a file before renaming it to ``path``: a name of its own in the
-    scratch directory, so that two attempts of one task (a retry, a speculative copy) never
-    write the same file, and a reader never sees a half-written one."""
-    os.makedirs(scratch_dir, exist_ok=True)
-    return os.path.join(scratch_dir, f"{os.path.basename(path)}.{os.getpid()}-{uuid.uuid4().hex}")
+def _attempt_path(path: Path, scratch_dir: StoragePath) -> str:
+    """Where a task writes a file before renaming it to ``path`` (on a local disk): a name of
+    its own in the scratch directory, so that two attempts of one task (a retry, a speculative
+    copy) never write the same file, and a reader never sees a half-written one. (On object
+    storage an upload is whole or absent, and two attempts' uploads hold the same rows.)"""
+    scratch = scratch_dir.local
+    assert scratch is not None, "attempt files are for a local disk"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return str(scratch / f"{path.name}.{os.getpid()}-{uuid.uuid4().hex}")
 
 
 class _PartWriter:
@@ -664,17 +698,18 @@ class _PartWriter:
     about ``row_group_bytes`` (a page read decodes one row group, so they should be neither
     tiny nor huge) and encoded by a thread of their own while the task reads on (pyarrow
     releases the GIL; the part holding the latest rows is the largest by far, so its task
-    would otherwise finish long after the others). On close the file is fsynced and renamed
-    into place (see :func:`_attempt_path`), and so is its key index (``ledger.key_index``),
-    built from the rows as they pass."""
+    would otherwise finish long after the others). On close the file is put in place, and so
+    is its key index (``ledger.key_index``), built from the rows as they pass: on a local disk
+    fsynced and renamed from the attempt's own name (see :func:`_attempt_path`); on object
+    storage written to a local staging file and uploaded (``StoragePath.publish``)."""
 
     # Row groups handed to the encoding thread but not yet written, at most.
     _IN_FLIGHT = 2
 
     def __init__(
         self,
-        path: str,
-        scratch_dir: str,
+        path: StoragePath,
+        scratch_dir: StoragePath,
         row_group_bytes: int,
         options: dict[str, object] = PART_WRITER_OPTIONS,
     ) -> None:
@@ -718,7 +753,7 @@ class _PartWriter:
         # Whole row groups now; the rest waits for more rows, unless this is the end.
         now = table.num_rows if final else table.num_rows // per_group * per_group
         if self._writer is None:
-            self._tmp = _attempt_path(self.path, self.scratch_dir)
+            self._tmp = self._staging(self.path)
             self._writer = pq.ParquetWriter(self._tmp, ARROW_SCHEMA, **self.options)  # type: ignore[arg-type]
         while len(self._in_flight) >= self._IN_FLIGHT:
             self._in_flight.popleft().result()  # raises what the encoder raised
@@ -737,13 +772,32 @@ class _PartWriter:
         finally:
             self._encoder.shutdown()
         if self._writer is not None:
-            self._writer.add_key_value_metadata(null_columns_metadata(self._null))
-            self._writer.close()
-            with open(self._tmp, "rb") as f:
-                os.fsync(f.fileno())
-            self._write_index()
-            os.replace(self._tmp, self.path)
+            try:
+                self._writer.add_key_value_metadata(null_columns_metadata(self._null))
+                self._writer.close()
+                self._write_index()
+                self._put(self._tmp, self.path)
+            except BaseException:
+                unstage(Path(self._tmp))  # a staging file outside the round's directory too
+                raise
         return self.rows
+
+    def _staging(self, path: StoragePath) -> str:
+        """The local file ``path``'s bytes are written to before :meth:`_put` puts it in place."""
+        local = path.local
+        return _attempt_path(local, self.scratch_dir) if local is not None else str(path.staging())
+
+    @staticmethod
+    def _put(staged: str, path: StoragePath) -> None:
+        """``staged`` made ``path``: fsynced and renamed on a local disk (the round's directory
+        is fsynced by the driver), uploaded to object storage."""
+        local = path.local
+        if local is None:
+            path.publish(Path(staged))
+            return
+        with open(staged, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(staged, local)
 
     def _write_index(self) -> None:
         """The part's key index, in place before the part itself (a part is never without it)."""
@@ -752,12 +806,14 @@ class _PartWriter:
             np.concatenate(self._tombstones),
             np.concatenate(self._publish_times),
         )
-        path = os.path.join(os.path.dirname(self.path), key_index.index_name(os.path.basename(self.path)))
-        tmp = _attempt_path(path, self.scratch_dir)
-        key_index.write(tmp, index)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        path = self.path.with_name(key_index.index_name(self.path.name))
+        tmp = self._staging(path)
+        try:
+            key_index.write(tmp, index)
+        except BaseException:
+            unstage(Path(tmp))
+            raise
+        self._put(tmp, path)
 
     def abort(self) -> None:
         for pending in self._in_flight:
@@ -766,8 +822,7 @@ class _PartWriter:
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 self._writer.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._tmp)
+            unstage(Path(self._tmp))
 
 
 def _previous_chunks(segments: Iterable[Segment]) -> Iterator[pa.Table]:
@@ -870,7 +925,7 @@ def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
     """Write every group's part (one task per group) from the partials; returns the rows
     written. Tasks write only their own part and read only partials (and, in a delta round,
     their share of the older layers' key indexes)."""
-    os.makedirs(plan.out_dir, exist_ok=True)
+    plan.make_out_dir()
     return sum(_per_group(spark, plan, group_write, plan.tasks))
 
 
@@ -946,7 +1001,7 @@ def _probe_all(plan: RoundPlan, share: int, key_sets: KeySets) -> None:
 def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
     """Both phases in one job (one task per group): rows read, rows written, and the longest
     phase one of a task in seconds."""
-    os.makedirs(plan.out_dir, exist_ok=True)
+    plan.make_out_dir()
     results = _per_group(spark, plan, group_round, plan.tasks)
     return (
         sum(r for r, _, _ in results),
@@ -1005,7 +1060,7 @@ def _shared_job(
                 yield r, t, None, (type(e).__name__, str(e), traceback.format_exc())
 
     for plan in plans.values():
-        os.makedirs(plan.out_dir, exist_ok=True)
+        plan.make_out_dir()
     results: dict[int, list[object]] = {r: [] for r in plans}
     failed: dict[int, Exception] = {}
     if tasks:
@@ -1094,10 +1149,17 @@ def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> None:
         rows = np.flatnonzero(dead)
         if len(rows):
             found.setdefault(f"layer{part.layer}", []).append(rows + part.first_row + first)
-    tmp = _attempt_path(plan.dead_path(share), plan.scratch_dir)
+    died = {name: np.concatenate(rows) for name, rows in found.items()}
+    target = plan.dead_path(share)
+    local = target.local
+    if local is None:
+        with target.writer() as out:
+            np.savez(out, **died)  # type: ignore[arg-type]
+        return
+    tmp = _attempt_path(local, plan.scratch_dir)
     with open(tmp, "wb") as f:
-        np.savez(f, **{name: np.concatenate(rows) for name, rows in found.items()})  # type: ignore[arg-type]
-    os.replace(tmp, plan.dead_path(share))  # scratch: no fsync, a crash discards the round
+        np.savez(f, **died)  # type: ignore[arg-type]
+    os.replace(tmp, local)  # scratch: no fsync, a crash discards the round
 
 
 def dead_rows(plan: RoundPlan) -> dict[int, np.ndarray]:
@@ -1105,7 +1167,11 @@ def dead_rows(plan: RoundPlan) -> dict[int, np.ndarray]:
     probed its own rows, so no row is found twice; the driver need not sort them)."""
     found: dict[int, list[np.ndarray]] = {}
     for share in range(plan.probe_tasks):
-        with np.load(plan.dead_path(share), allow_pickle=False) as saved:
+        path = plan.dead_path(share)
+        local = path.local
+        with np.load(
+            local if local is not None else io.BytesIO(path.read_bytes()), allow_pickle=False
+        ) as saved:
             for name in saved.files:
                 found.setdefault(int(name.removeprefix("layer")), []).append(saved[name])
     return {layer: rows[0] if len(rows) == 1 else np.concatenate(rows) for layer, rows in found.items()}
@@ -1216,7 +1282,7 @@ def phase_two_from_ids(spark: SparkSession, keep: DataFrame, plan: RoundPlan, la
     """Phase two when phase one ran in Spark SQL (the event-time and property strategies):
     ``keep`` holds ``(label, id)`` for every id to keep; each is shuffled to its group's task,
     which writes the part (reading keys from the files). Returns the rows written."""
-    os.makedirs(plan.out_dir, exist_ok=True)
+    plan.make_out_dir()
     if not plan.groups:
         return 0
     shuffled = keep.repartition(len(plan.groups), LABEL)

@@ -6,16 +6,20 @@
   project has to be installed on the cluster.
 - :func:`check_executors`: a probe job whose tasks import pyarrow, numpy and pandas and read a
   file the driver just wrote under the storage root. Compaction tasks read and write ledger
-  files at the paths the driver names, so the storage root must be mounted at the same path on
-  every executor; when it is not (or the executors' interpreter lacks a package, or no executor
-  takes the job), this says so in one line instead of letting every round fail in its tasks.
+  files at the paths the driver names, so a local storage root must be mounted at the same
+  path on every executor, and an object storage bucket must be reachable from every executor
+  with the settings the driver has; when it is not (or the executors' interpreter lacks a
+  package, or no executor takes the job), this says so in one line instead of letting every
+  round fail in its tasks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
+import pickle
 import re
 import socket
 import tempfile
@@ -27,6 +31,8 @@ from functools import partial
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from ledger.storage import StoragePath, as_storage_path
 
 # The packages whose modules the compactor's tasks unpickle (arrow_phases and what it imports).
 SHIPPED_PACKAGES = ("compactor", "ledger")
@@ -87,16 +93,24 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
-def _probe_task(path: str, token: str, partitions: Iterable[int]) -> Iterator[tuple[str, str, str]]:
-    """Runs on an executor: (host, working directory, error or "") per partition."""
+def _probe_task(probe: bytes, token: str, partitions: Iterable[int]) -> Iterator[tuple[str, str, str]]:
+    """Runs on an executor: (host, working directory, error or "") per partition. ``probe`` is
+    the pickled ``StoragePath`` of the probe file, unpickled here, after the packages it needs
+    are found (a missing one is then reported, not a failure to start the task)."""
     for _ in partitions:
         error = ""
         try:
             for name in EXECUTOR_PACKAGES:
                 __import__(name)
-            with open(path, encoding="utf-8") as f:
-                if f.read() != token:
-                    error = f"{path} holds other content than the driver wrote"
+            path: StoragePath = pickle.loads(probe)
+            local = path.local
+            if local is not None:
+                with open(local, encoding="utf-8") as f:
+                    found = f.read()
+            else:
+                found = path.read_bytes().decode("utf-8")
+            if found != token:
+                error = f"{path} holds other content than the driver wrote"
         except OSError as e:  # without the probe's name: the same failure reads the same
             error = f"{type(e).__name__}: {e.strerror or e}"
         except Exception as e:  # reported, not raised: the driver words the one line
@@ -104,11 +118,15 @@ def _probe_task(path: str, token: str, partitions: Iterable[int]) -> Iterator[tu
         yield socket.gethostname(), os.getcwd(), error
 
 
-def check_executors(spark: SparkSession, storage_root: Path, *, timeout: float = 120.0) -> list[str]:
+def check_executors(
+    spark: SparkSession, storage_root: Path | StoragePath, *, timeout: float = 120.0
+) -> list[str]:
     """Run the probe job (see the module docstring): at least one task per core of the
     cluster. Returns the hosts that ran it; raises :class:`ExecutorsUnfit`."""
-    root = Path(storage_root).absolute()
-    root.mkdir(parents=True, exist_ok=True)
+    root = as_storage_path(storage_root)
+    local = root.local
+    if local is not None:
+        local.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     probe = root / f"{PROBE_PREFIX}{token}"
     sc = spark.sparkContext
@@ -120,16 +138,19 @@ def check_executors(spark: SparkSession, storage_root: Path, *, timeout: float =
         sc.setJobGroup(group, "storage probe", interruptOnCancel=True)
         try:
             n = max(2, sc.defaultParallelism)
-            rdd = sc.parallelize(range(n), n).mapPartitions(partial(_probe_task, str(probe), token))
+            rdd = sc.parallelize(range(n), n).mapPartitions(partial(_probe_task, pickle.dumps(probe), token))
             results.extend(rdd.collect())
         except BaseException as e:
             failure.append(e)
 
     try:
-        with open(probe, "w", encoding="utf-8") as f:
-            f.write(token)
-            f.flush()
-            os.fsync(f.fileno())
+        if probe.local is not None:
+            with open(probe.local, "w", encoding="utf-8") as f:
+                f.write(token)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            probe.write_bytes(token.encode("utf-8"))
         thread = threading.Thread(target=run, name="executor-probe", daemon=True)
         thread.start()
         thread.join(timeout)
@@ -143,7 +164,11 @@ def check_executors(spark: SparkSession, storage_root: Path, *, timeout: float =
         if failure:
             raise ExecutorsUnfit(f"the executors could not run the start-up probe: {one_line(failure[0])}")
     finally:
-        probe.unlink(missing_ok=True)
+        if probe.local is not None:
+            probe.local.unlink(missing_ok=True)
+        else:
+            with contextlib.suppress(OSError):  # a leftover probe is harmless; the error above is not
+                probe.unlink()
     bad = [(host, error) for host, _, error in results if error]
     if bad:
         host, error = bad[0]
@@ -151,6 +176,11 @@ def check_executors(spark: SparkSession, storage_root: Path, *, timeout: float =
             raise ExecutorsUnfit(
                 f"the executors' Python on {host} lacks a package the compaction needs ({error}): "
                 f"it needs {', '.join(EXECUTOR_PACKAGES)} (COMPACTOR_SPARK_PYTHON, COMPACTOR_SPARK_ARCHIVES)"
+            )
+        if local is None:
+            raise ExecutorsUnfit(
+                f"the executors cannot read the storage {root} ({host}: {error}): every worker "
+                "needs network access to it and the credentials the service has"
             )
         raise ExecutorsUnfit(
             f"the storage root {root} is not readable at the same path on the executors "

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ledger.compacted_store import Manifest
 from ledger.entry import Position
+from ledger.storage import StoragePath, as_storage_path
 
 
 @dataclass(frozen=True)
@@ -17,12 +17,15 @@ class CompactionJob:
     ``previous_horizon``) plus the rows of the sealed original ledgers ``inputs`` with ids in
     ``(previous_horizon, horizon]``. Output: the compacted ledger ``output_ledger_id``
     under ``topic_root``.
+
+    Files and directories are ``StoragePath`` objects (on a local disk or in a bucket); a
+    local ``Path`` given for one is taken as the same file of the local disk's storage.
     """
 
-    topic_root: Path
-    inputs: list[Path]
+    topic_root: StoragePath
+    inputs: list[StoragePath]
     input_ledger_ids: list[int]
-    previous_compacted: Path | None
+    previous_compacted: StoragePath | None
     previous_horizon: Position | None
     horizon: Position
     output_ledger_id: int
@@ -39,6 +42,11 @@ class CompactionJob:
     consolidation_ratio: float = 0.5
 
     def __post_init__(self) -> None:
+        # Frozen: the coerced values are set as the dataclass's own __init__ sets them.
+        object.__setattr__(self, "topic_root", as_storage_path(self.topic_root))
+        object.__setattr__(self, "inputs", [as_storage_path(p) for p in self.inputs])
+        if self.previous_compacted is not None:
+            object.__setattr__(self, "previous_compacted", as_storage_path(self.previous_compacted))
         if len(self.inputs) != len(self.input_ledger_ids):
             raise ValueError("inputs and input_ledger_ids must have the same length")
         if self.previous_horizon is not None and self.horizon < self.previous_horizon:
@@ -53,11 +61,12 @@ class CompactionJob:
 
 @dataclass
 class CompactionResult:
-    """The new compacted ledger and the run's statistics (the caller commits it)."""
+    """The new compacted ledger (``directory``: in place and complete, published by the
+    caller's commit) and the run's statistics."""
 
     horizon: Position
     ledger_id: int
-    directory: Path
+    directory: StoragePath
     entries_read: int
     records_kept: int
     records_removed: int
@@ -66,3 +75,6 @@ class CompactionResult:
     phase_one_ms: int
     phase_two_ms: int
     manifest: Manifest = field(repr=False)
+
+    def __post_init__(self) -> None:
+        self.directory = as_storage_path(self.directory)

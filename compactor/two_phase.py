@@ -8,12 +8,23 @@ The round (see DESIGN.md, "The compaction"):
    is a tombstone. Phase two reads the full columns, keeps the winners and writes them in
    message-id order as Parquet part files into ``<dir>.tmp``; the driver fsyncs every file,
    writes the manifest, renames the directory into place and fsyncs the parent. A reader
-   therefore sees a complete compacted ledger or none.
+   therefore sees a complete compacted ledger or none. (On a local disk; for object storage
+   see below.)
 3. When message ids pack into one BIGINT (always, in practice) both phases run as Arrow work
    in Spark tasks, one task per group of input files (``compactor.arrow_phases``): two Spark
    jobs, or one when the round adds little to a previous compacted ledger. Otherwise, and for
    phase one of the event-time and property strategies, they run as Spark SQL
    (``compactor.phases``).
+
+Files are ``ledger.storage.StoragePath`` objects: a topic's ledgers are on a local disk or in an
+S3-compatible bucket, read and written by the same code. Object storage has no rename, so
+there a round writes straight into the final ``<dir>/`` prefix, the manifest last; nothing
+names the new ledger until the caller's metadata commit, which is what publishes it (a prefix
+no commit names is an orphan, which the service removes). Spark SQL's own file reads and
+writes work on a local disk only: on object storage the input is read by Arrow tasks
+(:func:`arrow_phases.rows_frame`), and a round whose output only Spark SQL can write (ids that
+do not pack; ``retainNullKey`` with the event-time and property strategies) is refused with
+``ValueError`` before it writes anything.
 
 The compactor never touches the metadata database: it returns a :class:`CompactionResult`
 and the caller commits it. On any failure it removes what it wrote and re-raises.
@@ -21,12 +32,13 @@ and the caller commits it. On any failure it removes what it wrote and re-raises
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +70,7 @@ from ledger.entry import Position
 from ledger.layers import Deletes, Layer, final_name
 from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir, fsync_path
 from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, SPARK_DDL, VALUE, flags_follow_rule
+from ledger.storage import StoragePath, as_storage_path
 
 # Target row-group size of compacted part files. A reader decodes whole row groups, so
 # smaller groups make a page read cheaper; 8 MiB still compresses well.
@@ -69,17 +82,28 @@ FaultHook = Callable[[str], None]
 MIN_PART_BYTES = 32 * 1024 * 1024
 
 # Where phase one of the Arrow path leaves its per-group partials, inside the round's
-# temporary directory (removed before the directory is renamed into place).
+# directory (removed before the manifest is written).
 SCRATCH_DIR = "_phase_one"
+
+# Why a round on object storage that only Spark SQL could run is refused (see the module's
+# docstring): Spark SQL reads and writes files on a local disk only.
+NEEDS_ARROW = (
+    "compaction on object storage needs the Arrow path: message ids that pack into 64 bits "
+    "(ledger ids below 2**31), and retainNullKey only with the offset strategy"
+)
 
 # Group labels by group count: they depend only on Spark's hash function, so compute them once.
 _LABELS: dict[int, tuple[int, ...]] = {}
 
 
-def spark_path(path: Path) -> str:
+def spark_path(path: Path | StoragePath) -> str:
     """A local path as Spark should read it: always the local file system, never the
-    cluster's default one (the storage root is mounted where every executor can read it)."""
-    return "file:" + str(Path(path).absolute())
+    cluster's default one (the storage root is mounted where every executor can read it).
+    ``ValueError`` for an object of object storage: Spark SQL's files are local ones."""
+    local = path.local if isinstance(path, StoragePath) else Path(path).absolute()
+    if local is None:
+        raise ValueError(f"{path}: {NEEDS_ARROW}")
+    return "file:" + str(local)
 
 
 def id_range(after: Position | None, upto: Position) -> Column:
@@ -150,12 +174,12 @@ class CompactionInputs:
     """The files a round reads, and whether its ids pack into one BIGINT; with the previous
     compacted ledger's manifest, read once for the whole round."""
 
-    previous_parts: list[Path]
-    originals: list[Path]
+    previous_parts: list[StoragePath]
+    originals: list[StoragePath]
     packed: bool
     previous_manifest: Manifest | None = None
     # Files whose ``is_tombstone`` predates today's delete rule: derived from key and value.
-    derive_deletes: frozenset[Path] = frozenset()
+    derive_deletes: frozenset[StoragePath] = frozenset()
     # Rows of every file, from the footers (the originals' may extend past the round's range):
     # the round's progress counts against it.
     rows: int = 0
@@ -163,6 +187,9 @@ class CompactionInputs:
     new_rows: int = 0
     # The original ledgers' value column: bytes stored and bytes decoded (from the footers).
     value_bytes: tuple[int, int] = (0, 0)
+    # Every file's size in bytes, as planning found it (the manifest's, or the opened file's),
+    # so that no file is asked for it again.
+    sizes: Mapping[StoragePath, int] = field(default_factory=dict)
 
     @property
     def values_compress(self) -> bool:
@@ -172,12 +199,28 @@ class CompactionInputs:
         return decoded == 0 or stored < arrow_phases.INCOMPRESSIBLE_RATIO * decoded
 
     @property
-    def files(self) -> list[Path]:
+    def files(self) -> list[StoragePath]:
         return [*self.previous_parts, *self.originals]
+
+    def size(self, path: StoragePath) -> int:
+        found = self.sizes.get(path)
+        return found if found is not None else path.size()
 
     @property
     def bytes_in(self) -> int:
-        return sum(p.stat().st_size for p in self.files)
+        return sum(self.size(p) for p in self.files)
+
+
+def _on_object_storage(job: CompactionJob) -> bool:
+    """Whether the round's topic is in a bucket (no rename, no Spark SQL file I/O)."""
+    return job.topic_root.local is None
+
+
+def _local(path: StoragePath) -> Path:
+    """Where a file of a round on a local disk is."""
+    found = path.local
+    assert found is not None, f"{path} is not on a local disk"
+    return found
 
 
 def _ledger_in_range(job: CompactionJob, ledger_id: int) -> bool:
@@ -199,18 +242,25 @@ def _may_hold_new_rows(job: CompactionJob, bounds: IdBounds | None) -> bool:
     return lo <= job.horizon and (after is None or hi > after)
 
 
+def _footer(path: StoragePath) -> tuple[pq.FileMetaData, int]:
+    """A Parquet file's footer and its size in bytes, from one opening of the file."""
+    with path.open() as f:
+        return pq.read_metadata(f), f.size()
+
+
 def plan_inputs(job: CompactionJob) -> CompactionInputs:
     """Which files ``job`` reads: the previous compacted ledger's parts (from its manifest) and
     the sealed ledgers that may hold rows in ``(previous_horizon, horizon]`` (by ledger id and
     footer statistics). Reads only the manifest and Parquet footers."""
-    previous: list[Path] = []
+    previous: list[StoragePath] = []
     manifest: Manifest | None = None
     if job.previous_compacted is not None:
-        directory = Path(job.previous_compacted)
+        directory = job.previous_compacted
         manifest = Manifest.load(directory)
         previous = manifest.part_paths(directory.parent)
     bounds: list[IdBounds | None] = []
-    derive: set[Path] = set()
+    derive: set[StoragePath] = set()
+    sizes: dict[StoragePath, int] = {}
     rows = 0
     parts = manifest.parts if manifest is not None else ()
     for path, part in zip(previous, parts, strict=True):
@@ -220,21 +270,21 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
             # Entry ids always pack (a ledger holds fewer than 2**32 entries), so the range
             # of ledger ids decides -- and a delta round opens none of the older parts.
             rows += part.rows
+            sizes[path] = part.size
             bounds.append(IdBounds(part.first.ledger_id, part.last.ledger_id, 0, MAX_PACKED_ENTRY_ID))
             continue
-        meta = pq.read_metadata(path)
+        meta, sizes[path] = _footer(path)
         rows += meta.num_rows
         b, legacy = _footer_facts(meta)
         bounds.append(b)
         if legacy:
             derive.add(path)
-    originals: list[Path] = []
+    originals: list[StoragePath] = []
     new_rows = value_stored = value_decoded = 0
-    for p, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
+    for path, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
         if not _ledger_in_range(job, ledger_id):
             continue  # not even its footer is needed
-        path = Path(p)
-        meta = pq.read_metadata(path)
+        meta, size = _footer(path)
         b, legacy = _footer_facts(meta)
         if _may_hold_new_rows(job, b):
             rows += meta.num_rows
@@ -243,6 +293,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
             value_stored += stored
             value_decoded += decoded
             originals.append(path)
+            sizes[path] = size
             bounds.append(b)
             if legacy:
                 derive.add(path)
@@ -255,6 +306,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         rows=rows,
         new_rows=new_rows,
         value_bytes=(value_stored, value_decoded),
+        sizes=sizes,
     )
 
 
@@ -262,12 +314,12 @@ def _ms_since(t0: float) -> int:
     return int((time.perf_counter() - t0) * 1000)
 
 
-def shared_group(root: Path | str, ledger_id: int, rounds: int) -> str:
+def shared_group(root: Path | str | StoragePath, ledger_id: int, rounds: int) -> str:
     """The Spark job group of ``rounds`` rounds that share their jobs
     (:meth:`TwoPhaseCompactor.compact_many`; a second job, phase two, when a round needs
     one), named after the round among them with the smallest compacted ledger id: its topic
     directory ``root`` (ledger ids alone repeat across databases) and that id."""
-    return f"compaction-{ledger_id}-{rounds}-rounds:{Path(root).absolute()}"
+    return f"compaction-{ledger_id}-{rounds}-rounds:{as_storage_path(root)}"
 
 
 @dataclass(eq=False)
@@ -277,8 +329,10 @@ class _Round:
 
     job: CompactionJob
     progress: RoundProgress | None
-    final: Path
-    tmp: Path
+    final: StoragePath
+    # Where the round writes: ``final`` + ``.tmp`` on a local disk (renamed into place at the
+    # end), ``final`` itself on object storage (no rename there).
+    work: StoragePath
     inputs: CompactionInputs
     since: int | None
     incremental: bool
@@ -299,7 +353,8 @@ class _Round:
 class TwoPhaseCompactor:
     """Runs compaction rounds on ``spark``. ``fault_hook(step)`` is called before each step
     (``"phase_one"``, ``"phase_two"``, ``"manifest"``: the new files are written, ``"rename"``:
-    the manifest too); tests make it raise to inject failures."""
+    the manifest too -- on object storage, where nothing is renamed, the round's last step);
+    tests make it raise to inject failures."""
 
     def __init__(
         self,
@@ -339,13 +394,19 @@ class TwoPhaseCompactor:
     def read_input(
         self, job: CompactionJob, columns: Sequence[str] = COLUMNS, *, inputs: CompactionInputs | None = None
     ) -> DataFrame:
-        """The round's input rows (previous compacted ledger + new original rows), ``columns`` only."""
+        """The round's input rows (previous compacted ledger + new original rows), ``columns`` only.
+        Read by Spark SQL on a local disk; on object storage, which Spark SQL does not read, by
+        Arrow tasks (``ValueError`` when ids do not pack: Arrow's reader needs them packed)."""
         inputs = inputs if inputs is not None else self.inputs(job)
+        if _on_object_storage(job):
+            if not inputs.packed:
+                raise ValueError(NEEDS_ARROW)
+            return arrow_phases.rows_frame(self.spark, self.segments(job, inputs), columns).select(*columns)
         reader = self.spark.read.schema(SPARK_DDL)
         frames: list[DataFrame] = []
-        originals = {str(p) for p in inputs.originals}
+        originals = set(inputs.originals)
 
-        def read(paths: Sequence[Path]) -> Iterator[DataFrame]:
+        def read(paths: Sequence[StoragePath]) -> Iterator[DataFrame]:
             # Files written before empty values deleted get the flag derived from key and value.
             for derive in (False, True):
                 chosen = [spark_path(p) for p in paths if (p in inputs.derive_deletes) == derive]
@@ -383,12 +444,12 @@ class TwoPhaseCompactor:
         out: list[arrow_phases.Segment] = []
         manifest = inputs.previous_manifest
         if manifest is not None and not new_only:
-            root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
+            root = job.previous_compacted.parent  # type: ignore[union-attr]
             for layer in manifest.layers:
                 dv = layer.deletes
-                deletes = str(root / dv.dir / dv.name) if dv is not None and dv.count else None
+                deletes = root / dv.dir / dv.name if dv is not None and dv.count else None
                 for part, layer_row in zip(layer.parts, layer.part_starts(), strict=True):
-                    part_path = str(root / layer.dir / part.name)
+                    part_path = root / layer.dir / part.name
                     first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
                     last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
                     whole = arrow_phases.Segment(
@@ -396,7 +457,7 @@ class TwoPhaseCompactor:
                         first,
                         last,
                         part.size,
-                        derive_deletes=Path(part_path) in inputs.derive_deletes,
+                        derive_deletes=part_path in inputs.derive_deletes,
                         deletes=deletes,
                         deletes_rows=layer.rows,
                         first_row=layer_row,
@@ -404,7 +465,7 @@ class TwoPhaseCompactor:
                     if not incremental:
                         out.append(whole)
                         continue
-                    meta = pq.read_metadata(part_path)
+                    meta = pq.read_metadata(part_path.fs_path, filesystem=part_path.fs)
                     row = layer_row
                     for rg in range(meta.num_row_groups):
                         group = meta.row_group(rg)
@@ -414,16 +475,16 @@ class TwoPhaseCompactor:
         after = job.previous_horizon
         lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
         hi = arrow_phases.bound(job.horizon.ledger_id, job.horizon.entry_id)
-        ids = dict(zip((str(p) for p in job.inputs), job.input_ledger_ids, strict=True))
-        for path in sorted(inputs.originals, key=lambda p: ids[str(p)]):
-            ledger = ids[str(path)]
+        ids = dict(zip(job.inputs, job.input_ledger_ids, strict=True))
+        for path in sorted(inputs.originals, key=lambda p: ids[p]):
+            ledger = ids[path]
             first, last = arrow_phases.bound(ledger, -1), arrow_phases.bound(ledger, MAX_PACKED_ENTRY_ID)
             out.append(
                 arrow_phases.Segment(
-                    str(path),
+                    path,
                     max(lo, first),
                     min(hi, last),
-                    path.stat().st_size,
+                    inputs.size(path),
                     derive_deletes=path in inputs.derive_deletes,
                 )
             )
@@ -445,10 +506,10 @@ class TwoPhaseCompactor:
 
     @staticmethod
     def _indexed(job: CompactionJob, manifest: Manifest) -> tuple[arrow_phases.IndexedPart, ...]:
-        root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
+        root = job.previous_compacted.parent  # type: ignore[union-attr]
         return tuple(
             arrow_phases.IndexedPart(
-                keys=str(root / layer.dir / part.keys),  # type: ignore[operator]
+                keys=root / layer.dir / part.keys,  # type: ignore[operator]
                 layer=i,
                 first_row=start,
                 rows=part.rows,
@@ -459,12 +520,12 @@ class TwoPhaseCompactor:
 
     @staticmethod
     def _fold_deletes(
-        job: CompactionJob, manifest: Manifest, dead: dict[int, np.ndarray], tmp: Path
+        job: CompactionJob, manifest: Manifest, dead: dict[int, np.ndarray], work: StoragePath
     ) -> Manifest:
         """The older layers after a delta round: each layer that lost rows gets a new deletion
-        vector (its old one's bits and the new ones) written into the round's directory; a
-        layer with no live row left is dropped. Old files are never changed."""
-        root = Path(job.previous_compacted).parent  # type: ignore[arg-type]
+        vector (its old one's bits and the new ones) written into the round's directory
+        ``work``; a layer with no live row left is dropped. Old files are never changed."""
+        root = job.previous_compacted.parent  # type: ignore[union-attr]
         layers: list[Layer] = []
         for i, layer in enumerate(manifest.layers):
             rows = dead.get(i)
@@ -483,10 +544,10 @@ class TwoPhaseCompactor:
                 layers.append(layer)
             elif count < layer.rows:
                 name = f"deletes-{layer.dir}.npy"
-                deletion_vectors.write(tmp / name, vector)
-                # Its CRC32C goes into the manifest, read back from the file as it is on disk.
-                checksum = file_checksum(tmp / name)
-                deletes = Deletes(dir=final_name(tmp), name=name, count=count, checksum=checksum)
+                deletion_vectors.write(work / name, vector)
+                # Its CRC32C goes into the manifest, read back from the file as it is stored.
+                checksum = file_checksum(work / name)
+                deletes = Deletes(dir=final_name(work), name=name, count=count, checksum=checksum)
                 layers.append(replace(layer, deletes=deletes))
         return Manifest(layers=tuple(layers))
 
@@ -520,7 +581,7 @@ class TwoPhaseCompactor:
     ) -> list[CompactionResult | Exception]:
         """Rounds of several topics (the partitions of a partitioned topic) in ONE Spark job:
         each round's work is tasks of that job, and each round ends on its own -- its files
-        renamed into place, or removed -- so a round that fails leaves the others' results
+        put in place, or removed -- so a round that fails leaves the others' results
         standing. Returns, in ``jobs``' order, each round's result or the exception that
         failed it.
 
@@ -563,18 +624,27 @@ class TwoPhaseCompactor:
 
     def _plan_round(self, job: CompactionJob, progress: RoundProgress | None, *, cores: int) -> _Round:
         """A round's inputs and plan, read from manifests and footers; nothing written yet
-        (a directory left by a crashed attempt at the same ledger id is removed)."""
-        final = compacted_dir(Path(job.topic_root), job.output_ledger_id)
-        tmp = final.with_name(final.name + TMP_SUFFIX)
-        if final.exists():
-            raise FileExistsError(f"compacted ledger {job.output_ledger_id} already exists: {final}")
-        if tmp.exists():  # left by a crashed attempt at this same ledger id
-            shutil.rmtree(tmp)
+        (what a crashed attempt at the same ledger id left is removed: its temporary directory
+        on a local disk, where an existing ledger directory is refused with
+        ``FileExistsError``; on object storage every object under the ledger's prefix, which
+        only such an attempt can have written, ledger ids being allocated once)."""
+        final = compacted_dir(job.topic_root, job.output_ledger_id)
+        if _on_object_storage(job):
+            work = final
+            final.delete_tree()
+        else:
+            work = final.with_name(final.name + TMP_SUFFIX)
+            if _local(final).exists():
+                raise FileExistsError(f"compacted ledger {job.output_ledger_id} already exists: {final}")
+            if _local(work).exists():  # left by a crashed attempt at this same ledger id
+                shutil.rmtree(_local(work))
         inputs = self.inputs(job)
         since = job.now_ms - job.delete_retention_ms if job.delete_retention_ms else None
         # Arrow inside Spark tasks when ids pack (always, in practice): see arrow_phases.
         # Spark SQL when they do not, and for phase one of the other strategies.
         fast = inputs.packed and (job.strategy == OFFSET or not job.retain_null_key)
+        if not fast and _on_object_storage(job):
+            raise ValueError(NEEDS_ARROW)  # Spark SQL would write the parts: not to a bucket
         # With the offset strategy a round need not aggregate the previous compacted ledger
         # again: its keys are unique and each is replaced only by a newer row of the key.
         incremental = fast and job.strategy == OFFSET and bool(inputs.previous_parts)
@@ -586,8 +656,8 @@ class TwoPhaseCompactor:
         delta = incremental and self.adds_a_delta(job, previous)
         indexed = self._indexed(job, previous) if delta else ()  # type: ignore[arg-type]
         if delta:
-            bytes_in = sum(p.stat().st_size for p in inputs.originals)
-            bytes_in += sum(os.path.getsize(p.keys) for p in indexed)
+            bytes_in = sum(inputs.size(p) for p in inputs.originals)
+            bytes_in += sum(p.keys.size() for p in indexed)
         else:
             bytes_in = inputs.bytes_in
         if progress is not None:
@@ -598,8 +668,8 @@ class TwoPhaseCompactor:
             groups = arrow_phases.group_segments(segments, self._group_count(segments, cores))
             plan = arrow_phases.RoundPlan(
                 groups=tuple(tuple(g) for g in groups),
-                out_dir=str(tmp),
-                scratch_dir=str(tmp / SCRATCH_DIR),
+                out_dir=work,
+                scratch_dir=work / SCRATCH_DIR,
                 row_group_bytes=ROW_GROUP_BYTES,
                 retain_null_key=job.retain_null_key,
                 keep_tombstones_since=since,
@@ -612,7 +682,7 @@ class TwoPhaseCompactor:
             job=job,
             progress=progress,
             final=final,
-            tmp=tmp,
+            work=work,
             inputs=inputs,
             since=since,
             incremental=incremental,
@@ -662,7 +732,7 @@ class TwoPhaseCompactor:
             self._job_description(f"compaction {job.output_ledger_id}: phase two"),
             self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
         ):
-            self._phase_two(job, r.inputs, plan, r.summary, r.since, r.tmp)
+            self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
 
     def _shared_work(self, rounds: dict[int, _Round]) -> dict[int, Exception]:
         """The Arrow work of several rounds as tasks of one Spark job (two when a round needs
@@ -706,8 +776,10 @@ class TwoPhaseCompactor:
         return failed
 
     def _finish_round(self, r: _Round) -> CompactionResult:
-        """After the Spark work: deletion vectors, fsyncs, the manifest, the rename into place."""
-        job, progress, tmp, final = r.job, r.progress, r.tmp, r.final
+        """After the Spark work: deletion vectors, the manifest, and on a local disk the fsyncs
+        before it and the rename into place after it (on object storage every object is
+        durable once uploaded, and the manifest, written last, completes the ledger)."""
+        job, progress, work, final = r.job, r.progress, r.work, r.final
         previous = r.inputs.previous_manifest
         entries_read = r.entries_read
         if r.incremental:  # the previous ledger's rows were not read: count them
@@ -716,18 +788,24 @@ class TwoPhaseCompactor:
             progress.set_totals(entries=entries_read)
             progress.enter(COMMIT)
         dead = arrow_phases.dead_rows(r.plan) if r.delta else {}  # type: ignore[arg-type]
-        shutil.rmtree(tmp / SCRATCH_DIR, ignore_errors=True)
-        tmp.mkdir(parents=True, exist_ok=True)
-        below = self._fold_deletes(job, previous, dead, tmp) if r.delta else None  # type: ignore[arg-type]
-        for path in sorted(tmp.iterdir()):
-            if path.is_file():
-                fsync_path(path)
+        local = work.local
+        if local is not None:
+            shutil.rmtree(local / SCRATCH_DIR, ignore_errors=True)
+            local.mkdir(parents=True, exist_ok=True)
+        else:
+            (work / SCRATCH_DIR).delete_tree()  # before the manifest: never part of a ledger
+        below = self._fold_deletes(job, previous, dead, work) if r.delta else None  # type: ignore[arg-type]
+        if local is not None:
+            for path in sorted(local.iterdir()):
+                if path.is_file():
+                    fsync_path(path)
         self._fault("manifest")
-        manifest = write_manifest(tmp, below=below)  # fsyncs the manifest and the directory
+        manifest = write_manifest(work, below=below)  # a local disk's: fsynced, and the directory
         self._fault("rename")
-        os.rename(tmp, final)
-        r.renamed = True
-        fsync_dir(final.parent)
+        if local is not None:
+            os.rename(local, _local(final))
+            r.renamed = True
+            fsync_dir(local.parent)
         return CompactionResult(
             horizon=job.horizon,
             ledger_id=job.output_ledger_id,
@@ -744,10 +822,18 @@ class TwoPhaseCompactor:
 
     @staticmethod
     def _abandon(r: _Round) -> None:
-        """Remove what a failed round wrote."""
-        shutil.rmtree(r.tmp, ignore_errors=True)
+        """Remove what a failed round wrote (on object storage, every object under the new
+        ledger's prefix: nothing has published it)."""
+        local = r.work.local
+        if local is None:
+            # What a failed delete leaves is an orphan, which the service's sweep removes: the
+            # round's own error is the one to raise.
+            with contextlib.suppress(OSError):
+                r.work.delete_tree()
+            return
+        shutil.rmtree(local, ignore_errors=True)
         if r.renamed:
-            shutil.rmtree(r.final, ignore_errors=True)
+            shutil.rmtree(_local(r.final), ignore_errors=True)
 
     def _phase_two(
         self,
@@ -756,10 +842,11 @@ class TwoPhaseCompactor:
         plan: arrow_phases.RoundPlan | None,
         summary: DataFrame | None,
         since: int | None,
-        tmp: Path,
+        work: StoragePath,
     ) -> None:
         """Phase two as its own job: the Arrow path's (``plan``) from its partials, or from
-        the ids of a Spark SQL phase one (``summary``), or all in Spark SQL."""
+        the ids of a Spark SQL phase one (``summary``), or all in Spark SQL (into ``work``, on
+        a local disk only: see :data:`NEEDS_ARROW`)."""
         if plan is not None and job.strategy == OFFSET:
             arrow_phases.phase_two(self.spark, plan)
         elif plan is not None:
@@ -783,7 +870,7 @@ class TwoPhaseCompactor:
                 kept.write.mode("errorifexists")
                 .option("compression", "lz4_raw")  # as arrow_phases.PART_CODEC
                 .option("parquet.block.size", str(ROW_GROUP_BYTES))
-                .parquet(spark_path(tmp))
+                .parquet(spark_path(work))
             )
 
     # ------------------------------------------------------------------ helpers

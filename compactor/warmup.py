@@ -30,6 +30,7 @@ from compactor.two_phase import TwoPhaseCompactor
 from ledger.entry import Entry, Position
 from ledger.parquet_store import seal
 from ledger.paths import sealed_path
+from ledger.storage import as_storage_path
 
 _PREFIX = ".compactor-warm-up-"
 _LEDGERS = 2
@@ -52,6 +53,7 @@ def warm_up(spark: SparkSession, under: Path | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix=_PREFIX, dir=under) as scratch:
         root = Path(scratch) / "topic"
         root.mkdir()
+        topic = as_storage_path(root)  # a local disk's: the warm-up pays for Spark, not for storage
         paths = []
         for ledger in range(1, _LEDGERS + 2):
             entries = [
@@ -63,13 +65,14 @@ def warm_up(spark: SparkSession, under: Path | None = None) -> int:
         compactor = TwoPhaseCompactor(spark, min_part_bytes=0)
         horizon = Position(_LEDGERS, _ENTRIES - 1)
         ids = list(range(1, _LEDGERS + 1))
+        inputs = [as_storage_path(p) for p in paths]
         first = compactor.compact(
-            CompactionJob(root, paths[:_LEDGERS], ids, None, None, horizon, output_ledger_id=100)
+            CompactionJob(topic, inputs[:_LEDGERS], ids, None, None, horizon, output_ledger_id=100)
         )
         last = Position(_LEDGERS + 1, _ENTRIES - 1)
         second = compactor.compact(
             CompactionJob(
-                root, paths, [*ids, _LEDGERS + 1], first.directory, horizon, last, output_ledger_id=101
+                topic, inputs, [*ids, _LEDGERS + 1], first.directory, horizon, last, output_ledger_id=101
             )
         )
         return second.records_kept

@@ -19,9 +19,13 @@ pyarrow verifies only the pages that carry a CRC.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+from ledger.storage import StoragePath, is_unavailable
 
 ALGORITHM = "crc32c"
 # Read size of a whole-file check: large enough for the CRC to run at memory speed.
@@ -50,10 +54,17 @@ _PAGE_CRC_MESSAGES = ("CRC checksum verification failed", "could not verify page
 
 class IntegrityError(Exception):
     """A stored file failed a check: ``path`` names it, ``check`` the check that failed (one
-    of the names above), ``detail`` what was found. ``str()`` is one line."""
+    of the names above), ``detail`` what was found. ``str()`` is one line.
 
-    def __init__(self, path: Path | str, check: str, detail: str) -> None:
-        self.path = Path(path)
+    ``path`` is a ``Path`` for a file on this machine's disk (a local storage's file too: what
+    it always was), and the :class:`StoragePath` of an object in a bucket (``str()``:
+    ``s3://bucket/key``); ``.name`` and ``.parent`` work on both."""
+
+    def __init__(self, path: Path | str | StoragePath, check: str, detail: str) -> None:
+        if isinstance(path, StoragePath):
+            self.path: Path | StoragePath = path.local or path
+        else:
+            self.path = Path(path)
         self.check = check
         self.detail = " ".join(str(detail).split())[:300]
         super().__init__(f"{self.path}: {check} failed: {self.detail}")
@@ -75,11 +86,11 @@ def crc32c_bytes(data: bytes | bytearray | memoryview) -> str:
     return format_checksum(_crc32c(data))
 
 
-def file_checksum(path: Path | str, *, throttle: Callable[[int], None] | None = None) -> str:
+def file_checksum(path: Path | str | StoragePath, *, throttle: Callable[[int], None] | None = None) -> str:
     """The CRC32C of the whole file at ``path``; ``throttle(n)`` is called after each ``n``
     bytes read (the scrubber sleeps there to keep to its rate)."""
     value = 0
-    with open(path, "rb", buffering=0) as f:
+    with _reading(path) as f:
         while chunk := f.read(CHUNK_BYTES):
             value = _crc32c(chunk, value)
             if throttle is not None:
@@ -87,7 +98,23 @@ def file_checksum(path: Path | str, *, throttle: Callable[[int], None] | None = 
     return format_checksum(value)
 
 
-def verify_file(path: Path | str, expected: str, *, throttle: Callable[[int], None] | None = None) -> None:
+@contextlib.contextmanager
+def _reading(path: Path | str | StoragePath) -> Iterator[Any]:
+    """The file for reading from start to end: unbuffered on a local disk (read in large
+    chunks), one stream (one request, not one per chunk) from object storage."""
+    local = path.local if isinstance(path, StoragePath) else path
+    if local is not None:
+        with open(local, "rb", buffering=0) as f:
+            yield f
+        return
+    assert isinstance(path, StoragePath)
+    with path.fs.open_input_stream(path.fs_path) as stream:
+        yield stream
+
+
+def verify_file(
+    path: Path | str | StoragePath, expected: str, *, throttle: Callable[[int], None] | None = None
+) -> None:
     """Raise :class:`IntegrityError` unless the file exists and its checksum is ``expected``."""
     try:
         actual = file_checksum(path, throttle=throttle)
@@ -119,17 +146,29 @@ def is_page_checksum_failure(exc: BaseException | str) -> bool:
     return any(m in text for m in _PAGE_CRC_MESSAGES)
 
 
-def damage_of(path: Path | str, exc: BaseException, *, opening: bool = False) -> IntegrityError | None:
+def io_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a read that failed rather than bytes that do not decode: a system
+    call (out of descriptors or memory), or a request to the object store (network,
+    credentials, throttling). pyarrow raises ``OSError`` for both kinds."""
+    if not isinstance(exc, OSError):
+        return False
+    return exc.errno is not None or "Too many open files" in str(exc) or is_unavailable(exc)
+
+
+def damage_of(
+    path: Path | str | StoragePath, exc: BaseException, *, opening: bool = False
+) -> IntegrityError | None:
     """What a failed read of a Parquet file at ``path`` means: an :class:`IntegrityError` when the
     file's bytes are bad (a page checksum, a footer or page that does not decode; ``opening``:
     the failure came from reading the footer), or ``None`` when the failure is not the file's
-    (out of descriptors or memory, the file deleted under the read)."""
+    (out of descriptors or memory, the file deleted under the read, a request to the object
+    store that failed)."""
     if isinstance(exc, IntegrityError):
         return exc
     if isinstance(exc, FileNotFoundError | MemoryError | PermissionError):
         return None
-    if isinstance(exc, OSError) and (exc.errno is not None or "Too many open files" in str(exc)):
-        return None  # a system call failed: nothing says the bytes are bad
+    if io_failure(exc):
+        return None  # nothing says the bytes are bad
     if is_page_checksum_failure(exc):
         return IntegrityError(path, PAGE_CHECKSUM, str(exc))
     # pyarrow raises OSError (no errno) or ArrowInvalid (a ValueError) for bytes it cannot

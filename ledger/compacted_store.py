@@ -1,4 +1,4 @@
-"""Compacted ledgers on disk: a manifest over layers of Parquet part files.
+"""Compacted ledgers in storage: a manifest over layers of Parquet part files.
 
 Layout of one compacted ledger (written by the compactor, read here without Spark)::
 
@@ -24,12 +24,16 @@ indexes, deletion vectors; manifests written before that carry none), and the ma
 CRC32C is recorded in the metadata database, so the chain database -> manifest -> files covers
 every byte. Deletion vectors are verified against their CRC32C whenever the reader loads one.
 A read that meets damage raises ``IntegrityError`` naming the file and the check.
+
+The files are read through ``ledger.storage``: from a local directory or from objects of an
+S3-compatible bucket, the same code (pyarrow's filesystem of the storage).
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import fnmatch
 import re
 import threading
 from collections import OrderedDict
@@ -39,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ledger import deletion_vectors, key_index
@@ -56,6 +61,7 @@ from ledger.layers import (
     final_name,
 )
 from ledger.schema import ENTRY_COLUMNS, ENTRY_ID, LEDGER_ID, present, table_to_entries
+from ledger.storage import StoragePath, as_storage_path
 
 __all__ = [
     "MANIFEST_NAME",
@@ -87,13 +93,12 @@ def _id_at(pf: pq.ParquetFile, row_group: int, row: int) -> Position:
     return Position(ids.column(0)[row].as_py(), ids.column(1)[row].as_py())
 
 
-def _describe_part(path: Path) -> PartInfo | None:
-    """The manifest line of one part: its checksum (the whole file read once), its id range
-    from the id columns of its first and last row group, and its key index with that file's
-    checksum, if one was written beside it."""
-    size = path.stat().st_size
+def _describe_part(path: StoragePath, size: int, *, indexed: bool) -> PartInfo | None:
+    """The manifest line of one part (``size`` bytes): its checksum (the whole file read once),
+    its id range from the id columns of its first and last row group, and its key index with
+    that file's checksum, if one was written beside it (``indexed``)."""
     checksum = file_checksum(path)
-    with pq.ParquetFile(path, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+    with pq.ParquetFile(path.fs_path, filesystem=path.fs, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
         meta = pf.metadata
         non_empty = [i for i in range(meta.num_row_groups) if meta.row_group(i).num_rows > 0]
         if not non_empty:
@@ -102,7 +107,6 @@ def _describe_part(path: Path) -> PartInfo | None:
         first = _id_at(pf, first_rg, 0)
         last = _id_at(pf, last_rg, meta.row_group(last_rg).num_rows - 1)
     keys = key_index.index_name(path.name)
-    indexed = (path.parent / keys).is_file()
     return PartInfo(
         name=path.name,
         rows=meta.num_rows,
@@ -115,26 +119,37 @@ def _describe_part(path: Path) -> PartInfo | None:
     )
 
 
-def describe_parts(directory: Path, *, kind: str = BASE) -> Layer:
+def describe_parts(directory: Path | str | StoragePath, *, kind: str = BASE) -> Layer:
     """The part files of ``directory`` as one layer (in file-name order, empty parts left out),
     named by the directory's final name. Raises :class:`CompactedLedgerError` if the parts'
     id ranges are not strictly increasing."""
-    directory = Path(directory)
-    names = sorted((p.name for p in directory.glob(PART_GLOB) if p.is_file()), key=_part_sort_key)
-    parts = tuple(info for name in names if (info := _describe_part(directory / name)) is not None)
+    directory = as_storage_path(directory)
+    # One listing for the names and sizes (on object storage, one request instead of two per part).
+    selector = pafs.FileSelector(directory.fs_path, recursive=False, allow_not_found=True)
+    sizes = {
+        found.base_name: int(found.size)
+        for found in directory.fs.get_file_info(selector)
+        if found.type == pafs.FileType.File
+    }
+    names = sorted((n for n in sizes if fnmatch.fnmatchcase(n, PART_GLOB)), key=_part_sort_key)
+    parts: list[PartInfo] = []
+    for name in names:
+        info = _describe_part(directory / name, sizes[name], indexed=key_index.index_name(name) in sizes)
+        if info is not None:
+            parts.append(info)
     check_order(directory, parts)
-    return Layer(dir=final_name(directory), kind=kind, parts=parts)
+    return Layer(dir=final_name(directory), kind=kind, parts=tuple(parts))
 
 
-def write_manifest(directory: Path, *, below: Manifest | None = None) -> Manifest:
-    """Describe the part files of ``directory`` as a layer and write the manifest atomically:
-    a base layer alone, or with ``below`` (the layers this round keeps, with their deletion
-    vectors) the new layer as a delta on top of them.
+def write_manifest(directory: Path | str | StoragePath, *, below: Manifest | None = None) -> Manifest:
+    """Describe the part files of ``directory`` as a layer and write the manifest atomically
+    (see :meth:`Manifest.write`): a base layer alone, or with ``below`` (the layers this round
+    keeps, with their deletion vectors) the new layer as a delta on top of them.
 
     The part files, key indexes and deletion vectors must already be durable (the caller
-    fsyncs them).
+    fsyncs them on a local disk; an object is durable once uploaded).
     """
-    directory = Path(directory)
+    directory = as_storage_path(directory)
     if below is None:
         manifest = Manifest(layers=()).with_layer(describe_parts(directory))
     else:
@@ -156,7 +171,7 @@ class _PartIndex:
 class _Part:
     """A part as the reader sees it: where it is, its layer, and its first row in the layer."""
 
-    path: Path
+    path: StoragePath
     info: PartInfo
     layer: int
     layer_row: int
@@ -206,8 +221,10 @@ class CompactedLedger:
     row group decoded ahead, on a thread of a pool the process's compacted ledgers share.
     """
 
-    def __init__(self, directory: Path, *, cache_parts: int = 8, checksum: str | None = None) -> None:
-        self.directory = Path(directory)
+    def __init__(
+        self, directory: Path | str | StoragePath, *, cache_parts: int = 8, checksum: str | None = None
+    ) -> None:
+        self.directory = as_storage_path(directory)
         self.manifest = Manifest.load(self.directory, checksum=checksum)
         root = self.directory.parent
         self._parts = [
@@ -257,7 +274,7 @@ class CompactedLedger:
                 return self._position_of(part, int(live[-1]))
         return None
 
-    def part_paths(self) -> list[Path]:
+    def part_paths(self) -> list[StoragePath]:
         """Every part file, in message-id order (dead rows included)."""
         return [p.path for p in self._parts]
 
@@ -318,8 +335,13 @@ class CompactedLedger:
 
     # ------------------------------------------------------------------ internals
 
-    def _path(self, part: int) -> Path:
+    def _path(self, part: int) -> StoragePath:
         return self._parts[part].path
+
+    def _open(self, part: int, index: _PartIndex) -> pq.ParquetFile:
+        """The part for reading, its footer not read again."""
+        path = self._path(part)
+        return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=index.metadata, **READ_OPTIONS)  # type: ignore[arg-type]
 
     def _layer_dead(self, layer: int) -> np.ndarray | None:
         deletes = self.manifest.layers[layer].deletes
@@ -388,8 +410,9 @@ class CompactedLedger:
             found = self._index.get(part)
         if found is not None:
             return found
+        path = self._path(part)
         try:
-            meta = pq.read_metadata(self._path(part))
+            meta = pq.read_metadata(path.fs_path, filesystem=path.fs)
         except Exception as e:
             raise damage_of(self._path(part), e, opening=True) or e from e
         starts = [0]
@@ -412,7 +435,7 @@ class CompactedLedger:
                 return found
         index = self._part_index(part)
         try:
-            with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+            with self._open(part, index) as pf:
                 table = pf.read(columns=_ID_COLUMNS)
         except Exception as e:
             raise damage_of(self._path(part), e) or e from e
@@ -508,7 +531,7 @@ class CompactedLedger:
         dropped."""
         index = self._part_index(part)
         try:
-            with pq.ParquetFile(self._path(part), metadata=index.metadata, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+            with self._open(part, index) as pf:
                 table = pf.read_row_groups(
                     list(range(first_rg, last_rg + 1)), columns=present(ENTRY_COLUMNS, pf.schema_arrow.names)
                 )

@@ -27,6 +27,7 @@ import numpy as np
 
 from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, crc32c_bytes
 from ledger.paths import TMP_SUFFIX
+from ledger.storage import StoragePath
 
 
 def empty(rows: int) -> np.ndarray:
@@ -34,13 +35,18 @@ def empty(rows: int) -> np.ndarray:
     return np.zeros(rows, dtype=bool)
 
 
-def read(path: Path | str, rows: int, *, checksum: str | None = None) -> np.ndarray:
+def read(path: Path | str | StoragePath, rows: int, *, checksum: str | None = None) -> np.ndarray:
     """The vector at ``path`` over ``rows`` rows, unpacked (``True`` = dead); with ``checksum``,
     the file's CRC32C is verified first. Raises ``IntegrityError`` for a file that is missing,
     fails its checksum or is not a vector of ``rows`` rows."""
+    local = path.local if isinstance(path, StoragePath) else path
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        if local is not None:
+            with open(local, "rb") as f:
+                data = f.read()
+        else:
+            assert isinstance(path, StoragePath)
+            data = path.read_bytes()
     except FileNotFoundError:
         raise IntegrityError(path, MISSING, "the file is gone") from None
     if checksum is not None and (actual := crc32c_bytes(data)) != checksum:
@@ -55,26 +61,40 @@ def read(path: Path | str, rows: int, *, checksum: str | None = None) -> np.ndar
 
 
 @functools.lru_cache(maxsize=16)
-def _cached(path: str, rows: int, mtime_ns: int, size: int) -> np.ndarray:
+def _cached(path: str | StoragePath, rows: int, mtime_ns: int, size: int) -> np.ndarray:
     dead = read(path, rows)
     dead.setflags(write=False)  # shared between callers
     return dead
 
 
-def read_cached(path: Path | str, rows: int) -> np.ndarray:
+def read_cached(path: Path | str | StoragePath, rows: int) -> np.ndarray:
     """:func:`read`, cached per process (keyed by the file's identity too, so a file that is
     written again under a name it had before is read again). Read-only."""
-    st = os.stat(path)
-    return _cached(str(path), rows, st.st_mtime_ns, st.st_size)
+    local = path.local if isinstance(path, StoragePath) else path
+    if local is not None:
+        st = os.stat(local)
+        return _cached(str(local), rows, st.st_mtime_ns, st.st_size)
+    assert isinstance(path, StoragePath)
+    # An object's modification time is when its upload completed: a new upload, a new entry.
+    info = path.fs.get_file_info(path.fs_path)
+    if info.size is None:
+        raise FileNotFoundError(str(path))
+    return _cached(path, rows, info.mtime_ns or 0, info.size)
 
 
-def write(path: Path, dead: np.ndarray) -> int:
+def write(path: Path | StoragePath, dead: np.ndarray) -> int:
     """Write ``dead`` (one bool per row) to ``path`` durably; returns how many rows are dead."""
-    path = Path(path)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+    packed = np.packbits(np.asarray(dead, dtype=bool), bitorder="little")
+    local = path.local if isinstance(path, StoragePath) else Path(path)
+    if local is None:
+        assert isinstance(path, StoragePath)
+        with path.writer() as out:  # stored whole when the block ends, or not at all
+            np.save(out, packed, allow_pickle=False)
+        return int(np.count_nonzero(dead))
+    tmp = local.with_name(local.name + TMP_SUFFIX)
     with open(tmp, "wb") as f:
-        np.save(f, np.packbits(np.asarray(dead, dtype=bool), bitorder="little"), allow_pickle=False)
+        np.save(f, packed, allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, local)
     return int(np.count_nonzero(dead))

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ledger.checksums import DECODE, MISSING, IntegrityError
+from ledger.checksums import DECODE, MISSING, IntegrityError, io_failure
+from ledger.storage import StoragePath
 
 KEY = "key"
 TOMBSTONE_TIME = "tombstone_time"
@@ -49,25 +50,32 @@ def build(keys: pa.ChunkedArray | pa.Array, tombstones: np.ndarray, publish_time
 
 
 def write(path: str | Path, table: pa.Table) -> None:
-    """Write an index file (the caller renames it into place and fsyncs; see the part writer)."""
+    """Write an index file on this machine's disk (the caller makes it durable and puts it in
+    place: fsync and rename, or ``StoragePath.publish``; see the part writer)."""
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
 
 
-def read(path: str | Path, *, rows: int = -1) -> pa.Table:
-    """The index at ``path``, memory-mapped (pages are read as the probe touches them).
+def read(path: str | Path | StoragePath, *, rows: int = -1) -> pa.Table:
+    """The index at ``path``: memory-mapped on a local disk (pages are read as the probe
+    touches them), read whole in one request from object storage.
 
     An Arrow IPC file has no checksums of its own: the manifest's CRC32C of it is verified
     before a round reads it (``service.compaction``) and by the scrubber. A file that does not
     decode, or (``rows`` >= 0) does not hold ``rows`` rows, raises ``IntegrityError``."""
+    local = path.local if isinstance(path, StoragePath) else path
     try:
-        with pa.memory_map(str(path)) as source:
-            table = pa.ipc.open_file(source).read_all()
+        if local is not None:
+            with pa.memory_map(str(local)) as source:
+                table = pa.ipc.open_file(source).read_all()
+        else:
+            assert isinstance(path, StoragePath)
+            table = pa.ipc.open_file(pa.BufferReader(path.read_bytes())).read_all()
     except FileNotFoundError:
         raise IntegrityError(path, MISSING, "the file is gone") from None
     except (pa.ArrowInvalid, OSError) as e:
-        if isinstance(e, OSError) and e.errno is not None:
-            raise  # a system call failed (descriptors, memory): nothing says the bytes are bad
+        if io_failure(e):
+            raise  # a system call or a request failed: nothing says the bytes are bad
         raise IntegrityError(path, DECODE, f"not a key index: {e}") from e
     if KEY not in table.column_names or (rows >= 0 and table.num_rows != rows):
         raise IntegrityError(path, DECODE, f"holds {table.num_rows} rows, its part {rows}")

@@ -50,23 +50,34 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ledger.checksums import MANIFEST, MISSING, IntegrityError, crc32c_bytes
 from ledger.entry import Position
 from ledger.paths import TMP_SUFFIX, fsync_dir
+from ledger.storage import StoragePath
 
 MANIFEST_NAME = "_manifest.json"
 MANIFEST_VERSION = 2
 BASE, DELTA = "base", "delta"
 _NAME = re.compile(r"^[A-Za-z0-9_=-][A-Za-z0-9_.=-]*$")
 
+# A directory as the caller names it: a local path, or a directory of a storage. Files under
+# it are named the same way (a Path under a Path, a StoragePath under a StoragePath).
+Where = TypeVar("Where", Path, StoragePath)
+
+
+def _under(root: Where, *names: str) -> Where:
+    for name in names:
+        root = root / name
+    return root
+
 
 class CompactedLedgerError(IntegrityError, ValueError):
     """A compacted ledger directory is incomplete or its contents break the contract (its
     manifest or a part does not agree with what the manifest says): damage, too."""
 
-    def __init__(self, path: Path, message: str, check: str = MANIFEST) -> None:
+    def __init__(self, path: Path | StoragePath, message: str, check: str = MANIFEST) -> None:
         super().__init__(path, check, message)
 
 
@@ -168,8 +179,8 @@ class LayerFile:
     checksum: str | None
     size: int | None = None
 
-    def path(self, topic_root: Path) -> Path:
-        return Path(topic_root) / self.dir / self.name
+    def path(self, topic_root: Where) -> Where:
+        return _under(topic_root, self.dir, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,10 +285,10 @@ class Manifest:
         parts = self.parts
         return parts[-1].last if parts else None
 
-    def part_paths(self, topic_root: Path) -> list[Path]:
+    def part_paths(self, topic_root: Where) -> list[Where]:
         """Where every part is, in reading order (``topic_root``: the directory holding the
         topic's ``compacted-*`` directories)."""
-        return [Path(topic_root) / layer.dir / p.name for layer in self.layers for p in layer.parts]
+        return [_under(topic_root, layer.dir, p.name) for layer in self.layers for p in layer.parts]
 
     def files(self) -> set[str]:
         """Every file the manifest names, as ``dir/name`` relative to the topic root (the
@@ -319,10 +330,12 @@ class Manifest:
         return cls(layers=tuple(Layer.from_json(layer) for layer in obj["layers"]))
 
     @classmethod
-    def load(cls, directory: Path, *, checksum: str | None = None) -> Manifest:
-        """Read ``directory/_manifest.json``; raises :class:`CompactedLedgerError` if missing or bad,
-        or if ``checksum`` is given and the file's CRC32C is not it."""
-        path = Path(directory) / MANIFEST_NAME
+    def load(cls, directory: Path | str | StoragePath, *, checksum: str | None = None) -> Manifest:
+        """Read ``directory/_manifest.json`` (a local directory or one of a storage); raises
+        :class:`CompactedLedgerError` if missing or bad, or if ``checksum`` is given and the
+        file's CRC32C is not it."""
+        directory = directory if isinstance(directory, StoragePath) else Path(directory)
+        path = directory / MANIFEST_NAME
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -332,7 +345,7 @@ class Manifest:
         if checksum is not None and (actual := crc32c_bytes(data)) != checksum:
             raise CompactedLedgerError(path, f"recorded {checksum}, the manifest has {actual}")
         try:
-            manifest = cls.from_json(json.loads(data.decode("utf-8")), own_dir=final_name(Path(directory)))
+            manifest = cls.from_json(json.loads(data.decode("utf-8")), own_dir=final_name(directory))
         except (ValueError, KeyError, TypeError) as e:
             raise CompactedLedgerError(path, f"bad manifest: {e}") from e
         check_order(path, manifest.parts)
@@ -341,19 +354,29 @@ class Manifest:
                 raise CompactedLedgerError(path, f"layer {layer.dir}: {layer.dead} dead of {layer.rows} rows")
         return manifest
 
-    def write(self, directory: Path) -> None:
-        """Write the manifest into ``directory`` durably and atomically (temporary name,
-        fsync, rename, fsync of the directory). The files it names must be durable already."""
-        check_order(Path(directory), self.parts)
-        path = Path(directory) / MANIFEST_NAME
+    def write(self, directory: Path | StoragePath) -> None:
+        """Write the manifest into ``directory`` durably and atomically: on a local disk under a
+        temporary name, fsynced, renamed, and the directory fsynced; on object storage (no
+        rename) uploaded whole once written, or not at all. The files it names must be
+        durable already."""
+        local = directory.local if isinstance(directory, StoragePath) else Path(directory)
+        check_order(directory, self.parts)
+        if local is None:
+            assert isinstance(directory, StoragePath)
+            with (directory / MANIFEST_NAME).writer() as out:
+                out.write(self._text().encode("utf-8"))
+            return
+        path = local / MANIFEST_NAME
         tmp = path.with_name(path.name + TMP_SUFFIX)
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, indent=1)
-            f.write("\n")
+            f.write(self._text())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        fsync_dir(Path(directory))
+        fsync_dir(local)
+
+    def _text(self) -> str:
+        return json.dumps(self.to_json(), indent=1) + "\n"
 
     def with_layer(self, layer: Layer | None) -> Manifest:
         """This manifest plus ``layer`` on top (``None`` or a layer without parts: unchanged)."""
@@ -362,13 +385,13 @@ class Manifest:
         return replace(self, layers=(*self.layers, layer))
 
 
-def final_name(directory: Path) -> str:
+def final_name(directory: Path | str | StoragePath) -> str:
     """The name a compacted ledger directory has once in place (without the temporary suffix)."""
-    name = Path(directory).name
+    name = directory.name if isinstance(directory, StoragePath) else Path(directory).name
     return name[: -len(TMP_SUFFIX)] if name.endswith(TMP_SUFFIX) else name
 
 
-def check_order(where: Path, parts: Iterable[PartInfo]) -> None:
+def check_order(where: Path | StoragePath, parts: Iterable[PartInfo]) -> None:
     """Every part non-empty, with a sane range, each starting after the previous one ends."""
     prev: PartInfo | None = None
     for p in parts:

@@ -1,8 +1,9 @@
 """Sealed ledgers: a closed ledger's entries as one Parquet file.
 
-A sealed file is written under a temporary name, fsynced, renamed into place and the
-directory fsynced, so a reader never sees a partial file under the final name. Rows are the
-ledger's entries 0..n-1 in order, so entry ``e`` is row ``e``.
+A sealed file is written to a local staging file first (``StoragePath.staging``), fsynced and
+read back, then published: renamed into place with its directory fsynced on a local disk, or
+uploaded to object storage (``ledger.storage``), so a reader never sees a partial file under
+the final name. Rows are the ledger's entries 0..n-1 in order, so entry ``e`` is row ``e``.
 
 Integrity (see ``ledger.checksums``): every page carries a CRC, verified by every read; sealing
 reads the written file back and compares it with the rows it was given before it returns the
@@ -35,7 +36,6 @@ from ledger.checksums import (
     damage_of,
 )
 from ledger.entry import Entry
-from ledger.paths import TMP_SUFFIX, fsync_dir
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,
@@ -51,6 +51,7 @@ from ledger.schema import (
     still_null,
     table_to_entries,
 )
+from ledger.storage import StoragePath, as_storage_path, unstage
 
 # Small enough that reading one page touches little data, large enough for good compression.
 ROW_GROUP_SIZE = 8192
@@ -64,7 +65,9 @@ class SealInfo:
     checksum: str
 
 
-def seal(entries: Sequence[Entry], path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
+def seal(
+    entries: Sequence[Entry], path: Path | StoragePath, *, row_group_size: int = ROW_GROUP_SIZE
+) -> SealInfo:
     """Write ``entries`` as the sealed ledger at ``path``; durable and complete when it returns.
 
     Replaces any file already at ``path`` (a re-seal after a crash writes the same rows).
@@ -97,9 +100,11 @@ LEDGER_WRITER_OPTIONS: dict[str, object] = {
 SEAL_WRITER_OPTIONS: dict[str, object] = {"compression": "zstd", **LEDGER_WRITER_OPTIONS}
 
 
-def seal_table(table: pa.Table, path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> SealInfo:
+def seal_table(
+    table: pa.Table, path: Path | StoragePath, *, row_group_size: int = ROW_GROUP_SIZE
+) -> SealInfo:
     """Write an Arrow table in ``ARROW_SCHEMA`` (entries 0..n-1 in order) as a sealed ledger:
-    temporary name, fsync, read back and compare, rename, directory fsync.
+    staging file, fsync, read back and compare, publish.
 
     Raises ``IntegrityError`` (check ``read-back comparison``) and leaves nothing under
     ``path`` when the file read back is not the table: the caller keeps its write-ahead file
@@ -147,18 +152,18 @@ class _SpillingSink:
 class SealWriter:
     """A sealed ledger written in steps: whole row groups of a ledger's first entries while
     the ledger is still open (:meth:`write`), then the rest, the footer, fsync, the read-back
-    comparison and the rename (:meth:`finish`), so that sealing at roll-over encodes only what
-    came last. Until :meth:`finish` returns, nothing is under the final name; a crash leaves
-    only the temporary file, which the next attempt overwrites.
+    comparison and the publication (:meth:`finish`), so that sealing at roll-over encodes only
+    what came last. Until :meth:`finish` returns, nothing is under the final name; a crash
+    leaves only the staging file, which recovery removes.
 
     Invariant: the rows written are entries ``0 .. rows-1`` of the ledger, in order. A writer
     that failed (or was abandoned) takes no more rows: its caller seals from the start."""
 
-    def __init__(self, path: Path, *, row_group_size: int = ROW_GROUP_SIZE) -> None:
-        self.path = path
+    def __init__(self, path: Path | StoragePath, *, row_group_size: int = ROW_GROUP_SIZE) -> None:
+        self.path = as_storage_path(path)
         self.rows = 0
         self.usable = True
-        self._tmp = path.with_name(path.name + TMP_SUFFIX)
+        self._tmp = self.path.staging()
         self._row_group_size = row_group_size
         self._chunks: list[pa.Table] = []  # what was written, for the read-back comparison
         self._sink = _SpillingSink(self._tmp)
@@ -189,14 +194,13 @@ class SealWriter:
                 self._writer.close()
                 self._sink.spill(sync=True)
                 table = pa.concat_tables(self._chunks) if self._chunks else ARROW_SCHEMA.empty_table()
-                checksum = verify_written(self._tmp, table)
+                checksum, size = verify_written(self._tmp, table, name=str(self.path))
+                self.path.publish(self._tmp, synced=True)
+                self.usable = False
             except BaseException:
                 self._abandon()
                 raise
-            self.usable = False
-            os.replace(self._tmp, self.path)
-            fsync_dir(self.path.parent)
-            return SealInfo(entries=self.rows, file_bytes=self.path.stat().st_size, checksum=checksum)
+            return SealInfo(entries=self.rows, file_bytes=size, checksum=checksum)
 
     def abandon(self) -> None:
         """Drop the writer and its temporary file (the ledger is sealed from the start instead)."""
@@ -224,45 +228,53 @@ class SealWriter:
             with contextlib.suppress(Exception):
                 self._writer.close()
             self._chunks.clear()
-            with contextlib.suppress(OSError):  # what made it fail may stop this too
-                self._tmp.unlink(missing_ok=True)
+            unstage(self._tmp)  # what made it fail may stop this too: best effort
 
 
-def verify_written(path: Path, table: pa.Table) -> str:
-    """Read the file at ``path`` back, once, and return its CRC32C if its rows (every page's
-    checksum verified) are exactly ``table``'s; ``IntegrityError`` if not."""
+def verify_written(path: Path, table: pa.Table, *, name: str | None = None) -> tuple[str, int]:
+    """Read the local file at ``path`` back, once, and return its CRC32C and size if its rows
+    (every page's checksum verified) are exactly ``table``'s; ``IntegrityError`` (naming the
+    file ``name``, the one being written) if not."""
     data = path.read_bytes()
+    where = name or path
     checksum = crc32c_bytes(data)
     try:
         back = pq.read_table(pa.BufferReader(data), **READ_OPTIONS)  # type: ignore[arg-type]
     except Exception as e:
-        damage = damage_of(path, e)
+        damage = damage_of(where, e)
         if damage is None:
             raise
-        raise IntegrityError(path, READ_BACK, f"the written file does not read back: {damage.detail}") from e
+        raise IntegrityError(where, READ_BACK, f"the written file does not read back: {damage.detail}") from e
     if not back.cast(ARROW_SCHEMA).equals(table):
-        raise IntegrityError(path, READ_BACK, "the rows read back differ from the write-ahead records")
-    return checksum
+        raise IntegrityError(where, READ_BACK, "the rows read back differ from the write-ahead records")
+    return checksum, len(data)
 
 
 class SealedLedger:
     """Random access to a sealed ledger's entries by id; safe to share between threads.
 
-    Holds one open file (the Parquet file) from construction until :meth:`close`, and the row
-    groups it decoded last: the service keeps these in a bounded
-    :class:`ledger.file_cache.FileCache`, which asks :meth:`cached_bytes` what one weighs.
+    Holds one open file (the Parquet file, or an object's reader) from construction until
+    :meth:`close`, and the row groups it decoded last: the service keeps these in a bounded
+    :class:`ledger.file_cache.FileCache`, which asks :meth:`cached_bytes` what one weighs. On
+    object storage the footer is read once, at opening, and each read of row groups is one
+    ranged request per row group's column chunks, coalesced by pyarrow (``pre_buffer``).
     """
 
-    def __init__(self, path: Path, *, ledger_id: int | None = None) -> None:
-        self.path = path
+    def __init__(self, path: Path | StoragePath, *, ledger_id: int | None = None) -> None:
+        self.path = path = as_storage_path(path)
         self.ledger_id = ledger_id
         try:
-            self._file = pq.ParquetFile(path, **READ_OPTIONS)  # type: ignore[arg-type]
+            self._source = path.open()
+        except FileNotFoundError as e:
+            raise damage_of(path, e, opening=True) or e from e
+        try:
+            self._file = pq.ParquetFile(self._source, **READ_OPTIONS)  # type: ignore[arg-type]
         except Exception as e:
+            self._source.close()
             raise damage_of(path, e, opening=True) or e from e
         meta = self._file.metadata
         if not is_ledger_schema(meta.schema.to_arrow_schema().names):
-            self._file.close()
+            self.close()
             raise IntegrityError(path, FOOTER, f"not a sealed ledger (columns {meta.schema.names})")
         # _starts[i] is the entry id of the first row of row group i.
         self._starts: list[int] = []
@@ -271,7 +283,7 @@ class SealedLedger:
             self._starts.append(n)
             n += meta.row_group(i).num_rows
         self.entries = n
-        self.file_bytes = path.stat().st_size
+        self.file_bytes = self._source.size()
         self._lock = threading.Lock()
         self._publish_times: list[int] | None = None
         # The row groups decoded last (first, last, table): consumers read a ledger page by
@@ -359,3 +371,4 @@ class SealedLedger:
             self._decoded_bytes = 0
             self._publish_times = None
             self._file.close()
+            self._source.close()

@@ -15,6 +15,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # ledger.storage imports this module
+    from ledger.storage import StoragePath
+
+# A topic's directory on the local disk (its write-ahead files) or in the ledger storage
+# (its sealed and compacted ledgers; the same directory when that storage is the local disk).
+P = TypeVar("P", Path, "StoragePath")
 
 TMP_SUFFIX = ".tmp"
 QUARANTINE_SUFFIX = ".quarantine"
@@ -32,11 +40,11 @@ def wal_path(topic_root: Path, ledger_id: int, epoch: int = 0) -> Path:
     return topic_root / f"{ledger_id:020d}.wal"
 
 
-def sealed_path(topic_root: Path, ledger_id: int) -> Path:
+def sealed_path(topic_root: P, ledger_id: int) -> P:
     return topic_root / f"{ledger_id:020d}.parquet"
 
 
-def compacted_dir(topic_root: Path, ledger_id: int) -> Path:
+def compacted_dir(topic_root: P, ledger_id: int) -> P:
     return topic_root / f"compacted-{ledger_id:020d}"
 
 
@@ -52,7 +60,7 @@ def fsync_path(path: Path) -> None:
 fsync_dir = fsync_path
 
 
-def salvage_path(topic_root: Path, ledger_id: int) -> Path:
+def salvage_path(topic_root: P, ledger_id: int) -> P:
     """The verified copy of a damaged sealed ledger's intact rows (``ledger.salvage``); not
     ``*.parquet``, so that recovery's sweep of stale sealed files leaves it alone."""
     return topic_root / f"{ledger_id:020d}.salvage"

@@ -16,6 +16,7 @@ import pyarrow as pa
 from ledger.checksums import IntegrityError
 from ledger.parquet_store import SealedLedger, seal_table
 from ledger.schema import ARROW_SCHEMA
+from ledger.storage import StoragePath
 
 
 class LostRanges(tuple[tuple[int, int], ...]):
@@ -49,10 +50,12 @@ class LostRanges(tuple[tuple[int, int], ...]):
         return cls((int(a), int(b)) for a, b in pairs)
 
 
-def write_salvage(sealed: Path, target: Path, ledger_id: int, entries: int) -> tuple[LostRanges, int, str]:
+def write_salvage(
+    sealed: Path | StoragePath, target: Path | StoragePath, ledger_id: int, entries: int
+) -> tuple[LostRanges, int, str]:
     """Decode every row group of the sealed ledger at ``sealed`` (``entries`` entries) with
     every check; write the intact ones to ``target`` (page checksums, read back and compared,
-    fsynced, renamed) and return the lost ranges, the entries kept and the salvage file's
+    fsynced, published) and return the lost ranges, the entries kept and the salvage file's
     CRC32C. A file whose footer is unreadable loses every entry."""
     lost: list[tuple[int, int]] = []
     kept: list[pa.Table] = []
@@ -74,7 +77,9 @@ def write_salvage(sealed: Path, target: Path, ledger_id: int, entries: int) -> t
     return _write(target, kept, lost)
 
 
-def _write(target: Path, kept: list[pa.Table], lost: list[tuple[int, int]]) -> tuple[LostRanges, int, str]:
+def _write(
+    target: Path | StoragePath, kept: list[pa.Table], lost: list[tuple[int, int]]
+) -> tuple[LostRanges, int, str]:
     # Written and verified exactly as a sealed ledger is (temporary name, fsync, read back).
     table = pa.concat_tables(kept) if kept else ARROW_SCHEMA.empty_table()
     sealed = seal_table(table, target)

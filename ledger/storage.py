@@ -369,12 +369,13 @@ class StoragePath:
 
     def staging(self) -> Path:
         """A local file to write this file's bytes to, then :meth:`publish` (or
-        :meth:`unstage`): beside it on a local disk (a rename then moves it), in the
-        temporary directory otherwise."""
+        :meth:`unstage`): beside it on a local disk, named after it (a rename then moves it;
+        a writer that crashed left its staging file there, which the next one overwrites and
+        recovery sweeps), in the temporary directory otherwise."""
         local = self.local
         if local is not None:
             local.parent.mkdir(parents=True, exist_ok=True)
-            return local.with_name(f"{local.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+            return local.with_name(local.name + TMP_SUFFIX)
         fd, name = tempfile.mkstemp(prefix="compactor-", suffix=TMP_SUFFIX)
         os.close(fd)
         return Path(name)
@@ -401,9 +402,23 @@ class StoragePath:
             raise FileNotFoundError(str(self))
         self.storage.delete(self.key)
 
+    def rmdir(self) -> None:
+        """Remove this directory if it is empty (an object store has no directories)."""
+        local = self.local
+        if local is not None:
+            with contextlib.suppress(OSError):  # not empty, or gone
+                local.rmdir()
+
     def delete_tree(self) -> None:
         """Remove this directory and everything in it (nothing if there is none)."""
         self.storage.delete_prefix(self.key)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` is object storage failing to answer (the endpoint down or refusing,
+    a request timing out, the service busy), not a file's bytes being bad nor a file missing:
+    pyarrow raises those as an ``OSError`` without errno, naming the AWS error."""
+    return isinstance(exc, OSError) and exc.errno is None and "AWS Error" in str(exc)
 
 
 def as_storage_path(path: Path | str | StoragePath) -> StoragePath:

@@ -14,15 +14,14 @@ replaced one that a reader still leases).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
-from pathlib import Path
+from contextlib import contextmanager
 
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
 from ledger.entry import Position
+from ledger.storage import StoragePath
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +39,17 @@ class LayerFiles:
     """
 
     def __init__(self) -> None:
-        self._refs: Counter[Path] = Counter()
+        self._refs: Counter[StoragePath] = Counter()
         self._lock = threading.Lock()
 
-    def acquire(self, files: Iterable[Path]) -> None:
+    def acquire(self, files: Iterable[StoragePath]) -> None:
         with self._lock:
             self._refs.update(files)
 
-    def release(self, files: Iterable[Path]) -> None:
+    def release(self, files: Iterable[StoragePath]) -> None:
         """Drop one reference to each of ``files``; delete those no view names any more, and
         the directories that leaves empty."""
-        gone: list[Path] = []
+        gone: list[StoragePath] = []
         with self._lock:
             for f in files:
                 self._refs[f] -= 1
@@ -59,13 +58,11 @@ class LayerFiles:
                     gone.append(f)
             # Deleted under the lock: a view made meanwhile cannot count a file being removed.
             for f in gone:
-                with suppress(FileNotFoundError):
-                    os.unlink(f)
+                f.unlink()
             for d in {f.parent for f in gone}:
-                with suppress(OSError):  # not empty: another view's files are in it
-                    d.rmdir()
+                d.rmdir()  # only if empty: another view's files may be in it
 
-    def referenced(self) -> set[Path]:
+    def referenced(self) -> set[StoragePath]:
         with self._lock:
             return set(self._refs)
 
@@ -78,7 +75,7 @@ class CompactedView:
         *,
         horizon: Position,
         ledger_id: int,
-        directory: Path,
+        directory: StoragePath,
         checksum: str | None = None,
         files: LayerFiles | None = None,
     ) -> None:

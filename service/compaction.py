@@ -21,14 +21,12 @@ from the original ledgers, at once (a full round: it writes a new base).
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import select
 
@@ -38,6 +36,7 @@ from ledger import paths
 from ledger.checksums import IntegrityError, crc32c_bytes, verify_file
 from ledger.compacted_store import MANIFEST_NAME, Manifest
 from ledger.entry import Position
+from ledger.storage import StoragePath
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
@@ -197,7 +196,7 @@ class CompactionService:
         topic.view = CompactedView(
             horizon=horizon,
             ledger_id=ledger_id,
-            directory=paths.compacted_dir(topic.ledger.root, ledger_id),
+            directory=paths.compacted_dir(topic.ledger.store, ledger_id),
             checksum=checksum,
             files=topic.layer_files,
         )
@@ -299,18 +298,20 @@ class CompactionService:
                 if row.id != referenced:
                     row.state = models.DELETED
         keep = topic.view.files if topic.view is not None else set()
-        for d in topic.ledger.root.glob("compacted-*"):
-            if not d.is_dir() or not any(f.parent == d for f in keep):
-                log.info("removing unreferenced compacted ledger %s", d)
-                shutil.rmtree(d, ignore_errors=True)
+        for d in topic.ledger.store.dirs():
+            if not d.name.startswith("compacted-"):
                 continue
-            for f in d.iterdir():
+            if not any(f.parent == d for f in keep):
+                log.info("removing unreferenced compacted ledger %s", d)
+                d.delete_tree()
+                continue
+            for sub in d.dirs():
+                log.info("removing unreferenced compacted files %s", sub)
+                sub.delete_tree()
+            for f in d.files():
                 if f not in keep:
                     log.info("removing unreferenced compacted file %s", f)
-                    if f.is_dir():
-                        shutil.rmtree(f, ignore_errors=True)
-                    else:
-                        f.unlink(missing_ok=True)
+                    f.unlink()
 
     def stop(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -498,7 +499,7 @@ class CompactionService:
             sealed = self._verified_inputs(topic, previous, previous_horizon, horizon)
             new_ledger_id = self._allocate_ledger(topic)
             job = CompactionJob(
-                topic_root=topic.ledger.root,
+                topic_root=topic.ledger.store,
                 inputs=[p for _, p in sealed],
                 input_ledger_ids=[i for i, _ in sealed],
                 previous_compacted=previous.directory if previous else None,
@@ -596,7 +597,7 @@ class CompactionService:
         previous: CompactedView | None,
         previous_horizon: Position | None,
         horizon: Position,
-    ) -> list[tuple[int, Path]]:
+    ) -> list[tuple[int, StoragePath]]:
         """The round's original ledgers as (ledger id, file to read), each file's whole-file
         CRC32C verified against the metadata's unless it was verified since the service started
         (sealing reads every file back; a scrub or an earlier round's check), and the previous
@@ -611,9 +612,9 @@ class CompactionService:
             except IntegrityError as e:
                 self._drop_damaged_view(topic, e, ledger_id=previous.ledger_id, view=previous)
                 raise RoundDamaged(self._repair_line(topic, e, previous.ledger_id)) from e
-        out: list[tuple[int, Path]] = []
+        out: list[tuple[int, StoragePath]] = []
         for info in topic.ledger.sealed_inputs(previous_horizon, horizon):
-            path = paths.sealed_path(topic.ledger.root, info.ledger_id)
+            path = paths.sealed_path(topic.ledger.store, info.ledger_id)
             expected = info.checksum
             if info.damage is not None and not info.damage_accepted:
                 raise RoundDamaged(
@@ -621,7 +622,7 @@ class CompactionService:
                     f"until the loss is accepted ({skip_damaged_path(topic.name, info.ledger_id)})"
                 )
             if info.damage_accepted:
-                path = paths.salvage_path(topic.ledger.root, info.ledger_id)
+                path = paths.salvage_path(topic.ledger.store, info.ledger_id)
                 expected = self._salvage_checksum(info.ledger_id)
             if expected is not None and not info.verified:
                 try:
@@ -848,9 +849,9 @@ class CompactionService:
             run.phase_two_ms = result.phase_two_ms
 
     def _discard(self, topic: ManagedTopic, ledger_id: int) -> None:
-        directory = paths.compacted_dir(topic.ledger.root, ledger_id)
-        shutil.rmtree(directory, ignore_errors=True)
-        shutil.rmtree(Path(str(directory) + paths.TMP_SUFFIX), ignore_errors=True)
+        directory = paths.compacted_dir(topic.ledger.store, ledger_id)
+        directory.delete_tree()
+        directory.with_name(directory.name + paths.TMP_SUFFIX).delete_tree()
         try:
             with self.db.session() as s:
                 row = s.get(models.Ledger, ledger_id)

@@ -59,9 +59,9 @@ def load(ledger: ManagedLedger) -> ProducerSequences:
             highest[producer] = sequence_id
 
     for info in ledger.ledgers():
-        path = sealed_path(ledger.root, info.ledger_id)
+        path = sealed_path(ledger.store, info.ledger_id)
         if info.state == "CLOSED" and path.exists():
-            with pq.ParquetFile(path, **READ_OPTIONS) as f:  # type: ignore[arg-type]
+            with path.open() as source, pq.ParquetFile(source, **READ_OPTIONS) as f:  # type: ignore[arg-type]
                 if SEQUENCE_ID not in f.schema_arrow.names:
                     continue
                 table = f.read(columns=[PRODUCER_NAME, SEQUENCE_ID])

@@ -106,7 +106,7 @@ class SparkEngine:
                     try:
                         hosts = check_executors(
                             self._session,
-                            self.settings.data_dir,
+                            self.settings.ledger_storage().at(),
                             timeout=self.settings.spark_probe_timeout_seconds,
                         )
                     except ExecutorsUnfit as e:

@@ -13,7 +13,8 @@ ServiceError
     ├── SealBacklogFull         too many closed ledgers wait to be sealed (back-pressure)
     ├── DescriptorsExhausted    the process hit its open-file limit
     ├── BeingRepaired           a damaged compacted ledger was dropped and is being rebuilt
-    └── OwnershipLost           this instance's lease on the topic lapsed or moved: look it up again
+    ├── OwnershipLost           this instance's lease on the topic lapsed or moved: look it up again
+    └── StorageUnavailable      the ledger storage (object storage) does not answer
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ class BeingRepaired(Unavailable):
 class OwnershipLost(Unavailable):
     """This instance may not write the topic (any more): its lease lapsed, or another instance
     took the topic over. Nothing was acknowledged; the client looks the topic up again."""
+
+
+class StorageUnavailable(Unavailable):
+    """The ledger storage (object storage) does not answer: nothing was acknowledged or read;
+    the service goes on by itself once it answers again."""
 
 
 _EXHAUSTED = (errno.EMFILE, errno.ENFILE)

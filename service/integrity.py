@@ -28,6 +28,7 @@ from ledger.checksums import (
     IntegrityError,
     is_page_checksum_failure,
 )
+from ledger.storage import StoragePath
 from service.names import TopicName
 
 ORIGINAL, COMPACTED = "original", "compacted"
@@ -59,7 +60,7 @@ class Finding:
 
     kind: str
     ledger_id: int
-    path: Path
+    path: Path | StoragePath
     check: str
     detail: str
 
@@ -72,7 +73,7 @@ class Finding:
         return IntegrityError(self.path, self.check, self.detail)
 
 
-def ledger_of(path: Path) -> tuple[str, int] | None:
+def ledger_of(path: Path | StoragePath) -> tuple[str, int] | None:
     """(kind, ledger id) of a file under a topic's directory, or None."""
     m = _SEALED.match(path.name)
     if m:
@@ -122,7 +123,7 @@ def compacted_damage_line(topic: TopicName | str, error: IntegrityError, ledger_
     return f"compacted ledger {ledger_id} of {topic} is damaged ({name}): {what}"
 
 
-def names_file(files: Iterable[Path], path: Path) -> bool:
+def names_file(files: Iterable[Path | StoragePath], path: Path | StoragePath) -> bool:
     """Whether ``path`` is one of ``files`` (a view's), compared by directory and file name: a
     path found in a Spark error is absolute, a view's may be relative to the working directory."""
     key = (path.parent.name, path.name)

@@ -8,9 +8,10 @@ Invariants:
 
 Roll-over switches appends to a new ledger at once (its metadata row committed and its
 write-ahead file created first) and seals the old one in the background, so producers never
-wait for Parquet: fsync and close the old write-ahead file, write the Parquet file (temporary
-name, fsync, rename, directory fsync), mark the ledger CLOSED in the metadata, and only then
-remove the write-ahead file. Until it is CLOSED the old ledger is read from its write-ahead
+wait for Parquet: fsync and close the old write-ahead file, write the Parquet file (staged,
+fsynced, read back, then renamed into place or uploaded to the ledger storage,
+``ledger.storage``), mark the ledger CLOSED in the metadata, and only then remove the
+write-ahead file. Until it is CLOSED the old ledger is read from its write-ahead
 file (opened per read: a ledger waiting to be sealed holds no descriptor). Every crash point
 recovers (see ``recover``): a ledger left OPEN behind a newer one is sealed at start-up.
 
@@ -51,6 +52,7 @@ from ledger.file_cache import FileCache
 from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter
 from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import records_to_table
+from ledger.storage import StoragePath, as_storage_path
 from ledger.wal import WriteAheadLog
 from service import models
 from service.clock import now_ms
@@ -138,13 +140,18 @@ class ManagedLedger:
         shared: LedgerResources,
         epoch: int = 0,
         fence: Callable[[Session], None] | None = None,
+        store: StoragePath | None = None,
     ) -> None:
         self.topic_id = topic_id
         # The owner's epoch (several instances): new ledgers carry it. ``fence`` runs in every
         # transaction that changes the log's metadata and refuses it once the lease moved.
         self.epoch = epoch
         self.fence = fence
+        # The topic's write-ahead files are in ``root`` (local disk); its sealed (and
+        # compacted) ledgers in ``store`` (the ledger storage: the same directory when that
+        # is the local disk, a prefix of a bucket on object storage).
         self.root = root
+        self.store = store if store is not None else as_storage_path(root)
         # The topic's full name, for errors (set by the broker).
         self.name = ""
         self._db = db
@@ -191,7 +198,14 @@ class ManagedLedger:
 
     @classmethod
     def create(
-        cls, *, topic_id: int, root: Path, db: Database, settings: Settings, shared: LedgerResources
+        cls,
+        *,
+        topic_id: int,
+        root: Path,
+        db: Database,
+        settings: Settings,
+        shared: LedgerResources,
+        store: StoragePath | None = None,
     ) -> ManagedLedger:
         """Open a brand-new topic's log with its first (empty) ledger."""
         root.mkdir(parents=True, exist_ok=True)
@@ -199,7 +213,14 @@ class ManagedLedger:
             info = _new_ledger_row(s, topic_id)
         wal = _open_wal(root, info, settings)
         return cls(
-            topic_id=topic_id, root=root, db=db, settings=settings, ledgers=[info], wal=wal, shared=shared
+            topic_id=topic_id,
+            root=root,
+            db=db,
+            settings=settings,
+            ledgers=[info],
+            wal=wal,
+            shared=shared,
+            store=store,
         )
 
     @classmethod
@@ -213,6 +234,7 @@ class ManagedLedger:
         shared: LedgerResources,
         epoch: int = 0,
         fence: Callable[[Session], None] | None = None,
+        store: StoragePath | None = None,
     ) -> ManagedLedger:
         """Open an existing topic's log after a clean stop or a crash at any point.
 
@@ -220,6 +242,7 @@ class ManagedLedger:
         it is sealed with the whole records its write-ahead file holds now, and a new ledger of
         this epoch is opened after it. So bytes a fenced-off owner writes late land beyond the
         sealed end of its own ledger, and are never read as this owner's."""
+        store = store if store is not None else as_storage_path(root)
         root.mkdir(parents=True, exist_ok=True)
         for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
             if tmp.is_file():  # a half-written sealed file; the write-ahead file still has its entries
@@ -242,7 +265,7 @@ class ManagedLedger:
                 wal = _open_wal(root, info, settings)
                 for attempt in range(1, RECOVERY_SEAL_ATTEMPTS + 1):
                     try:
-                        closed = _seal(db, root, info, wal, wal.read_all(), fence=fence)
+                        closed = _seal(db, store, info, wal, wal.read_all(), fence=fence)
                         break
                     except IntegrityError:  # the file read back wrong: the write-ahead file stays
                         log.exception("sealing ledger %s: attempt %d failed", info.ledger_id, attempt)
@@ -258,12 +281,10 @@ class ManagedLedger:
                 paths.fsync_dir(root)
         # A sealed file of no CLOSED ledger: the open ledger sealed just before a crash (it is
         # sealed again at its roll-over), or a ledger deleted by retention before its unlink.
-        live = {paths.sealed_path(root, i.ledger_id).name for i in infos if i.state == models.CLOSED}
-        stale = [f for f in root.glob("*.parquet") if f.name not in live]
-        for sealed_file in stale:
-            sealed_file.unlink()
-        if stale:
-            paths.fsync_dir(root)
+        live = {paths.sealed_path(store, i.ledger_id).name for i in infos if i.state == models.CLOSED}
+        for sealed_file in store.files():
+            if sealed_file.name.endswith(".parquet") and sealed_file.name not in live:
+                sealed_file.unlink()
         current = infos[-1]
         wal = _open_wal(root, current, settings)
         if wal.recovery.truncated_bytes:
@@ -284,6 +305,7 @@ class ManagedLedger:
             shared=shared,
             epoch=epoch,
             fence=fence,
+            store=store,
         )
 
     # ---------------------------------------------------------------- writing
@@ -441,7 +463,7 @@ class ManagedLedger:
             return
         info = self._current
         if self._seal_writer is None:
-            self._seal_writer = SealWriter(paths.sealed_path(self.root, info.ledger_id))
+            self._seal_writer = SealWriter(paths.sealed_path(self.store, info.ledger_id))
         first = self._presealed - self._cache_start
         records = cache[first : first + ready]
         try:
@@ -573,7 +595,7 @@ class ManagedLedger:
                 entries, start = wal.read_all(), 0
             closed = _seal(
                 self._db,
-                self.root,
+                self.store,
                 info,
                 wal,
                 entries,
@@ -772,9 +794,8 @@ class ManagedLedger:
         gone = {(self.root, info.ledger_id) for info in doomed}
         self._files.discard(gone.__contains__)
         for info in doomed:
-            paths.sealed_path(self.root, info.ledger_id).unlink(missing_ok=True)
-            paths.salvage_path(self.root, info.ledger_id).unlink(missing_ok=True)
-        paths.fsync_dir(self.root)
+            paths.sealed_path(self.store, info.ledger_id).unlink(missing_ok=True)
+            paths.salvage_path(self.store, info.ledger_id).unlink(missing_ok=True)
 
     def _sealed_ledger(self, ledger_id: int) -> AbstractContextManager[SealedLedger]:
         """The sealed ledger's reader from the shared LRU of open files, held for a ``with``."""
@@ -782,7 +803,7 @@ class ManagedLedger:
 
     def _opener(self, ledger_id: int) -> Callable[[], SealedLedger]:
         # Keyed by (topic dir, ledger id): the file's path is built only when it is opened.
-        return lambda: SealedLedger(paths.sealed_path(self.root, ledger_id), ledger_id=ledger_id)
+        return lambda: SealedLedger(paths.sealed_path(self.store, ledger_id), ledger_id=ledger_id)
 
     # ---------------------------------------------------------------- integrity
 
@@ -850,8 +871,8 @@ class ManagedLedger:
             raise Conflict(f"ledger {ledger_id} of {self.name} is not sealed")
         self._files.discard(lambda key: key == (self.root, ledger_id))
         lost, kept, checksum = write_salvage(
-            paths.sealed_path(self.root, ledger_id),
-            paths.salvage_path(self.root, ledger_id),
+            paths.sealed_path(self.store, ledger_id),
+            paths.salvage_path(self.store, ledger_id),
             ledger_id,
             info.entries,
         )
@@ -884,11 +905,11 @@ class ManagedLedger:
                 and (after is None or Position(i.ledger_id, i.entries - 1) > after)
             ]
 
-    def sealed_files(self, after: Position | None, upto: Position) -> list[tuple[int, Path]]:
+    def sealed_files(self, after: Position | None, upto: Position) -> list[tuple[int, StoragePath]]:
         """The sealed ledgers holding entries in ``(after, upto]``, as (ledger id, file)."""
         with self._lock:
             return [
-                (i.ledger_id, paths.sealed_path(self.root, i.ledger_id))
+                (i.ledger_id, paths.sealed_path(self.store, i.ledger_id))
                 for i in self._ledgers
                 if i.state == models.CLOSED
                 and i.entries
@@ -930,7 +951,7 @@ class ManagedLedger:
 
 def _seal(
     db: Database,
-    root: Path,
+    store: StoragePath,
     info: LedgerInfo,
     wal: WriteAheadLog,
     entries: Sequence[Record] | Sequence[Entry],
@@ -946,7 +967,7 @@ def _seal(
     description (None if its row is gone: a deleted topic). The caller removes the write-ahead
     file afterwards."""
     if writer is None:
-        writer = SealWriter(paths.sealed_path(root, info.ledger_id))
+        writer = SealWriter(paths.sealed_path(store, info.ledger_id))
     if writer.rows < first_entry:
         writer.abandon()
         raise ValueError(f"ledger {info.ledger_id}: entries {writer.rows}..{first_entry - 1} are missing")

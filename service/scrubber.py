@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow.parquet as pq
 from sqlalchemy import select
@@ -47,6 +46,7 @@ from ledger.checksums import (
 from ledger.compacted_store import MANIFEST_NAME, Manifest
 from ledger.layers import CompactedLedgerError, LayerFile
 from ledger.parquet_store import SealedLedger
+from ledger.storage import StoragePath
 from service import models
 from service.clock import now_ms
 from service.compacted_view import RetiredView
@@ -212,12 +212,12 @@ class Scrubber:
     def _original(
         self, topic: ManagedTopic, info: LedgerInfo, report: ScrubReport, throttle: Throttle
     ) -> None:
-        path = paths.sealed_path(topic.ledger.root, info.ledger_id)
+        path = paths.sealed_path(topic.ledger.store, info.ledger_id)
         try:
             if info.damage_accepted:
                 # The damaged file stays as evidence; what reads and compactions use now is the
                 # verified copy of its intact rows.
-                path = paths.salvage_path(topic.ledger.root, info.ledger_id)
+                path = paths.salvage_path(topic.ledger.store, info.ledger_id)
                 with self.db.session() as s:
                     row = s.get(models.Ledger, info.ledger_id)
                     expected = row.salvage_checksum if row is not None else None
@@ -256,10 +256,10 @@ class Scrubber:
                 # Known damaged and not accepted yet: still a finding, whatever the file says now.
                 report.findings.append(f"ledger {info.ledger_id} of {topic.name} is damaged: {info.damage}")
         report.files_checked += 1
-        report.bytes_checked += path.stat().st_size if path.exists() else 0
+        report.bytes_checked += path.size() if path.is_file() else 0
 
     @staticmethod
-    def _decode_all(path: Path, ledger_id: int) -> None:
+    def _decode_all(path: StoragePath, ledger_id: int) -> None:
         reader = SealedLedger(path, ledger_id=ledger_id)
         try:
             for rg in range(len(reader.row_groups())):
@@ -267,7 +267,7 @@ class Scrubber:
         finally:
             reader.close()
 
-    def _decodes(self, path: Path, ledger_id: int) -> bool:
+    def _decodes(self, path: StoragePath, ledger_id: int) -> bool:
         try:
             self._decode_all(path, ledger_id)
         except IntegrityError:
@@ -288,7 +288,7 @@ class Scrubber:
             with view.lease():
                 manifest = Manifest.load(view.directory, checksum=view.checksum)
                 report.files_checked += 1
-                report.bytes_checked += (view.directory / MANIFEST_NAME).stat().st_size
+                report.bytes_checked += (view.directory / MANIFEST_NAME).size()
                 root = view.directory.parent
                 # Every file of every layer, wherever it is (older layers' files are in the
                 # directories of the rounds that wrote them): parts, key indexes, deletion vectors.
@@ -299,7 +299,7 @@ class Scrubber:
                     else:  # a manifest written before checksums: decode it instead
                         self._decode_layer_file(manifest, f, root)
                     report.files_checked += 1
-                    report.bytes_checked += path.stat().st_size
+                    report.bytes_checked += path.size()
                 if view.checksum is None:
                     self._record_manifest(view.ledger_id, view.directory)
                     report.checksums_recorded += 1
@@ -317,7 +317,7 @@ class Scrubber:
             self._verified(view.ledger_id)
 
     @staticmethod
-    def _decode_layer_file(manifest: Manifest, f: LayerFile, root: Path) -> None:
+    def _decode_layer_file(manifest: Manifest, f: LayerFile, root: StoragePath) -> None:
         """Every check a file without a recorded checksum allows: a part's pages decoded with
         their checksums and its row count, a key index or deletion vector decoded against its
         part's or layer's rows."""
@@ -336,7 +336,7 @@ class Scrubber:
                     _decode_part(path, part.rows)
                     return
 
-    def _record_manifest(self, ledger_id: int, directory: Path) -> None:
+    def _record_manifest(self, ledger_id: int, directory: StoragePath) -> None:
         data = (directory / MANIFEST_NAME).read_bytes()
         with self.db.session() as s:
             row = s.get(models.Ledger, ledger_id)
@@ -344,11 +344,11 @@ class Scrubber:
                 row.checksum = crc32c_bytes(data)
 
 
-def _decode_part(path: Path, rows: int) -> None:
+def _decode_part(path: StoragePath, rows: int) -> None:
     """Decode every page of a compacted part with its page checksums verified, and compare its
     row count with the manifest's (for parts written before whole-file checksums)."""
     try:
-        with pq.ParquetFile(path, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
+        with path.open() as source, pq.ParquetFile(source, **READ_OPTIONS) as pf:  # type: ignore[arg-type]
             found = 0
             for batch in pf.iter_batches():
                 found += batch.num_rows

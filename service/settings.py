@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from ledger.storage import S3Settings, Storage, StorageError, open_storage
 
 FsyncPolicy = Literal["always", "interval", "never"]
 
@@ -22,6 +24,21 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COMPACTOR_", extra="ignore")
 
     data_dir: Path = Field(default=Path("./data"), description="Storage root for ledger files.")
+    storage_url: str = Field(
+        default="",
+        description="Where sealed and compacted ledgers are kept: a local directory (a path or file://) "
+        "or S3-compatible object storage (s3://bucket/prefix); data_dir when empty.",
+    )
+    s3_endpoint_url: str = Field(
+        default="", description="The S3 endpoint (http(s)://host:port); AWS's own when empty."
+    )
+    s3_region: str = Field(default="", description="The S3 region; AWS_REGION or us-east-1 when empty.")
+    s3_access_key_id: str = Field(
+        default="", description="S3 credentials; AWS's chain (AWS_ACCESS_KEY_ID, ~/.aws, a role) when empty."
+    )
+    s3_secret_access_key: SecretStr = Field(
+        default=SecretStr(""), description="The secret of s3_access_key_id."
+    )
     database_url: str = Field(
         default="", description="SQLAlchemy URL of the metadata store; SQLite under data_dir when empty."
     )
@@ -269,6 +286,33 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             return frozenset(r.strip() for r in v.split(",") if r.strip())
         return v
+
+    @field_validator("storage_url", "s3_endpoint_url", "s3_region", "s3_access_key_id")
+    @classmethod
+    def _stripped(cls, v: str) -> str:
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _storage(self) -> Settings:
+        if not self.storage_url:
+            self.storage_url = str(self.data_dir)
+        # Checked here, so that a URL of another kind is refused before anything starts; the
+        # bucket itself is probed when the service starts (``check_storage``).
+        self.ledger_storage()
+        return self
+
+    def ledger_storage(self) -> Storage:
+        """The storage of sealed and compacted ledgers (``StorageError`` for a bad URL)."""
+        s3 = S3Settings(
+            endpoint_url=self.s3_endpoint_url or None,
+            region=self.s3_region or None,
+            access_key=self.s3_access_key_id or None,
+            secret_key=self.s3_secret_access_key.get_secret_value() or None,
+        )
+        try:
+            return open_storage(self.storage_url, s3 if s3 != S3Settings() else None)
+        except StorageError as e:
+            raise ValueError(str(e)) from None
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError as DuplicateRow
 from ledger import paths
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record, record_size
+from ledger.storage import StoragePath, as_storage_path
 from service import deduplication, models
 from service.clock import now_ms
 from service.compacted_view import CompactedView, LayerFiles, RetiredView
@@ -106,6 +107,8 @@ class Broker:
         self.settings = settings
         self.db = db
         self.ownership = ownership
+        # Where sealed and compacted ledgers are kept (write-ahead files stay under data_dir).
+        self.storage = settings.ledger_storage()
         self._topics: dict[TopicName, ManagedTopic] = {}
         self._lock = threading.Lock()
         # Called with each topic as it is loaded (subscriptions, the compacted view).
@@ -175,6 +178,7 @@ class Broker:
             shared=self.resources,
             epoch=lease.epoch,
             fence=fence,
+            store=self._store(name),
         )
         ml.name = str(name)
         topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml, lease=lease)
@@ -321,19 +325,34 @@ class Broker:
                 log.exception("releasing the topic leases failed")
 
     def _root(self, name: TopicName) -> Path:
+        """The topic's directory on the local disk: its write-ahead files."""
         return paths.topic_dir(self.settings.data_dir, name.tenant, name.namespace, name.topic)
 
+    def _store(self, name: TopicName) -> StoragePath:
+        """The topic's directory in the ledger storage: its sealed and compacted ledgers (the
+        same directory as :meth:`_root` when that storage is the local data directory)."""
+        return self.storage.at(f"ledgers/{name.tenant}/{name.namespace}/{name.topic}")
+
+    def _remove_files(self, name: TopicName) -> None:
+        """Every file of a topic, on the local disk and in the ledger storage."""
+        root, store = self._root(name), self._store(name)
+        shutil.rmtree(root, ignore_errors=True)
+        if store.local != root:
+            store.delete_tree()
+
     def _remove_orphan_dirs(self, existing: set[TopicName]) -> None:
-        """A topic deleted in the metadata store whose files a crash left behind."""
-        base = self.settings.data_dir / "ledgers"
-        if not base.is_dir():
-            return
-        for tenant in base.iterdir():
-            for namespace in tenant.iterdir() if tenant.is_dir() else ():
-                for topic in namespace.iterdir() if namespace.is_dir() else ():
-                    if TopicName(tenant.name, namespace.name, topic.name) not in existing:
-                        log.warning("removing files of deleted topic %s", topic)
-                        shutil.rmtree(topic, ignore_errors=True)
+        """A topic deleted in the metadata store whose files a crash left behind (on the local
+        disk and in the ledger storage)."""
+        base = as_storage_path(self.settings.data_dir / "ledgers")
+        stored = self.storage.at("ledgers")
+        bases = [base] if base.local == stored.local else [base, stored]
+        for ledgers in bases:
+            for tenant in ledgers.dirs():
+                for namespace in tenant.dirs():
+                    for topic in namespace.dirs():
+                        if TopicName(tenant.name, namespace.name, topic.name) not in existing:
+                            log.warning("removing files of deleted topic %s", topic)
+                            topic.delete_tree()
 
     # ---------------------------------------------------------------- admin
 
@@ -353,10 +372,14 @@ class Broker:
                 s.flush()
                 topic_id = row.id
             root = self._root(name)
-            if root.exists():  # left by a deletion that crashed before removing its files
-                shutil.rmtree(root)
+            self._remove_files(name)  # left by a deletion that crashed before removing them
             ml = ManagedLedger.create(
-                topic_id=topic_id, root=root, db=self.db, settings=self.settings, shared=self.resources
+                topic_id=topic_id,
+                root=root,
+                db=self.db,
+                settings=self.settings,
+                shared=self.resources,
+                store=self._store(name),
             )
             ml.name = str(name)
             topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
@@ -376,11 +399,9 @@ class Broker:
                 owner = self.ownership.assign(s, topic_id, db_now_ms(s))
         except DuplicateRow:
             raise Conflict(f"topic {name} already exists") from None
-        root = self._root(name)
         if owner != self.ownership.instance_id:
             return None
-        if root.exists():  # left by a deletion that crashed before removing its files
-            shutil.rmtree(root)
+        self._remove_files(name)  # left by a deletion that crashed before removing them
         return self._acquire(name, topic_id)
 
     def delete_topic(self, name: TopicName) -> None:
@@ -400,7 +421,7 @@ class Broker:
                 self.ownership.forget(topic.topic_id)
             # Files go after the commit: a crash in between leaves an orphan directory,
             # which start-up removes, never metadata pointing at missing files.
-            shutil.rmtree(self._root(name), ignore_errors=True)
+            self._remove_files(name)
         finally:
             topic.admin_lock.release()
 

@@ -4,6 +4,8 @@ one SparkSession for the whole run, and a real ``compactor serve`` process."""
 from __future__ import annotations
 
 import base64
+import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from compactor import TwoPhaseCompactor
+from ledger.storage import S3Settings, Storage, open_storage
 from migrations import upgrade
 from service.compaction import CompactionService
 from service.db import Database
 from service.settings import Settings
 from service.topics import Broker
-from tests.server import ServerProcess, fresh_database_url
+from tests.server import S3_ENV, ServerProcess, fresh_database_url, s3_settings
 
 
 @pytest.fixture
@@ -66,6 +69,43 @@ def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
     svc.start()
     yield svc
     svc.stop()
+
+
+# ------------------------------------------------------------------ ledger storage: a directory or a bucket
+
+# The AWS SDK takes these from the environment. Set when the tests are loaded, before the
+# session's Spark starts: its Python workers inherit the environment, and compaction tasks
+# reach the bucket from them.
+if (_S3 := s3_settings()) is not None:
+    for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REQUEST_CHECKSUM_CALCULATION"):
+        if _name in _S3:
+            os.environ.setdefault(_name, _S3[_name])
+
+
+def s3_storage(prefix: str) -> Storage:
+    """A prefix of the bucket of the S3-compatible server ``.ci/s3`` started (its settings in
+    ``COMPACTOR_TEST_S3_SETTINGS``, as ``NAME=value`` lines)."""
+    found = s3_settings()
+    assert found is not None, f"{S3_ENV} is not set"
+    url = found["COMPACTOR_STORAGE_URL"].rstrip("/") + f"/{prefix}"
+    return open_storage(
+        url,
+        S3Settings(endpoint_url=found["COMPACTOR_S3_ENDPOINT_URL"], region=found.get("COMPACTOR_S3_REGION")),
+    )
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    """A storage root on each backend: a local directory, and a fresh prefix of the test
+    bucket (skipped when no S3-compatible server is given), emptied after the test."""
+    if request.param == "local":
+        yield open_storage(str(tmp_path / "root"))
+        return
+    if s3_settings() is None:
+        pytest.skip(f"no S3-compatible server: {S3_ENV} is not set (.ci/run sets it from .ci/s3)")
+    store = s3_storage(f"tests-{uuid.uuid4().hex[:12]}")
+    yield store
+    store.delete_prefix("")
 
 
 # ------------------------------------------------------------------ a real server
@@ -212,3 +252,25 @@ def browser(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
         )
         yield context
         context.close()
+
+
+# ------------------------------------------------------------------ the ledger storage of servers
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--storage",
+        choices=("local", "s3"),
+        default=None,
+        help="the ledger storage of the servers the tests start: their data dir (local, the default) "
+        "or a fresh prefix of the S3 bucket .ci/s3 made (s3; needs COMPACTOR_TEST_S3_SETTINGS)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.server import STORAGE_ENV
+
+    chosen = config.getoption("--storage")
+    if chosen is not None:
+        # An environment variable: servers are processes, and benchmarks read it too.
+        os.environ[STORAGE_ENV] = chosen

@@ -15,9 +15,38 @@ from pathlib import Path
 
 import httpx
 
+from ledger.storage import S3Settings, StoragePath, as_storage_path, open_storage
+
 # Set to an admin URL (e.g. postgresql+psycopg://postgres:pg@127.0.0.1/postgres) to run every
 # server, and the in-process fixtures, on a fresh PostgreSQL database instead of SQLite.
 POSTGRES_ENV = "COMPACTOR_TEST_POSTGRES_URL"
+# ``.ci/s3``'s settings of a real S3-compatible server (NAME=value lines), and the ledger
+# storage the servers use: ``local`` (their data dir, the default) or ``s3`` (a fresh prefix of
+# that server's bucket for each server). ``pytest --storage=s3`` sets the latter.
+S3_ENV = "COMPACTOR_TEST_S3_SETTINGS"
+STORAGE_ENV = "COMPACTOR_TEST_STORAGE"
+
+
+def s3_settings() -> dict[str, str] | None:
+    """The ``NAME=value`` settings ``.ci/s3`` printed, if the tests were given them."""
+    text = os.environ.get(S3_ENV, "").strip()
+    if not text:
+        return None
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def fresh_storage_env(name: str) -> dict[str, str]:
+    """The settings that put a server's ledgers in a fresh prefix of the S3 bucket when the
+    servers run on object storage (``STORAGE_ENV``), else none (their data dir)."""
+    if os.environ.get(STORAGE_ENV, "local") != "s3":
+        return {}
+    found = s3_settings()
+    if found is None:
+        raise RuntimeError(f"{STORAGE_ENV}=s3 needs {S3_ENV} (the settings .ci/s3 prints)")
+    env = {k: v for k, v in found.items() if k.startswith(("COMPACTOR_", "AWS_"))}
+    bucket = found["COMPACTOR_STORAGE_URL"].rstrip("/")
+    env["COMPACTOR_STORAGE_URL"] = f"{bucket}/{name}-{os.urandom(4).hex()}"
+    return env
 
 
 def fresh_database_url(name: str, admin: str | None = None) -> str | None:
@@ -91,6 +120,11 @@ class ServerProcess:
             url = fresh_database_url(f"srv{self.port}")
             if url:
                 self.extra_env["COMPACTOR_DATABASE_URL"] = env["COMPACTOR_DATABASE_URL"] = url
+        if "COMPACTOR_STORAGE_URL" not in self.extra_env and not self.proc:
+            # Recorded like the database: a restarted server finds its ledgers again.
+            storage = fresh_storage_env(f"srv{self.port}")
+            self.extra_env.update(storage)
+            env.update(storage)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [script, "serve", "--log-level", "warning"],
@@ -110,6 +144,18 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"server did not become healthy in {timeout:g} s:\n{self.log.read_text()}")
+
+    def ledger_root(self) -> StoragePath:
+        """The root of the server's ledger storage (``ledgers/...`` under it), as a test reads,
+        damages or lists its files: the data dir, or the server's prefix of the bucket."""
+        url = self.extra_env.get("COMPACTOR_STORAGE_URL")
+        if not url:
+            return as_storage_path(self.data_dir)
+        s3 = S3Settings(
+            endpoint_url=self.extra_env.get("COMPACTOR_S3_ENDPOINT_URL"),
+            region=self.extra_env.get("COMPACTOR_S3_REGION"),
+        )
+        return open_storage(url, s3).at()
 
     def create_namespaces(self, *names: str, token: str | None = None) -> None:
         """Make each ``tenant/namespace`` (and its tenant) unless it exists: topics are created

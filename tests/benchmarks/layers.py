@@ -16,7 +16,6 @@ what a chain of 1% rounds costs with consolidation, and what layers cost a reade
 from __future__ import annotations
 
 import gc
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from ledger.compacted_store import CompactedLedger
 from ledger.entry import Position
+from ledger.storage import StoragePath
 from tests.benchmarks.measure import median
 from tests.benchmarks.workload import Workload, WorkloadSpec, generate, key_dictionary
 
@@ -148,7 +148,7 @@ def run(
                 seconds = time.perf_counter() - t0
                 if i:
                     (point.delta_s if kind == "delta" else point.consolidate_s).append(seconds)
-                shutil.rmtree(r.directory)
+                r.directory.delete_tree()
         log(
             f"layers: +{share:.1%} ({n:,} messages): delta {median(point.delta_s):.2f} s, "
             f"consolidating {median(point.consolidate_s):.2f} s (full {full_s:.2f} s)"
@@ -159,7 +159,7 @@ def run(
 
     # ---------------------------------------------------------------- chain
     previous = base
-    made: list[Path] = []
+    made: list[StoragePath] = []
     step = max(1, int(w.messages * 0.01))
     next_ledger = w.ledgers[-1][0] + 1
     chain_ledgers = list(w.ledgers)
@@ -202,9 +202,9 @@ def run(
                 f"layers: read {n:,} rows: 5 deltas {median(result.read_layered_s):.2f} s, "
                 f"one base {median(result.read_base_s):.2f} s"
             )
-            shutil.rmtree(same.directory)
+            same.directory.delete_tree()
     for d in [*made, base.directory]:
-        shutil.rmtree(d, ignore_errors=True)
+        d.delete_tree()
     return result
 
 
@@ -231,5 +231,5 @@ def increment(
         r = compactor.compact(job)
         out.append(time.perf_counter() - t0)
         assert r.manifest.deltas == 1, r.manifest
-        shutil.rmtree(r.directory)
+        r.directory.delete_tree()
     return out

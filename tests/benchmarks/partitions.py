@@ -159,6 +159,6 @@ def run(
                 (result.delta_one_job_s if way == "one job" else result.delta_per_partition_s).append(seconds)
             log(f"partitions: +1% round, {way}: {seconds:.2f} s ({n} Spark jobs)")
             for d in done:
-                shutil.rmtree(d.directory, ignore_errors=True)
+                d.directory.delete_tree()
     shutil.rmtree(root, ignore_errors=True)
     return result

@@ -84,7 +84,7 @@ def test_a_full_round_on_each_shape_keeps_the_latest_message_of_every_key(
     assert result.entries_read == shape.spec.messages
     # Random values do not compress: the parts store them as they are, and the rest as LZ4.
     for part in CompactedLedger(result.directory).part_paths():
-        group = pq.read_metadata(part).row_group(0)
+        group = pq.read_metadata(part.local).row_group(0)
         codecs = {
             group.column(i).path_in_schema: group.column(i).compression for i in range(group.num_columns)
         }

@@ -23,6 +23,7 @@ from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, write_manifes
 from ledger.entry import Position, is_delete
 from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA, FIRST_COLUMNS
+from ledger.storage import StoragePath, as_storage_path
 
 pytestmark = pytest.mark.spark
 
@@ -147,14 +148,14 @@ def test_latest_value_per_key_keeps_its_original_id(topic: Topic, compactor: Two
     result = compactor.compact(topic.job(2, horizon=P(1, 4)))
 
     assert kept(result) == [(P(1, 2), "a", b"a1"), (P(1, 3), "c", b"c0"), (P(1, 4), "b", b"b1")]
-    assert result.directory == compacted_dir(topic.root, 2)
+    assert str(result.directory) == str(compacted_dir(topic.root, 2))
     assert (result.ledger_id, result.horizon) == (2, P(1, 4))
     assert (result.entries_read, result.records_kept, result.records_removed) == (5, 3, 2)
     assert result.bytes_in == topic.ledgers[1].stat().st_size
     assert result.bytes_out == result.manifest.size_bytes > 0
     assert result.phase_one_ms >= 0 and result.phase_two_ms >= 0
     # Nothing but part files, their key indexes and the manifest; no temporary directory left.
-    names = sorted(p.name for p in result.directory.iterdir())
+    names = sorted(p.name for p in result.directory.local.iterdir())  # type: ignore[union-attr]
     assert names[0] == MANIFEST_NAME
     assert all(n.startswith("part-") and n.endswith((".parquet", ".keys.arrow")) for n in names[1:])
     assert all(p.keys is not None for p in result.manifest.parts)
@@ -259,7 +260,7 @@ def test_files_sealed_before_empty_values_deleted_are_read_by_todays_rule(
     job = topic.job(first + 2, horizon=P(first + 1, 1), retain_null_key=True)
     inputs = compactor.inputs(job)
     assert inputs.packed == (ids == "packed")
-    assert inputs.derive_deletes == {topic.ledgers[first]}
+    assert inputs.derive_deletes == {as_storage_path(topic.ledgers[first])}
     result = compactor.compact(job)
     assert kept(result) == [(P(first, 3), None, b""), (P(first + 1, 1), "d", b"d0")]
 
@@ -292,7 +293,7 @@ def test_a_compacted_ledger_written_before_the_rule_loses_its_empty_values(
 
     topic.seal(3, [("c", b"c0")])
     job = topic.job(4, horizon=P(3, 0), ledger_ids=[3], previous=Previous(directory, P(1, 2)))  # type: ignore[arg-type]
-    assert compactor.inputs(job).derive_deletes == {directory / "part-00000.parquet"}
+    assert compactor.inputs(job).derive_deletes == {as_storage_path(directory / "part-00000.parquet")}
     assert kept(compactor.compact(job)) == [(P(1, 1), "b", b"b0"), (P(3, 0), "c", b"c0")]
 
 
@@ -334,7 +335,7 @@ def test_second_round_merges_with_the_previous_compacted_ledger(
     assert second.entries_read == 3 + 3  # previous compacted ledger + the new ledger
     # A delta round: it read the new ledger and the first round's key index, not its parts.
     index = first.directory / first.manifest.parts[0].keys  # type: ignore[operator]
-    assert second.bytes_in == topic.ledgers[3].stat().st_size + index.stat().st_size
+    assert second.bytes_in == topic.ledgers[3].stat().st_size + index.size()
     assert [layer.kind for layer in second.manifest.layers] == ["base", "delta"]
     # The previous compacted ledger is the caller's to delete; the compactor left it alone.
     assert kept(first) == [(P(1, 0), "once", b"long ago"), (P(1, 1), "a", b"a0"), (P(1, 2), "gone", b"g0")]
@@ -447,7 +448,7 @@ def test_output_spread_over_many_parts_stays_in_id_order(
         result = compactor.compact(topic.job(9, horizon=P(4, 29)))
     assert len(result.manifest.parts) > 1
     # Only the parts, their key indexes and the manifest: no scratch of the phases, no attempt files.
-    assert sorted(p.name for p in result.directory.iterdir()) == sorted(
+    assert sorted(p.name for p in result.directory.local.iterdir()) == sorted(  # type: ignore[union-attr]
         [MANIFEST_NAME, *(n for p in result.manifest.parts for n in (p.name, p.keys))]
     )
     rows = kept(result)
@@ -499,7 +500,7 @@ def test_compacted_parts_use_lz4_and_bounded_row_groups(
     monkeypatch.setattr("compactor.two_phase.ROW_GROUP_BYTES", 64 * 1024)
     topic.seal(1, [(f"k{i}", bytes([i % 251]) * 1000 + str(i).encode()) for i in range(400)])
     result = compactor.compact(topic.job(2, horizon=P(1, 399)))
-    metas = [pq.read_metadata(p) for p in CompactedLedger(result.directory).part_paths()]
+    metas = [pq.read_metadata(p.local) for p in CompactedLedger(result.directory).part_paths()]
     columns = [m.row_group(0).column(i) for m in metas for i in range(m.num_columns)]
     assert {c.compression for c in columns} == {"LZ4"}
     by_name = {c.path_in_schema: c for c in columns}
@@ -520,7 +521,7 @@ def test_compacted_parts_use_lz4_and_bounded_row_groups(
     sql = compactor.compact(job)
     assert kept(sql) == [(P(big, 1), "a", b"a1"), (P(big, 2), "b", b"b0")]
     for path in CompactedLedger(sql.directory).part_paths():
-        meta = pq.read_metadata(path)
+        meta = pq.read_metadata(path.local)
         assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"LZ4"}
 
 
@@ -533,7 +534,7 @@ def test_parts_are_not_split_into_a_row_group_per_input_ledger(
     for lid in range(1, 41):
         topic.seal(lid, [(f"k{lid}", b"v"), (f"k{lid}", b"latest")])
     result = compactor.compact(topic.job(50, horizon=P(40, 1)))
-    metas = [pq.read_metadata(p) for p in CompactedLedger(result.directory).part_paths()]
+    metas = [pq.read_metadata(p.local) for p in CompactedLedger(result.directory).part_paths()]
     assert sum(m.num_rows for m in metas) == 40
     assert [m.num_row_groups for m in metas] == [1] * len(metas)
 
@@ -659,8 +660,8 @@ def test_failure_while_writing_removes_the_temporary_directory(
 ) -> None:
     topic.seal(1, [("a", b"a0")])
 
-    def broken(directory: Path, **_: object) -> None:
-        assert directory.name.endswith(TMP_SUFFIX) and any(directory.iterdir())
+    def broken(directory: StoragePath, **_: object) -> None:
+        assert directory.name.endswith(TMP_SUFFIX) and any(directory.local.iterdir())  # type: ignore[union-attr]
         raise OSError("disk full")
 
     monkeypatch.setattr("compactor.two_phase.write_manifest", broken)

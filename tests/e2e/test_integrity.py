@@ -8,13 +8,14 @@ allows happens (README, "Integrity and repair")."""
 from __future__ import annotations
 
 import base64
-import shutil
+import fnmatch
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import create_engine, text
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 
 from api.main import app as cli_app
 from ledger.schema import ARROW_SCHEMA
+from ledger.storage import StoragePath
 from tests.conftest import Server
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +57,8 @@ class Topic:
         self.admin = f"{srv.url}/admin/v2/persistent/public/default/{name}"
         self.data = f"{srv.url}/topics/persistent/public/default/{name}"
         self.full = f"persistent://public/default/{name}"
-        self.root = srv.data_dir / "ledgers" / "public" / "default" / name
+        # The server's files, wherever its ledger storage is (a directory or a bucket).
+        self.root = srv.ledger_root() / f"ledgers/public/default/{name}"
         self.sent: dict[str, bytes] = {}  # message id -> value
 
     def create(self, messages: int = 3 * PER_LEDGER) -> Topic:
@@ -89,7 +92,7 @@ class Topic:
             time.sleep(0.1)
         raise AssertionError(f"ledgers not sealed: {self.internal()['ledgers']}")
 
-    def sealed(self, ledger_id: int) -> Path:
+    def sealed(self, ledger_id: int) -> StoragePath:
         return self.root / f"{ledger_id:020d}.parquet"
 
     def read(self, start: str = "earliest", compacted: bool = False, page: int = 3) -> httpx.Response:
@@ -138,17 +141,22 @@ class Topic:
         return r.json()
 
 
-def flip(path: Path, offset: int) -> None:
+def flip(path: StoragePath, offset: int) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0xFF
     path.write_bytes(bytes(data))
 
 
-def column_data(path: Path, column: int) -> int:
+def metadata(path: StoragePath) -> pq.FileMetaData:
+    with path.open() as f:
+        return pq.read_metadata(f)
+
+
+def column_data(path: StoragePath, column: int) -> int:
     """An offset in column ``column``'s page data in row group 0: the chunk's last bytes (its
     first are page headers, whose statistics no read uses: damage there is found by the
     whole-file checksum, as the scrub and compaction assertions below show)."""
-    chunk = pq.read_metadata(path).row_group(0).column(column)
+    chunk = metadata(path).row_group(0).column(column)
     start = chunk.dictionary_page_offset or chunk.data_page_offset
     return start + chunk.total_compressed_size - 4
 
@@ -229,7 +237,7 @@ def test_truncated_and_replaced_sealed_files_are_named_and_the_background_scrub_
 ) -> None:
     topic = Topic(srv, "swap").create()
     a, b, c = (lg["ledgerId"] for lg in topic.ledgers()[:3])
-    shutil.copyfile(topic.sealed(a), topic.sealed(b))  # another ledger's file in its place
+    topic.sealed(b).write_bytes(topic.sealed(a).read_bytes())  # another ledger's file in its place
     data = topic.sealed(c).read_bytes()
     topic.sealed(c).write_bytes(data[: len(data) // 2])  # truncated
 
@@ -257,7 +265,7 @@ def test_truncated_and_replaced_sealed_files_are_named_and_the_background_scrub_
 # ---------------------------------------------------------------------------- compacted ledgers
 
 
-def compacted_dir(topic: Topic) -> Path:
+def compacted_dir(topic: Topic) -> StoragePath:
     ledger_id = topic.internal()["compactedLedger"]["ledgerId"]
     return topic.root / f"compacted-{ledger_id:020d}"
 
@@ -282,9 +290,9 @@ def test_a_damaged_compacted_part_is_dropped_and_rebuilt_from_the_originals(srv:
     assert topic.compact()["status"] == "SUCCESS"
     directory = compacted_dir(topic)
     old = topic.internal()["compactedLedger"]["ledgerId"]
-    manifest = (directory / "_manifest.json").read_text()
+    manifest = (directory / "_manifest.json").read_bytes().decode()
     assert '"checksum": "crc32c:' in manifest  # manifests carry their parts' checksums
-    part = next(directory.glob("part-*.parquet"))
+    part = next(f for f in directory.files() if fnmatch.fnmatch(f.name, "part-*.parquet"))
     flip(part, column_data(part, ARROW_SCHEMA.names.index("value")))
 
     r = topic.read(compacted=True, page=100)
@@ -309,7 +317,7 @@ def test_a_damaged_manifest_is_found_by_the_scrubber_and_rebuilt(srv: Server) ->
     assert topic.compact()["status"] == "SUCCESS"
     old = topic.internal()["compactedLedger"]["ledgerId"]
     path = compacted_dir(topic) / "_manifest.json"
-    path.write_text(path.read_text().replace('"rows": ', '"rows": 1', 1))
+    path.write_bytes(path.read_bytes().replace(b'"rows": ', b'"rows": 1', 1))
     report = topic.scrub()
     if report["status"] == "CLEAN":  # the background scrub got there first and it is rebuilt
         assert httpx.get(f"{topic.admin}/compactionRuns").json()[0]["trigger"] == "repair"
@@ -342,8 +350,11 @@ def test_a_changed_recorded_checksum_is_reported_and_files_without_checksums_get
         conn.execute(text("UPDATE ledgers SET checksum = NULL WHERE id = :id"), {"id": b})
     engine.dispose()
     # Ledger b as written before page checksums existed: still readable.
-    table = pq.read_table(topic.sealed(b))
-    pq.write_table(table, topic.sealed(b), write_page_checksum=False)
+    with topic.sealed(b).open() as f:
+        table = pq.read_table(f)
+    rewritten = pa.BufferOutputStream()
+    pq.write_table(table, rewritten, write_page_checksum=False)
+    topic.sealed(b).write_bytes(rewritten.getvalue().to_pybytes())
     s.start()
 
     r = topic.read(f"{b}:0", page=PER_LEDGER)

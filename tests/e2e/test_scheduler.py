@@ -53,8 +53,8 @@ def test_stopping_during_a_scheduled_compaction_recovers_and_completes(
         (f"k{i}", base64.b64encode(b"%d" % (40 + i)).decode()) for i in range(10)
     )
     stats = c.get(f"{ADMIN}/internalStats").json()
-    root = tmp_path / "data" / "ledgers" / "public" / "default" / "state"
-    assert sorted(p.name for p in root.glob("compacted-*")) == [
+    root = srv.ledger_root() / "ledgers/public/default/state"
+    assert sorted(p.name for p in root.dirs() if p.name.startswith("compacted-")) == [
         f"compacted-{stats['compactedLedger']['ledgerId']:020d}"
     ]
     assert len(c.get(f"{TOPIC}/messages", params={"maxMessages": 100}).json()["messages"]) == 50

@@ -111,7 +111,7 @@ def test_lost_ranges_tell_a_reader_where_to_go_on() -> None:
 def test_sealing_compares_what_it_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "s.parquet"
     seal(entries(8), path, row_group_size=4)
-    assert verify_written(path, entries_to_table(entries(8))) == file_checksum(path)
+    assert verify_written(path, entries_to_table(entries(8))) == (file_checksum(path), path.stat().st_size)
     with pytest.raises(IntegrityError) as caught:
         verify_written(path, entries_to_table(entries(8)[:7]))
     assert caught.value.check == READ_BACK

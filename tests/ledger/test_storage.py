@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pickle
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,41 +15,9 @@ import pytest
 
 from ledger import storage as storage_module
 from ledger.storage import S3Settings, Storage, StorageError, check_storage, open_storage
+from tests.server import S3_ENV, s3_settings
 
-S3_ENV = "COMPACTOR_TEST_S3_SETTINGS"
-
-
-def s3_settings() -> dict[str, str] | None:
-    """The ``NAME=value`` settings ``.ci/s3`` printed, if the tests were given them."""
-    text = os.environ.get(S3_ENV, "").strip()
-    if not text:
-        return None
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def s3_storage(prefix: str) -> Storage:
-    found = s3_settings()
-    assert found is not None
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REQUEST_CHECKSUM_CALCULATION"):
-        if name in found:
-            os.environ.setdefault(name, found[name])
-    url = found["COMPACTOR_STORAGE_URL"].rstrip("/") + f"/{prefix}"
-    return open_storage(
-        url,
-        S3Settings(endpoint_url=found["COMPACTOR_S3_ENDPOINT_URL"], region=found.get("COMPACTOR_S3_REGION")),
-    )
-
-
-@pytest.fixture(params=["local", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
-    if request.param == "local":
-        yield open_storage(str(tmp_path / "root"))
-        return
-    if s3_settings() is None:
-        pytest.skip(f"no S3-compatible server: {S3_ENV} is not set (.ci/run sets it from .ci/s3)")
-    store = s3_storage(f"tests-{uuid.uuid4().hex[:12]}")
-    yield store
-    store.delete_prefix("")
+# The ``storage`` fixture (a local directory, and a prefix of the test bucket) is tests/conftest.py's.
 
 
 def test_a_file_put_is_read_listed_and_deleted(storage: Storage) -> None:

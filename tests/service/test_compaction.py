@@ -102,7 +102,7 @@ def only_the_view_s_files_remain(broker: Broker) -> bool:
     ledgers' own files are gone, the layers the view shares with them are not."""
     topic = broker.topic(NAME)
     assert topic.view is not None
-    return compacted_files(topic.ledger.root) == topic.view.files
+    return compacted_files(topic.ledger.root) == {f.local for f in topic.view.files}
 
 
 def checksums(root: Path) -> dict[str, str]:
@@ -460,7 +460,7 @@ def test_the_partitions_of_a_topic_compact_in_one_spark_job_and_a_damaged_one_fa
     last = damaged.roll_over()
     assert last is not None
     ledger_id, path = damaged.sealed_files(None, last)[-1]
-    flip_value_page(path, 0)
+    flip_value_page(path.local, 0)
 
     skipped = compaction.trigger_many(names)
     assert skipped.busy == [] and skipped.elsewhere == {}

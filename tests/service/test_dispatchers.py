@@ -43,4 +43,3 @@ def test_every_slot_has_exactly_one_consumer_as_consumers_come_and_go() -> None:
         covered = sorted(r for c in live for r in sel.ranges(c))
         assert covered[0][0] == 0 and covered[-1][1] == RANGE_SIZE
         assert all(a[1] + 1 == b[0] for a, b in zip(covered, covered[1:], strict=False))
-
