@@ -214,13 +214,16 @@ class Storage:
         """Remove every file under ``prefix`` (a directory's key; ``""``: everything), and
         the directory."""
         path = self._prefix(prefix)
-        if self.local:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.delete_dir(path)
+        if not prefix.strip("/") and not self.local:
+            # The root itself stays: pyarrow would delete the bucket, or keep the prefix's marker.
+            for found in self.list(prefix):
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.delete_file(self.path(found.key))
             return
-        for found in self.list(prefix):  # an object store has no directory to remove
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.delete_file(self.path(found.key))
+        # On S3 this removes the objects under the prefix and pyarrow's zero-byte markers of
+        # the directories it emulates (which deleting the files one by one would leave).
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_dir(path)
 
 
 _OPENED: dict[tuple[str, S3Settings | None], Storage] = {}
@@ -251,7 +254,12 @@ def _open(url: str, s3: S3Settings | None) -> Storage:
     if not parsed.netloc:
         raise StorageError(f"storage URL {url!r} names no bucket (s3://bucket/prefix)")
     given, s3 = s3, s3 or S3Settings()
-    options: dict[str, object] = {"region": s3.region or os.environ.get("AWS_REGION") or "us-east-1"}
+    options: dict[str, object] = {
+        "region": s3.region or os.environ.get("AWS_REGION") or "us-east-1",
+        # An upload smaller than a part is one PutObject (not a multipart upload of three
+        # requests), and an output stream is opened without a request.
+        "allow_delayed_open": True,
+    }
     if s3.endpoint_url:
         endpoint = urlparse(s3.endpoint_url)
         if endpoint.scheme not in ("http", "https") or not endpoint.netloc:
@@ -403,11 +411,15 @@ class StoragePath:
         self.storage.delete(self.key)
 
     def rmdir(self) -> None:
-        """Remove this directory if it is empty (an object store has no directories)."""
+        """Remove this directory if it is empty (on S3: the zero-byte marker pyarrow leaves
+        for a directory whose last file it deleted)."""
         local = self.local
         if local is not None:
             with contextlib.suppress(OSError):  # not empty, or gone
                 local.rmdir()
+        elif not self.storage.list(self.key):
+            with contextlib.suppress(OSError):
+                self.fs.delete_dir(self.fs_path)
 
     def delete_tree(self) -> None:
         """Remove this directory and everything in it (nothing if there is none)."""

@@ -21,6 +21,7 @@ from the original ledgers, at once (a full round: it writes a new base).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import traceback
@@ -57,6 +58,9 @@ from service.policies import PolicyStore
 from service.topics import Broker, DroppedView, ManagedTopic
 
 log = logging.getLogger(__name__)
+
+# A compacted ledger's directory (with its temporary suffix while a round writes it locally).
+_COMPACTED_DIR = re.compile(r"compacted-(\d+)(?:\.tmp)?")
 
 COMPACTED_LEDGER_PROPERTY = "CompactedTopicLedger"
 
@@ -154,6 +158,7 @@ class CompactionService:
         compacted view from its cursor, and remove compacted ledgers that no cursor references;
         a damaged compacted ledger is dropped and rebuilt from the originals."""
         self.broker.on_compacted_damage = self.compacted_damaged
+        self.broker.sweep_orphans = self.sweep_orphans
         self.broker.on_load(self._load_topic)
 
     def _load_topic(self, topic: ManagedTopic) -> None:
@@ -281,6 +286,36 @@ class CompactionService:
                 return
             time.sleep(0.05)
         log.warning("not rebuilding the compacted ledger of %s: the topic was not served", topic.name)
+
+    def sweep_orphans(self, topic: ManagedTopic) -> int:
+        """Remove the compacted ledger directories no one uses any more (a scrub's last step):
+        what a failed round wrote and could not remove because the object store had stopped
+        answering. A directory goes only when its ledger's row is DELETED (or gone) and no live
+        view (one still leased by a reader included) names a file in it: a round that runs has
+        its row BUILDING from before its first write, so its files are never taken. Returns
+        how many directories went."""
+        # The files views use first, the rows then: a round that commits in between has its
+        # row live, and names the older layers that the view it replaces still holds.
+        used = {f.parent.name for f in topic.layer_files.referenced()}
+        with self.db.session() as s:
+            live = set(
+                s.scalars(
+                    select(models.Ledger.id).where(
+                        models.Ledger.topic_id == topic.topic_id,
+                        models.Ledger.kind == models.COMPACTED,
+                        models.Ledger.state != models.DELETED,
+                    )
+                )
+            )
+        removed = 0
+        for d in topic.ledger.store.dirs():
+            m = _COMPACTED_DIR.fullmatch(d.name)
+            if m is None or int(m.group(1)) in live or d.name in used:
+                continue
+            log.info("removing compacted ledger %s, which no view uses", d)
+            d.delete_tree()
+            removed += 1
+        return removed
 
     def _remove_unreferenced(self, topic: ManagedTopic, referenced: int | None) -> None:
         """Mark compacted ledgers other than ``referenced`` deleted, and remove every file under
@@ -850,8 +885,11 @@ class CompactionService:
 
     def _discard(self, topic: ManagedTopic, ledger_id: int) -> None:
         directory = paths.compacted_dir(topic.ledger.store, ledger_id)
-        directory.delete_tree()
-        directory.with_name(directory.name + paths.TMP_SUFFIX).delete_tree()
+        try:
+            directory.delete_tree()
+            directory.with_name(directory.name + paths.TMP_SUFFIX).delete_tree()
+        except OSError:  # object storage that stopped answering: the next scrub sweeps them
+            log.warning("could not remove the files of compacted ledger %s", ledger_id, exc_info=True)
         try:
             with self.db.session() as s:
                 row = s.get(models.Ledger, ledger_id)

@@ -10,7 +10,9 @@ One pass over a topic verifies:
 * the compacted ledger's manifest against the CRC32C in the metadata, and every file of every
   layer it names against the checksum in the manifest: parts, their key indexes and the
   deletion vectors, wherever they are (an older layer's files stay in the directory of the
-  round that wrote them); the files of a manifest without checksums are decoded instead.
+  round that wrote them); the files of a manifest without checksums are decoded instead;
+* and it removes the compacted files no live view names: what a failed round could not clean
+  up (object storage that stopped answering), when no round of the topic runs.
 
 Damage found is recorded as a read would record it: an original ledger is marked damaged (it
 shows in stats and internalStats; compaction stops before it until ``skip-damaged``); a
@@ -185,6 +187,9 @@ class Scrubber:
                     if info.state == models.CLOSED and info.entries:
                         self._original(topic, info, report, throttle)
                 self._compacted(topic, report, throttle)
+                if self.broker.sweep_orphans is not None:
+                    # What failed rounds left (object storage may have refused their clean-up).
+                    self.broker.sweep_orphans(topic)
                 report.status = DAMAGED if report.findings else CLEAN
             except Exception as e:  # noqa: BLE001 - recorded as the pass's outcome
                 log.exception("scrub of %s failed", topic.name)

@@ -131,6 +131,9 @@ class Broker:
         self._sweeper: threading.Thread | None = None
         # Set by the compaction service: what to do when a read meets a damaged compacted ledger.
         self.on_compacted_damage: CompactedDamageHandler | None = None
+        # Set by the compaction service: remove the files a topic's failed rounds left behind
+        # (a scrub calls it; returns how many compacted ledgers or files went).
+        self.sweep_orphans: Callable[[ManagedTopic], int] | None = None
 
     # ---------------------------------------------------------------- life cycle
 

@@ -19,7 +19,7 @@ from service.compaction import CompactionService
 from service.db import Database
 from service.settings import Settings
 from service.topics import Broker
-from tests.server import S3_ENV, ServerProcess, fresh_database_url, s3_settings
+from tests.server import S3_ENV, ServerProcess, export_s3_client_env, fresh_database_url, s3_settings
 
 
 @pytest.fixture
@@ -73,13 +73,8 @@ def compaction(broker: Broker, spark) -> Iterator[CompactionService]:
 
 # ------------------------------------------------------------------ ledger storage: a directory or a bucket
 
-# The AWS SDK takes these from the environment. Set when the tests are loaded, before the
-# session's Spark starts: its Python workers inherit the environment, and compaction tasks
-# reach the bucket from them.
-if (_S3 := s3_settings()) is not None:
-    for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REQUEST_CHECKSUM_CALCULATION"):
-        if _name in _S3:
-            os.environ.setdefault(_name, _S3[_name])
+# When the tests are loaded: before the session's Spark starts.
+export_s3_client_env()
 
 
 def s3_storage(prefix: str) -> Storage:

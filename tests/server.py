@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import resource
 import shutil
@@ -35,9 +36,24 @@ def s3_settings() -> dict[str, str] | None:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
+def export_s3_client_env() -> None:
+    """Give this process the AWS SDK's own settings of the test bucket (credentials, checksum
+    mode), before Spark starts: its Python workers inherit the environment, and a compaction
+    round's tasks reach the bucket from them."""
+    found = s3_settings()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REQUEST_CHECKSUM_CALCULATION"):
+        if found is not None and name in found:
+            os.environ.setdefault(name, found[name])
+
+
+# Prefixes of this test run in the bucket: a run never finds another run's objects.
+_RUN = os.urandom(4).hex()
+
+
 def fresh_storage_env(name: str) -> dict[str, str]:
-    """The settings that put a server's ledgers in a fresh prefix of the S3 bucket when the
-    servers run on object storage (``STORAGE_ENV``), else none (their data dir)."""
+    """The settings that put a server's ledgers in a prefix of the S3 bucket of its own
+    (``name``, in this run) when the servers run on object storage (``STORAGE_ENV``), else
+    none (their data dir)."""
     if os.environ.get(STORAGE_ENV, "local") != "s3":
         return {}
     found = s3_settings()
@@ -45,7 +61,7 @@ def fresh_storage_env(name: str) -> dict[str, str]:
         raise RuntimeError(f"{STORAGE_ENV}=s3 needs {S3_ENV} (the settings .ci/s3 prints)")
     env = {k: v for k, v in found.items() if k.startswith(("COMPACTOR_", "AWS_"))}
     bucket = found["COMPACTOR_STORAGE_URL"].rstrip("/")
-    env["COMPACTOR_STORAGE_URL"] = f"{bucket}/{name}-{os.urandom(4).hex()}"
+    env["COMPACTOR_STORAGE_URL"] = f"{bucket}/{_RUN}/{name}"
     return env
 
 
@@ -121,8 +137,10 @@ class ServerProcess:
             if url:
                 self.extra_env["COMPACTOR_DATABASE_URL"] = env["COMPACTOR_DATABASE_URL"] = url
         if "COMPACTOR_STORAGE_URL" not in self.extra_env and not self.proc:
-            # Recorded like the database: a restarted server finds its ledgers again.
-            storage = fresh_storage_env(f"srv{self.port}")
+            # Recorded like the database: a restarted server finds its ledgers again. Named
+            # after the data dir: instances started on one data dir share their topics.
+            digest = hashlib.sha256(str(self.data_dir.absolute()).encode()).hexdigest()[:16]
+            storage = fresh_storage_env(f"srv-{digest}")
             self.extra_env.update(storage)
             env.update(storage)
         with open(self.log, "ab") as log:

@@ -345,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
             from tests.benchmarks.service_rounds import InProcessReplica, ServiceRoundParams, ServiceRounds
 
             log("rounds: starting `compactor serve` and this process's Spark")
+            from tests.server import export_s3_client_env
+
+            export_s3_client_env()  # COMPACTOR_TEST_STORAGE=s3: the rounds read the server's bucket
             try:
                 from compactor.warmup import warm_up_jit
 

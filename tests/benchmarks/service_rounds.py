@@ -18,7 +18,6 @@ each service round: the ratio of the two is the service's overhead.
 from __future__ import annotations
 
 import base64
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ import httpx
 import numpy as np
 
 from ledger.entry import Position
+from ledger.storage import StoragePath
 from tests.benchmarks.measure import median
 from tests.server import ServerProcess
 
@@ -227,7 +227,7 @@ class ServiceRounds:
             client_s=client_s,
         )
         ledger_id = int(run["compactedLedgerId"])
-        topic_root = server.data_dir / "ledgers" / path
+        topic_root = server.ledger_root() / f"ledgers/{path}"  # a directory, or a bucket's prefix
         manifest_dir = topic_root / f"compacted-{ledger_id:020d}"
         from ledger.compacted_store import Manifest
 
@@ -250,16 +250,15 @@ class InProcessReplica:
         self.compactor = TwoPhaseCompactor(spark)  # type: ignore[arg-type]
         self.max_deltas = max_deltas
         self.consolidation_ratio = consolidation_ratio
-        self._previous: dict[Path, object] = {}
-        self._outputs: dict[Path, list[Path]] = {}
+        self._previous: dict[StoragePath, object] = {}
+        self._outputs: dict[StoragePath, list[StoragePath]] = {}
         self._next = 2_000_000_000
 
-    def round(self, topic_root: Path, horizon: Position) -> float:
+    def round(self, topic_root: StoragePath, horizon: Position) -> float:
         from compactor import CompactionJob, CompactionResult
 
-        ledgers = sorted(
-            (int(p.stem), p) for p in topic_root.glob("*.parquet") if int(p.stem) <= horizon.ledger_id
-        )
+        sealed = [(int(p.name.split(".")[0]), p) for p in topic_root.files() if p.name.endswith(".parquet")]
+        ledgers = sorted((i, p) for i, p in sealed if i <= horizon.ledger_id)
         previous = self._previous.get(topic_root)
         assert previous is None or isinstance(previous, CompactionResult)
         self._next += 1
@@ -283,11 +282,11 @@ class InProcessReplica:
         keep = {f.split("/")[0] for f in result.manifest.files()} | {result.directory.name}
         for d in list(self._outputs[topic_root]):
             if d.name not in keep:
-                shutil.rmtree(d, ignore_errors=True)
+                d.delete_tree()
                 self._outputs[topic_root].remove(d)
         return seconds
 
     def close(self) -> None:
         for dirs in self._outputs.values():
             for d in dirs:
-                shutil.rmtree(d, ignore_errors=True)
+                d.delete_tree()

@@ -3,17 +3,26 @@ user starts it, against a real S3-compatible server (Ceph's object gateway, from
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
 import random
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
+import pyarrow.fs as pafs
 import pytest
 
 from api.client import Client
+from ledger.layers import Manifest
 from ledger.storage import S3Settings, open_storage
-from tests.server import fresh_storage_env, s3_settings
+from tests.server import free_port, fresh_storage_env, s3_settings
 
 pytestmark = [pytest.mark.e2e]
 
@@ -99,7 +108,11 @@ def test_ledgers_live_in_the_bucket_and_survive_a_crash_and_go_with_their_topic(
         consumer.close()
         full.close()
         client.admin.topics.delete(topic)
-    assert bucket.list("ledgers/public/default/objects") == []
+    # Nothing at all under the topic's prefix: no object, and no directory marker.
+    gone = pafs.FileSelector(
+        bucket.at("ledgers/public/default/objects").fs_path, recursive=True, allow_not_found=True
+    )
+    assert bucket.fs.get_file_info(gone) == []
 
 
 def serve(tmp_path: Path, settings: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -145,3 +158,177 @@ def test_a_bucket_that_does_not_exist_is_refused_at_start(tmp_path: Path) -> Non
     settings = {k: v for k, v in found.items() if k.startswith(("COMPACTOR_", "AWS_"))}
     done = serve(tmp_path, {**settings, "COMPACTOR_STORAGE_URL": "s3://no-such-bucket-here/prefix"})
     assert refusal(done).startswith("error: s3://no-such-bucket-here/prefix cannot be used:")
+
+
+class Relay:
+    """A TCP relay between a server and the object store, which a test cuts (connections
+    dropped, new ones refused: the store is gone, as far as the server can tell) and restores,
+    on the same port. The store behind it is the real one."""
+
+    def __init__(self, target: str) -> None:
+        parsed = urlsplit(target)
+        self.target = (parsed.hostname or "127.0.0.1", parsed.port or 80)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+        threading.Thread(target=self._loop.run_forever, name="relay", daemon=True).start()
+        self.restore()
+
+    def restore(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(10)
+
+    def cut(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
+
+    def stop(self) -> None:
+        self.cut()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    async def _listen(self) -> None:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port, reuse_address=True)
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._open):
+            writer.transport.abort()
+        self._open.clear()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._open |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(1 << 16):
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            finally:
+                dst.close()
+                self._open.discard(dst)
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+@NEEDS_S3
+@pytest.mark.spark
+def test_an_object_store_that_goes_away_gives_503s_loses_nothing_and_is_used_again(
+    server_factory, tmp_path: Path
+) -> None:
+    env = _s3_env()
+    relay = Relay(env["COMPACTOR_S3_ENDPOINT_URL"])
+    server = server_factory(
+        tmp_path / "data",
+        env={
+            **env,
+            "COMPACTOR_S3_ENDPOINT_URL": relay.url,
+            "COMPACTOR_MAX_ENTRIES_PER_LEDGER": "100",
+            # Produce waits 1 s for room in the seal backlog, then answers 503.
+            "COMPACTOR_MAX_PENDING_SEALS_PER_TOPIC": "1",
+            "COMPACTOR_SEAL_WAIT_MS": "1000",
+            "COMPACTOR_SCRUB_INTERVAL_SECONDS": "0",
+        },
+    )
+    server.start()
+    name = "public/default/outage"
+    admin = f"{server.url}/admin/v2/persistent/{name}"
+    data = f"{server.url}/topics/persistent/{name}"
+    http = httpx.Client(timeout=60)
+    acknowledged: dict[str, tuple[str, str]] = {}  # message id -> (key, value)
+
+    def produce(n: int, tag: str) -> httpx.Response:
+        messages = [
+            {"key": f"k{i % 30}", "value": base64.b64encode(f"{tag}-{i}".encode()).decode()} for i in range(n)
+        ]
+        r = http.post(data, json={"messages": messages})
+        if r.status_code == 200:
+            for mid, m in zip(r.json()["messageIds"], messages, strict=True):
+                acknowledged[mid] = (m["key"], m["value"])
+        return r
+
+    def read(compacted: bool = False) -> tuple[list[dict], httpx.Response]:  # type: ignore[type-arg]
+        out: list[dict] = []  # type: ignore[type-arg]
+        start = "earliest"
+        while True:
+            r = http.get(
+                f"{data}/messages",
+                params={"startMessageId": start, "maxMessages": 100, "readCompacted": str(compacted).lower()},
+            )
+            if r.status_code != 200 or not r.json()["messages"]:
+                return out, r
+            out.extend(r.json()["messages"])
+            start = r.json()["nextMessageId"]
+
+    try:
+        assert http.put(admin).status_code == 204
+        for i in range(3):
+            assert produce(90, f"before{i}").status_code == 200
+        assert http.put(f"{admin}/compaction").status_code == 204
+        wait_until(lambda: http.get(f"{admin}/compaction").json()["status"] == "SUCCESS")
+
+        relay.cut()
+        # Reads of sealed and compacted ledgers: 503 with Retry-After, never a damaged ledger.
+        for compacted in (False, True):
+            _, r = read(compacted)
+            assert r.status_code == 503 and "Retry-After" in r.headers, r.text
+            assert "ledger storage does not answer" in r.json()["reason"]
+        # Produce goes on into the write-ahead file until sealing falls behind: then 503.
+        answers = [produce(90, f"during{i}") for i in range(6)]
+        assert answers[0].status_code == 200
+        refused = [r for r in answers if r.status_code != 200]
+        assert refused and all(r.status_code == 503 and "Retry-After" in r.headers for r in refused)
+        # A round meets the outage: it fails, and changes nothing.
+        assert http.put(f"{admin}/compaction").status_code == 204
+        wait_until(lambda: http.get(f"{admin}/compaction").json()["status"] in ("ERROR", "SUCCESS"))
+        assert http.get(f"{admin}/compaction").json()["status"] == "ERROR"
+        assert http.get(f"{admin}/stats").json()["damagedLedgers"] == []  # an outage is not damage
+
+        relay.restore()
+        # Sealing resumes by itself (its retries back off to at most 30 s).
+        wait_until(
+            lambda: all(
+                lg["state"] == "CLOSED" for lg in http.get(f"{admin}/internalStats").json()["ledgers"][:-1]
+            )
+        )
+        got, r = read()
+        assert r.status_code == 200
+        assert {m["messageId"]: (m["key"], m["value"]) for m in got} == acknowledged
+        assert produce(90, "after").status_code == 200
+        assert http.put(f"{admin}/compaction").status_code == 204
+        wait_until(lambda: http.get(f"{admin}/compaction").json()["status"] in ("ERROR", "SUCCESS"))
+        assert http.get(f"{admin}/compaction").json()["status"] == "SUCCESS"
+        latest: dict[str, str] = {}
+        for mid in sorted(acknowledged, key=lambda m: tuple(int(x) for x in m.split(":"))):
+            key, value = acknowledged[mid]
+            latest[key] = value
+        got, r = read(compacted=True)
+        assert r.status_code == 200 and {m["key"]: m["value"] for m in got} == latest
+        # After the next scrub, nothing is left over in the bucket: the compacted ledgers there
+        # are the current one and the older layers its manifest names, whatever the failed
+        # round had written and could not remove.
+        assert http.post(f"{admin}/scrub").json()["status"] == "CLEAN"
+        topic = server.ledger_root() / f"ledgers/{name}"
+        ledger_id = http.get(f"{admin}/internalStats").json()["compactedLedger"]["ledgerId"]
+        manifest = Manifest.load(topic / f"compacted-{ledger_id:020d}")
+        named = {f.split("/")[0] for f in manifest.files()} | {f"compacted-{ledger_id:020d}"}
+        assert {d.name for d in topic.dirs()} == named
+    finally:
+        http.close()
+        relay.stop()

@@ -17,7 +17,8 @@ import pytest
 
 from api.client import Client
 from tests.cluster import SparkCluster, can_hide_directories, executor_archive, executor_python
-from tests.server import POSTGRES_ENV
+from tests.conftest import Server
+from tests.server import POSTGRES_ENV, s3_settings
 
 pytestmark = [
     pytest.mark.e2e,
@@ -97,11 +98,9 @@ def python_daemons(cluster: SparkCluster, python: Path) -> dict[int, set[str]]:
     return found
 
 
-def test_compaction_on_a_standalone_cluster(cluster: SparkCluster, executor_py: Path, server_factory) -> None:
-    srv = server_factory(Path(cluster.work_dir).parent / "data", env=cluster_env(cluster, executor_py))
-    srv.start()
-    assert wait_for_compaction_state(srv.url) == "available", srv.log.read_text()[-3000:]
-
+def compact_twice_and_check(srv: Server) -> None:
+    """A full round, then one that merges with the first, through the cluster; the compacted
+    view against a model."""
     rng = random.Random(11)
     # The model: each live key's latest value, in the order of its latest write (a compacted
     # read is in message-id order).
@@ -109,7 +108,7 @@ def test_compaction_on_a_standalone_cluster(cluster: SparkCluster, executor_py: 
     with Client(srv.url) as client:
         client.admin.topics.create(TOPIC)
         producer = client.create_producer(TOPIC)
-        for round_ in range(2):  # a full round, then one that merges with the first
+        for round_ in range(2):
             for _ in range(4):
                 batch: list[tuple[str, bytes | None]] = []
                 for _ in range(250):
@@ -129,11 +128,40 @@ def test_compaction_on_a_standalone_cluster(cluster: SparkCluster, executor_py: 
         assert [r["status"] for r in runs] == ["SUCCESS", "SUCCESS"]
         assert runs[0]["entriesRead"] > 0 and runs[0]["recordsKept"] == len(model)
 
+
+def test_compaction_on_a_standalone_cluster(cluster: SparkCluster, executor_py: Path, server_factory) -> None:
+    srv = server_factory(Path(cluster.work_dir).parent / "data", env=cluster_env(cluster, executor_py))
+    srv.start()
+    assert wait_for_compaction_state(srv.url) == "available", srv.log.read_text()[-3000:]
+    compact_twice_and_check(srv)
+
     # The tasks ran in the Workers' executors, in Python daemons of the executor interpreter.
     daemons = python_daemons(cluster, executor_py)
     assert all(daemons.values()), daemons
     apps = {d.split("/")[0] for dirs in daemons.values() for d in dirs}
     assert len(apps) == 1, daemons  # one application: this service's
+    srv.stop()
+
+
+@pytest.mark.skipif(s3_settings() is None, reason="no S3-compatible server (COMPACTOR_TEST_S3_SETTINGS)")
+def test_compaction_on_a_cluster_that_shares_no_directory_with_the_service(
+    cluster: SparkCluster, executor_py: Path, server_factory
+) -> None:
+    if cluster.hidden is None:
+        pytest.skip("needs a mount namespace for the Workers (unshare, as root)")
+    # The service's data dir is where the Workers see an empty tmpfs: its ledgers are in the
+    # bucket, which the executors open themselves (the probe checks the bucket from them).
+    found = s3_settings()
+    assert found is not None
+    storage = {k: v for k, v in found.items() if k.startswith(("COMPACTOR_", "AWS_"))}
+    storage["COMPACTOR_STORAGE_URL"] = f"{storage['COMPACTOR_STORAGE_URL'].rstrip('/')}/cluster-{os.getpid()}"
+    srv = server_factory(
+        cluster.hidden / "objects" / "data", env={**cluster_env(cluster, executor_py), **storage}
+    )
+    srv.start()
+    assert wait_for_compaction_state(srv.url) == "available", srv.log.read_text()[-3000:]
+    compact_twice_and_check(srv)
+    assert not list((cluster.hidden / "objects").rglob("*.parquet"))  # nothing on the shared-nothing disk
     srv.stop()
 
 
@@ -150,6 +178,8 @@ def test_a_storage_root_the_executors_cannot_read_is_refused_at_start_up(
     # One executor is enough to be refused: spare the machine the second one.
     conf = json.loads(env["COMPACTOR_SPARK_CONF"])
     env["COMPACTOR_SPARK_CONF"] = json.dumps({**conf, "spark.cores.max": "1"})
+    # A storage root on the driver's disk, whatever storage the other tests' servers use.
+    env["COMPACTOR_STORAGE_URL"] = str(cluster.hidden / "data")
     srv = server_factory(cluster.hidden / "data", env=env)
     srv.start()
     state = wait_for_compaction_state(srv.url)

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -145,3 +146,17 @@ def test_a_staged_file_that_is_not_published_leaves_nothing(storage: Storage) ->
     staged.write_bytes(b"half")
     storage_module.unstage(staged)
     assert not staged.exists() and not target.exists()
+
+
+def test_deleting_leaves_no_empty_directory_behind(storage: Storage) -> None:
+    # pyarrow emulates directories on S3 with zero-byte markers, and keeps one for a directory
+    # whose last file it deletes: a compacted ledger released file by file, then its directory.
+    part = storage.at("t/compacted-00000000000000000005/part-0.parquet")
+    part.write_bytes(b"part")
+    storage.at("t/compacted-00000000000000000009/part-0.parquet").write_bytes(b"part")
+    part.unlink()
+    part.parent.rmdir()
+    assert [d.name for d in storage.at("t").dirs()] == ["compacted-00000000000000000009"]
+    storage.at("t").delete_tree()
+    selector = pafs.FileSelector(storage.at("t").fs_path, recursive=True, allow_not_found=True)
+    assert storage.fs.get_file_info(selector) == []  # no object at all, markers included
