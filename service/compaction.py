@@ -464,6 +464,7 @@ class CompactionService:
                 # (every message, none damaged) until a round succeeds.
                 topic.repair = None
             topic.admin_lock.release()
+        self._retire(topic)
         if topic.repair is not None and topic.view is None and trigger != REPAIR:
             self._start_repair(topic)  # damage found while this round ran
 
@@ -476,8 +477,16 @@ class CompactionService:
                     topic.repair = None
                 topic.admin_lock.release()
         for topic, _ in runs:
+            self._retire(topic)
             if topic.repair is not None and topic.view is None and trigger != REPAIR:
                 self._start_repair(topic)  # damage found while the rounds ran
+
+    @staticmethod
+    def _retire(topic: ManagedTopic) -> None:
+        """Retire the views the topic's rounds replaced (after the round let the topic go: a
+        client that saw SUCCESS may start the next round at once)."""
+        while topic.retiring:
+            topic.retiring.pop(0).retire()
 
     # ---------------------------------------------------------------- a round
 
@@ -598,7 +607,7 @@ class CompactionService:
             self.fault_hook("after_commit")  # tests see the files between commit and clean-up
         self._observe(topic, p.started, result)
         if previous is not None:
-            previous.retire()
+            topic.retiring.append(previous)  # retired once the topic is let go
 
     def _failed(
         self,

@@ -83,6 +83,9 @@ class ManagedTopic:
     view: CompactedView | None = None
     # The files of the compacted views alive now (the view, and replaced ones still leased).
     layer_files: LayerFiles = field(default_factory=LayerFiles)
+    # Views a round replaced, retired once the round has let the topic go: deleting their
+    # files (requests, on object storage) is no part of the round a client waits for.
+    retiring: list[CompactedView] = field(default_factory=list)
     # Durable subscriptions by name (service.cursors.Subscription), loaded at start.
     subscriptions: dict[str, Any] = field(default_factory=dict)
     # Messages delivered to consumers and readers since the service started (pulsar_out_messages_total).
