@@ -5,6 +5,8 @@ Layout (``root`` is the configured data dir)::
     root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.wal        open ledger
     root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.e{epoch}.wal  open ledger of an owner's epoch
     root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.parquet    sealed ledger
+    root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.e{epoch}.parquet  sealed by an owner's epoch
+    root/wal/{writer}/{sequence:016d}.wal      write-ahead objects (COMPACTOR_WAL=object)
     root/ledgers/{tenant}/{namespace}/{topic}/compacted-{ledger_id:020d}/ compacted ledger (part files)
 
 Zero-padded ids keep a directory listing in ledger order. Topic name parts are validated by
@@ -40,7 +42,12 @@ def wal_path(topic_root: Path, ledger_id: int, epoch: int = 0) -> Path:
     return topic_root / f"{ledger_id:020d}.wal"
 
 
-def sealed_path(topic_root: P, ledger_id: int) -> P:
+def sealed_path(topic_root: P, ledger_id: int, epoch: int = 0) -> P:
+    """The sealed file of a ledger, sealed by an owner of ``epoch``: a name of its own for every
+    owner that may seal it (the one that opened it, one that took the topic over), so that an
+    old owner's late upload never replaces the file the metadata publishes."""
+    if epoch:
+        return topic_root / f"{ledger_id:020d}.e{epoch}.parquet"
     return topic_root / f"{ledger_id:020d}.parquet"
 
 

@@ -53,6 +53,7 @@ class StoredFile:
 
     key: str
     size: int
+    mtime_ms: int | None = None  # when it was last written, where the storage says
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ class Storage:
         by key."""
         selector = pafs.FileSelector(self._prefix(prefix), recursive=True, allow_not_found=True)
         found = [
-            StoredFile(self._key(i.path), int(i.size))
+            StoredFile(self._key(i.path), int(i.size), None if i.mtime_ns is None else i.mtime_ns // 10**6)
             for i in self.fs.get_file_info(selector)
             if i.type == pafs.FileType.File
         ]

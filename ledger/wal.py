@@ -41,6 +41,7 @@ __all__ = [
     "Recovery",
     "WalFailedError",
     "WriteAheadLog",
+    "check_frame",
 ]
 
 log = logging.getLogger(__name__)
@@ -380,6 +381,16 @@ class WriteAheadLog:
         if error is not None:
             raise error
 
+    def flush(self) -> None:
+        """Nothing to do here: :meth:`close` makes every written entry durable (the object
+        write-ahead log's ``flush`` is where a roll-over waits for its store)."""
+
+    def discard(self) -> None:
+        """Close and remove the file: its ledger is sealed (or its topic gone)."""
+        self.close()
+        self._path.unlink(missing_ok=True)
+        fsync_dir(self._path.parent)
+
     def __enter__(self) -> WriteAheadLog:
         return self
 
@@ -498,7 +509,7 @@ class WriteAheadLog:
         for entry_id in range(start, stop):
             length, crc = fmt.decode_frame_header(view, pos)
             body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + length]
-            reason = _check_frame(body, length, crc, self._ledger_id, entry_id)
+            reason = check_frame(body, length, crc, self._ledger_id, entry_id)
             if isinstance(reason, str):
                 raise CorruptRecordError(self._path, base + pos, reason)
             out.append(reason)
@@ -613,7 +624,7 @@ def _scan(fd: int, path: Path, ledger_id: int, size: int) -> _Scan:
                 reason = f"frame of {length} bytes runs past the end of the file ({size})"
                 break
             body = f.read(length)
-            checked = _check_frame(body, length, crc, ledger_id, len(publish_times))
+            checked = check_frame(body, length, crc, ledger_id, len(publish_times))
             if isinstance(checked, str):
                 reason = checked
                 break
@@ -625,8 +636,8 @@ def _scan(fd: int, path: Path, ledger_id: int, size: int) -> _Scan:
     return _Scan(bounds, cum_sizes, publish_times, reason)
 
 
-def _check_frame(body: fmt.Buffer, length: int, crc: int, ledger_id: int, entry_id: int) -> Entry | str:
-    """The entry a frame holds, or why it is bad."""
+def check_frame(body: fmt.Buffer, length: int, crc: int, ledger_id: int, entry_id: int) -> Entry | str:
+    """The entry a frame holds, or why it is bad (also used by :mod:`ledger.object_wal`)."""
     if len(body) != length:
         return f"frame body is {len(body)} bytes, header says {length}"
     if fmt.body_crc(body) != crc:

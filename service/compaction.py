@@ -658,7 +658,7 @@ class CompactionService:
                 raise RoundDamaged(self._repair_line(topic, e, previous.ledger_id)) from e
         out: list[tuple[int, StoragePath]] = []
         for info in topic.ledger.sealed_inputs(previous_horizon, horizon):
-            path = paths.sealed_path(topic.ledger.store, info.ledger_id)
+            path = paths.sealed_path(topic.ledger.store, info.ledger_id, info.sealed_epoch)
             expected = info.checksum
             if info.damage is not None and not info.damage_accepted:
                 raise RoundDamaged(

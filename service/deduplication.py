@@ -59,7 +59,7 @@ def load(ledger: ManagedLedger) -> ProducerSequences:
             highest[producer] = sequence_id
 
     for info in ledger.ledgers():
-        path = sealed_path(ledger.store, info.ledger_id)
+        path = sealed_path(ledger.store, info.ledger_id, info.sealed_epoch)
         if info.state == "CLOSED" and path.exists():
             with path.open() as source, pq.ParquetFile(source, **READ_OPTIONS) as f:  # type: ignore[arg-type]
                 if SEQUENCE_ID not in f.schema_arrow.names:

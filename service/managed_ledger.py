@@ -49,6 +49,7 @@ from ledger import paths
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record
 from ledger.file_cache import FileCache
+from ledger.open_log import OpenLog
 from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter
 from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import records_to_table
@@ -61,6 +62,7 @@ from service.errors import Conflict, DamagedData, NotFound, is_descriptor_exhaus
 from service.resources import ExhaustionLog
 from service.seal_backlog import SealBacklog
 from service.settings import Settings
+from service.wal_objects import ObjectWal
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +84,15 @@ class LedgerResources:
     files: FileCache[tuple[Path, int], SealedLedger]  # by (topic directory, ledger id)
     backlog: SealBacklog
     exhaustion: ExhaustionLog = field(default_factory=ExhaustionLog)
+    # COMPACTOR_WAL=object: the group-committed write-ahead objects (None: local files).
+    wal: ObjectWal | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, sealer: Executor, max_open_files: int) -> LedgerResources:
+    def from_settings(
+        cls, settings: Settings, sealer: Executor, max_open_files: int, wal: ObjectWal | None = None
+    ) -> LedgerResources:
         return cls(
+            wal=wal,
             sealer=sealer,
             files=FileCache(
                 max_open=max_open_files,
@@ -123,6 +130,7 @@ class LedgerInfo:
     # the others before it reads them; page checksums guard every decode either way.
     verified: bool = False
     epoch: int = 0  # of the owner that opened it (0: a single instance)
+    sealed_epoch: int = 0  # of the owner that sealed it: names its sealed file
 
 
 class ManagedLedger:
@@ -136,7 +144,7 @@ class ManagedLedger:
         db: Database,
         settings: Settings,
         ledgers: list[LedgerInfo],
-        wal: WriteAheadLog,
+        wal: OpenLog,
         shared: LedgerResources,
         epoch: int = 0,
         fence: Callable[[Session], None] | None = None,
@@ -168,7 +176,7 @@ class ManagedLedger:
         self._backlog = shared.backlog
         # Ledgers closed for appends whose sealing runs in the background, by id (their
         # write-ahead files are closed: reads open them for themselves).
-        self._sealing: dict[int, WriteAheadLog] = {}
+        self._sealing: dict[int, OpenLog] = {}
         self._seal_errors: dict[int, BaseException] = {}
         self._seal_attempts: dict[int, int] = {}
         self._sealer = shared.sealer
@@ -208,10 +216,11 @@ class ManagedLedger:
         store: StoragePath | None = None,
     ) -> ManagedLedger:
         """Open a brand-new topic's log with its first (empty) ledger."""
-        root.mkdir(parents=True, exist_ok=True)
+        if shared.wal is None:
+            root.mkdir(parents=True, exist_ok=True)
         with db.session() as s:
             info = _new_ledger_row(s, topic_id)
-        wal = _open_wal(root, info, settings)
+        wal = _open_log(shared, root, info, settings, None, new=True)
         return cls(
             topic_id=topic_id,
             root=root,
@@ -243,10 +252,11 @@ class ManagedLedger:
         this epoch is opened after it. So bytes a fenced-off owner writes late land beyond the
         sealed end of its own ledger, and are never read as this owner's."""
         store = store if store is not None else as_storage_path(root)
-        root.mkdir(parents=True, exist_ok=True)
-        for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
-            if tmp.is_file():  # a half-written sealed file; the write-ahead file still has its entries
-                tmp.unlink()
+        if shared.wal is None:
+            root.mkdir(parents=True, exist_ok=True)
+            for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
+                if tmp.is_file():  # a half-written sealed file; the write-ahead file still has its entries
+                    tmp.unlink()
         with db.session() as s:
             rows = s.scalars(
                 select(models.Ledger)
@@ -262,31 +272,36 @@ class ManagedLedger:
         for info in infos[:-1]:
             if info.state == models.OPEN:  # the stop came before its background sealing finished
                 log.info("sealing ledger %s of topic %s, closed before the stop", info.ledger_id, topic_id)
-                wal = _open_wal(root, info, settings)
+                wal = _open_log(shared, root, info, settings, fence, new=False)
                 for attempt in range(1, RECOVERY_SEAL_ATTEMPTS + 1):
                     try:
-                        closed = _seal(db, store, info, wal, wal.read_all(), fence=fence)
+                        closed = _seal(db, store, info, wal, wal.read_all(), fence=fence, epoch=epoch)
                         break
                     except IntegrityError:  # the file read back wrong: the write-ahead file stays
                         log.exception("sealing ledger %s: attempt %d failed", info.ledger_id, attempt)
                         if attempt == RECOVERY_SEAL_ATTEMPTS:
                             raise
-                wal.close()
+                _discard(shared, wal)
                 if closed is not None:
                     for k in LedgerInfo.__slots__:
                         setattr(info, k, getattr(closed, k))
-            wal_file = paths.wal_path(root, info.ledger_id, info.epoch)
-            if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
-                wal_file.unlink()
-                paths.fsync_dir(root)
+            if shared.wal is None:
+                wal_file = paths.wal_path(root, info.ledger_id, info.epoch)
+                if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
+                    wal_file.unlink()
+                    paths.fsync_dir(root)
         # A sealed file of no CLOSED ledger: the open ledger sealed just before a crash (it is
         # sealed again at its roll-over), or a ledger deleted by retention before its unlink.
-        live = {paths.sealed_path(store, i.ledger_id).name for i in infos if i.state == models.CLOSED}
+        live = {
+            paths.sealed_path(store, i.ledger_id, i.sealed_epoch).name
+            for i in infos
+            if i.state == models.CLOSED
+        }
         for sealed_file in store.files():
             if sealed_file.name.endswith(".parquet") and sealed_file.name not in live:
                 sealed_file.unlink()
         current = infos[-1]
-        wal = _open_wal(root, current, settings)
+        wal = _open_log(shared, root, current, settings, fence, new=False)
         if wal.recovery.truncated_bytes:
             log.warning(
                 "ledger %s: truncated a torn tail of %d bytes, kept in %s",
@@ -344,7 +359,7 @@ class ManagedLedger:
 
     def _append_locked(
         self, records: Sequence[Record], reserved: list[int], sizes: Sequence[int] | None = None
-    ) -> tuple[WriteAheadLog, int, list[Position]]:
+    ) -> tuple[OpenLog, int, list[Position]]:
         """Write the batch, rolling over full ledgers (each spends a place of ``reserved[0]``);
         returns the last write-ahead log written, the token to sync, and the ids."""
         positions: list[Position] = []
@@ -463,7 +478,7 @@ class ManagedLedger:
             return
         info = self._current
         if self._seal_writer is None:
-            self._seal_writer = SealWriter(paths.sealed_path(self.store, info.ledger_id))
+            self._seal_writer = SealWriter(paths.sealed_path(self.store, info.ledger_id, self.epoch))
         first = self._presealed - self._cache_start
         records = cache[first : first + ready]
         try:
@@ -530,6 +545,8 @@ class ManagedLedger:
 
     def _roll_over_locked(self) -> None:
         old, wal = self._current, self._wal
+        # Written entries durable first (object storage may be away: then nothing changes).
+        wal.flush()
         with self._db.session() as s:
             if self.fence is not None:
                 self.fence(s)
@@ -537,7 +554,7 @@ class ManagedLedger:
         # The successor's file before any state changes: if it cannot be created (out of
         # descriptors), the full ledger stays the open one and nothing was rolled over.
         try:
-            new_wal = _open_wal(self.root, successor, self._settings)
+            new_wal = _open_log(self._shared, self.root, successor, self._settings, self.fence, new=True)
         except BaseException:
             self._drop_ledger_row(successor.ledger_id)
             raise
@@ -570,7 +587,7 @@ class ManagedLedger:
     def _seal_in_background(
         self,
         info: LedgerInfo,
-        wal: WriteAheadLog,
+        wal: OpenLog,
         cache: list[Record] | None,
         cache_bytes: int = 0,
         ahead: _Ahead | None = None,
@@ -603,6 +620,7 @@ class ManagedLedger:
                 writer=writer,
                 fault_hook=self.fault_hook,
                 fence=self.fence,
+                epoch=self.epoch,
             )
             with self._lock:
                 if closed is not None:
@@ -610,9 +628,7 @@ class ManagedLedger:
                         setattr(info, k, getattr(closed, k))
                 self._sealing.pop(info.ledger_id, None)
                 self._seal_attempts.pop(info.ledger_id, None)
-                wal.close()
-                paths.wal_path(self.root, info.ledger_id, info.epoch).unlink(missing_ok=True)
-                paths.fsync_dir(self.root)
+                _discard(self._shared, wal)
                 self._sealed_cv.notify_all()
             self._backlog.release(self.topic_id)
         except Exception as e:
@@ -794,7 +810,7 @@ class ManagedLedger:
         gone = {(self.root, info.ledger_id) for info in doomed}
         self._files.discard(gone.__contains__)
         for info in doomed:
-            paths.sealed_path(self.store, info.ledger_id).unlink(missing_ok=True)
+            paths.sealed_path(self.store, info.ledger_id, info.sealed_epoch).unlink(missing_ok=True)
             paths.salvage_path(self.store, info.ledger_id).unlink(missing_ok=True)
 
     def _sealed_ledger(self, ledger_id: int) -> AbstractContextManager[SealedLedger]:
@@ -803,7 +819,36 @@ class ManagedLedger:
 
     def _opener(self, ledger_id: int) -> Callable[[], SealedLedger]:
         # Keyed by (topic dir, ledger id): the file's path is built only when it is opened.
-        return lambda: SealedLedger(paths.sealed_path(self.store, ledger_id), ledger_id=ledger_id)
+        return lambda: SealedLedger(self.sealed_file(ledger_id), ledger_id=ledger_id)
+
+    def sweep_stale_sealed_files(self) -> int:
+        """Remove sealed files no ledger publishes: an old owner's, uploaded late after this
+        owner took the topic over (under its own epoch's name), or left by a crash. Files of
+        ledgers newer than the ones known when it looks are never touched (a roll-over may be
+        sealing one right now). Returns how many went."""
+        with self._lock:
+            # A ledger not sealed yet is sealed by this owner, under its epoch's name.
+            keep = {
+                paths.sealed_path(
+                    self.store, i.ledger_id, i.sealed_epoch if i.state == models.CLOSED else self.epoch
+                ).name
+                for i in self._ledgers
+            }
+            newest = max(i.ledger_id for i in self._ledgers)
+        removed = 0
+        for f in self.store.files():
+            head = f.name.split(".", 1)[0]
+            if f.name.endswith(".parquet") and head.isdigit() and int(head) <= newest and f.name not in keep:
+                log.warning("%s: removing %s, a sealed file no ledger publishes", self.name, f)
+                f.unlink()
+                removed += 1
+        return removed
+
+    def sealed_file(self, ledger_id: int) -> StoragePath:
+        """Where the sealed ledger ``ledger_id`` is (its name says which owner sealed it)."""
+        with self._lock:
+            info = next((i for i in self._ledgers if i.ledger_id == ledger_id), None)
+        return paths.sealed_path(self.store, ledger_id, info.sealed_epoch if info is not None else 0)
 
     # ---------------------------------------------------------------- integrity
 
@@ -871,7 +916,7 @@ class ManagedLedger:
             raise Conflict(f"ledger {ledger_id} of {self.name} is not sealed")
         self._files.discard(lambda key: key == (self.root, ledger_id))
         lost, kept, checksum = write_salvage(
-            paths.sealed_path(self.store, ledger_id),
+            paths.sealed_path(self.store, ledger_id, info.sealed_epoch),
             paths.salvage_path(self.store, ledger_id),
             ledger_id,
             info.entries,
@@ -909,7 +954,7 @@ class ManagedLedger:
         """The sealed ledgers holding entries in ``(after, upto]``, as (ledger id, file)."""
         with self._lock:
             return [
-                (i.ledger_id, paths.sealed_path(self.store, i.ledger_id))
+                (i.ledger_id, paths.sealed_path(self.store, i.ledger_id, i.sealed_epoch))
                 for i in self._ledgers
                 if i.state == models.CLOSED
                 and i.entries
@@ -936,9 +981,15 @@ class ManagedLedger:
             self._appended.notify_all()
             self._wake_watchers_locked()
             self._sealed_cv.notify_all()
-            self._wal.close()
-            for wal in self._sealing.values():
-                wal.close()
+            for wal in [self._wal, *self._sealing.values()]:
+                if self._shared.wal is None:
+                    wal.close()
+                    continue
+                try:  # what was written is stored, if the store answers; nothing else was acknowledged
+                    wal.close()
+                except Exception as e:  # noqa: BLE001
+                    log.warning("%s: closing ledger %s: %s", self.name, wal.ledger_id, e)
+                wal.discard()  # its chunks stay: the next owner reads the ledger back from them
             self._backlog.forget(self.topic_id)
             self._backlog.refund_cache(self._cache_bytes)
             self._cache, self._cache_bytes = None, 0
@@ -953,21 +1004,22 @@ def _seal(
     db: Database,
     store: StoragePath,
     info: LedgerInfo,
-    wal: WriteAheadLog,
+    wal: OpenLog,
     entries: Sequence[Record] | Sequence[Entry],
     *,
     first_entry: int = 0,
     writer: SealWriter | None = None,
     fault_hook: Callable[[str], None] | None = None,
     fence: Callable[[Session], None] | None = None,
+    epoch: int = 0,
 ) -> LedgerInfo | None:
     """Write ``entries`` (the ledger's from ``first_entry`` on, in order) as its sealed Parquet
     file, after the rows ``writer`` already wrote (entries 0..``writer.rows``-1, which must
     cover those before ``first_entry``), and mark it CLOSED in the metadata; returns its closed
     description (None if its row is gone: a deleted topic). The caller removes the write-ahead
-    file afterwards."""
+    file afterwards. ``epoch``: the sealing owner's, which names the file."""
     if writer is None:
-        writer = SealWriter(paths.sealed_path(store, info.ledger_id))
+        writer = SealWriter(paths.sealed_path(store, info.ledger_id, epoch))
     if writer.rows < first_entry:
         writer.abandon()
         raise ValueError(f"ledger {info.ledger_id}: entries {writer.rows}..{first_entry - 1} are missing")
@@ -987,6 +1039,7 @@ def _seal(
         checksum=sealed.checksum,
         verified=True,
         epoch=info.epoch,
+        sealed_epoch=epoch,
     )
     with db.session() as s:
         if fence is not None:
@@ -1002,6 +1055,7 @@ def _seal(
             "first_publish_time",
             "last_publish_time",
             "checksum",
+            "sealed_epoch",
         ):
             setattr(row, k, getattr(closed, k))
         row.closed_at = now_ms()
@@ -1019,7 +1073,18 @@ class _Ahead:
     cache_start: int
 
 
-def _open_wal(root: Path, info: LedgerInfo, settings: Settings) -> WriteAheadLog:
+def _open_log(
+    shared: LedgerResources,
+    root: Path,
+    info: LedgerInfo,
+    settings: Settings,
+    fence: Callable[[Session], None] | None,
+    *,
+    new: bool,
+) -> OpenLog:
+    """The write-ahead log of ledger ``info``: a local file, or its write-ahead objects."""
+    if shared.wal is not None:
+        return shared.wal.open(info.ledger_id, fence, new=new)
     return WriteAheadLog.open(
         paths.wal_path(root, info.ledger_id, info.epoch),
         info.ledger_id,
@@ -1028,7 +1093,14 @@ def _open_wal(root: Path, info: LedgerInfo, settings: Settings) -> WriteAheadLog
     )
 
 
-def _refresh_open(info: LedgerInfo, wal: WriteAheadLog) -> None:
+def _discard(shared: LedgerResources, wal: OpenLog) -> None:
+    """The log of a sealed ledger goes: its file, or its chunks and the objects no one needs."""
+    wal.discard()
+    if shared.wal is not None:
+        shared.wal.release([wal.ledger_id])
+
+
+def _refresh_open(info: LedgerInfo, wal: OpenLog) -> None:
     info.entries = wal.entries
     info.size_bytes = wal.size_bytes
     info.file_bytes = wal.file_bytes
@@ -1049,6 +1121,7 @@ def _info(row: models.Ledger) -> LedgerInfo:
         damage_accepted=row.damage_accepted_at is not None,
         lost=LostRanges.parse(row.lost_entries),
         epoch=row.epoch,
+        sealed_epoch=row.sealed_epoch,
     )
 
 

@@ -87,6 +87,10 @@ class Ledger(Base):
     # The epoch of the topic's owner that opened it (0 for a single instance): an owner appends
     # only to a ledger of its own epoch, and seals an older epoch's open ledger when it takes over.
     epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The epoch of the owner that sealed it, which names its sealed file (ledger.paths): an
+    # owner that takes a topic over seals the old owner's open ledger under a name of its own,
+    # so a fenced-off old owner's late upload never replaces the file this row publishes.
+    sealed_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Instance(Base):
@@ -292,4 +296,28 @@ class PartitionedTopic(Base):
     namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     partitions: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class WalChunk(Base):
+    """Where entries of an open ledger are stored with ``COMPACTOR_WAL=object``: entries
+    ``[first_entry, first_entry + entries)`` of ``ledger_id`` are ``byte_length`` bytes at
+    ``byte_offset`` of the write-ahead object ``object_key`` (a key of the ledger storage).
+
+    Recorded by the flush that stored the object, fenced like every change to the topic's log;
+    removed once the ledger is sealed, and an object goes when no chunk names it."""
+
+    __tablename__ = "wal_chunks"
+    __table_args__ = (
+        Index("ix_wal_chunks_ledger", "ledger_id", "first_entry"),
+        Index("ix_wal_chunks_object", "object_key"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    ledger_id: Mapped[int] = mapped_column(ForeignKey("ledgers.id", ondelete="CASCADE"))
+    first_entry: Mapped[int] = mapped_column(BigInteger)
+    entries: Mapped[int] = mapped_column(BigInteger)
+    object_key: Mapped[str] = mapped_column(String(512))
+    byte_offset: Mapped[int] = mapped_column(BigInteger)
+    byte_length: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[int] = mapped_column(BigInteger)

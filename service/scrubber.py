@@ -190,6 +190,9 @@ class Scrubber:
                 if self.broker.sweep_orphans is not None:
                     # What failed rounds left (object storage may have refused their clean-up).
                     self.broker.sweep_orphans(topic)
+                topic.ledger.sweep_stale_sealed_files()
+                # Write-ahead objects a crash or a failed flush left (once a minute when scheduled).
+                self.broker.sweep_write_ahead(force=trigger == MANUAL)
                 report.status = DAMAGED if report.findings else CLEAN
             except Exception as e:  # noqa: BLE001 - recorded as the pass's outcome
                 log.exception("scrub of %s failed", topic.name)
@@ -217,7 +220,7 @@ class Scrubber:
     def _original(
         self, topic: ManagedTopic, info: LedgerInfo, report: ScrubReport, throttle: Throttle
     ) -> None:
-        path = paths.sealed_path(topic.ledger.store, info.ledger_id)
+        path = paths.sealed_path(topic.ledger.store, info.ledger_id, info.sealed_epoch)
         try:
             if info.damage_accepted:
                 # The damaged file stays as evidence; what reads and compactions use now is the

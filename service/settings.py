@@ -83,6 +83,24 @@ class Settings(BaseSettings):
 
     fsync: FsyncPolicy = "always"
     fsync_interval_ms: int = Field(default=100, ge=1)
+    wal: Literal["local", "object"] = Field(
+        default="local",
+        description="Where an open ledger's write-ahead log is: 'local' (a file in data_dir, "
+        "fsynced per fsync policy) or 'object' (group-committed objects in the ledger storage: no "
+        "local disk, and any instance can take over any topic with every acknowledged message).",
+    )
+    wal_flush_ms: int = Field(
+        default=100,
+        ge=1,
+        le=60_000,
+        description="COMPACTOR_WAL=object: how long appended messages wait to be stored together "
+        "(one object for every topic of the instance); an acknowledgement waits up to this long.",
+    )
+    wal_flush_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="COMPACTOR_WAL=object: store the waiting messages at once when they reach this size.",
+    )
 
     max_entries_per_ledger: int = Field(default=50_000, ge=1, le=2**32 - 1)
     max_ledger_size_bytes: int = Field(default=256 * 1024 * 1024, ge=1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from service.names import TopicName
 from service.ownership import Lease, LeaseOwnership, forever
 from service.resources import descriptor_limit, ledger_file_budget
 from service.settings import Settings
+from service.wal_objects import ObjectWal
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,10 @@ class ManagedTopic:
         return self.view
 
 
+# How often the scrub's passes sweep the write-ahead objects at most (COMPACTOR_WAL=object).
+WAL_SWEEP_EVERY_S = 60.0
+
+
 class Broker:
     """The topics of one service instance. Thread-safe."""
 
@@ -129,7 +135,12 @@ class Broker:
                 max_files,
                 settings.max_open_ledger_files,
             )
-        self.resources = LedgerResources.from_settings(settings, self._sealer, max_files)
+        # COMPACTOR_WAL=object: open ledgers are group-committed to the ledger storage.
+        self.object_wal = (
+            ObjectWal(db=db, storage=self.storage, settings=settings) if settings.wal == "object" else None
+        )
+        self._wal_swept_at = 0.0
+        self.resources = LedgerResources.from_settings(settings, self._sealer, max_files, self.object_wal)
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
         # Set by the compaction service: what to do when a read meets a damaged compacted ledger.
@@ -147,10 +158,14 @@ class Broker:
             rows = s.scalars(select(models.Topic).order_by(models.Topic.id)).all()
             topics = [(r.id, TopicName(r.tenant, r.namespace, r.name)) for r in rows]
         if self.ownership is None:
+            if self.object_wal is not None:
+                self.object_wal.start()
             for topic_id, name in topics:
                 self._load(topic_id, name, forever())
         else:
             self.ownership.registry.register()
+            if self.object_wal is not None:
+                self.object_wal.start(self.ownership.instance_id)
             # Restarted after a crash: the topics this instance held before are still leased to
             # its earlier process; take them back (after their leases lapse) before serving.
             for topic_id in self.ownership.earlier_selves():
@@ -158,6 +173,7 @@ class Broker:
         if self.ownership is None:
             # Not with several instances: another one may be creating a topic's files right now.
             self._remove_orphan_dirs({name for _, name in topics})
+            self.sweep_write_ahead(force=True)
         self._sweeper = threading.Thread(
             target=self._close_idle_files, name="ledger-file-sweeper", daemon=True
         )
@@ -304,6 +320,19 @@ class Broker:
         except NotFound:
             return self.settings.broker_service_url
 
+    def sweep_write_ahead(self, *, force: bool = False) -> int:
+        """``COMPACTOR_WAL=object``: remove the write-ahead objects no open ledger needs (a
+        crash's, a failed flush's); at most once a minute unless ``force``. Returns how many."""
+        wal = self.object_wal
+        if wal is None or (not force and time.monotonic() - self._wal_swept_at < WAL_SWEEP_EVERY_S):
+            return 0
+        self._wal_swept_at = time.monotonic()
+        live: set[int] | None = None
+        if self.ownership is not None:
+            with self.db.session() as s:
+                live = set(self.ownership.registry.live(s, db_now_ms(s)))
+        return wal.sweep(live, dead_age_ms=3 * self.settings.ownership_lease_ms)
+
     def _close_idle_files(self) -> None:
         """Close sealed-ledger files no read used lately: a consumer that keeps up reads each
         ledger once, and its files would otherwise stay open until the LRU's bound."""
@@ -323,6 +352,8 @@ class Broker:
                 topic.ledger.close()
             self._topics.clear()
         self.resources.files.clear()
+        if self.object_wal is not None:
+            self.object_wal.stop()
         if self.ownership is not None:
             try:  # nothing is written any more: other instances may take the topics at once
                 self.ownership.release_all()
@@ -419,15 +450,20 @@ class Broker:
             with self._lock:
                 self._topics.pop(name, None)
             topic.ledger.close()
+            wal_objects: set[str] = set()
             with self.db.session() as s:
                 if topic.ledger.fence is not None:
                     topic.ledger.fence(s)
+                if self.object_wal is not None:
+                    wal_objects = self.object_wal.keys_of_topic(s, topic.topic_id)
                 s.execute(delete(models.Topic).where(models.Topic.id == topic.topic_id))
             if self.ownership is not None:
                 self.ownership.forget(topic.topic_id)
             # Files go after the commit: a crash in between leaves an orphan directory,
             # which start-up removes, never metadata pointing at missing files.
             self._remove_files(name)
+            if self.object_wal is not None:  # its chunks went with its ledgers' rows
+                self.object_wal.remove_unnamed(wal_objects)
         finally:
             topic.admin_lock.release()
 

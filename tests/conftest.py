@@ -35,6 +35,9 @@ def settings(tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
         # In-process apps do not listen for Pulsar's protocol (they would share port 6650); the
         # tests of the protocol start the service as a user does, on a port of their own.
         broker_service_port=0,
+        # COMPACTOR_TEST_WAL=object runs the in-process tests on group-committed write-ahead objects.
+        wal=os.environ.get("COMPACTOR_TEST_WAL", "local"),
+        wal_flush_ms=int(os.environ.get("COMPACTOR_TEST_WAL_FLUSH_MS", "5")),
     )
 
 

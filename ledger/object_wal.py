@@ -1,0 +1,546 @@
+"""The write-ahead log of open ledgers on object storage (``COMPACTOR_WAL=object``).
+
+No local disk: every open ledger of a process keeps its frames (the byte layout of
+:mod:`ledger.format`, without the file header) in memory, and one :class:`GroupCommitter`
+stores what the ledgers appended since its last flush as one object every ``flush_ms`` (or
+sooner, once ``flush_bytes`` wait), under a key no other flush uses. An entry is acknowledged
+(readable, and its producer answered) once the object is stored *and* the service's commit
+callback has recorded where each ledger's frames are in it (its index: a chunk per ledger per
+object, in the metadata database). Recovery, on this instance or on another one that takes
+the topic over, reads a ledger's chunks back (:meth:`ObjectLog.recover`).
+
+Invariants:
+
+* Entry ids are consecutive per ledger; the chunks of a ledger cover ``[0, entries)`` in
+  order (a chunk recorded twice, after a commit whose answer was lost, overlaps the next one
+  with the same bytes; recovery skips the overlap).
+* A ledger's ``entries`` (what readers see) only grows when a flush holding its frames was
+  committed, and flushes are taken and committed one at a time in append order across
+  ledgers: a topic's next ledger never becomes readable before the tail of the one before.
+* A flush that fails (the store or the database away) changes nothing: its frames stay
+  pending and go with the next attempt, and the producers waiting on them get the error
+  (their messages may still be stored by that attempt: at least once, as a timed-out produce
+  in Kafka or Pulsar). A ledger the commit refuses (its owner was fenced off) takes no more
+  entries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import threading
+import time
+import uuid
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ledger import format as fmt
+from ledger.entry import Entry, Record, record_size
+from ledger.format import CorruptRecordError
+from ledger.wal import LedgerClosedError, Recovery, check_frame
+
+if TYPE_CHECKING:
+    from ledger.storage import Storage
+
+__all__ = ["Chunk", "CommitChunks", "GroupCommitter", "ObjectLog"]
+
+log = logging.getLogger(__name__)
+
+# A failed flush is tried again after this long, doubling up to the maximum.
+RETRY_S = 0.05
+RETRY_MAX_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Where entries ``[first_entry, first_entry + entries)`` of a ledger are: ``length``
+    bytes at ``offset`` of the object ``key`` (a key of the ledger storage)."""
+
+    ledger_id: int
+    first_entry: int
+    entries: int
+    key: str
+    offset: int
+    length: int
+
+
+#: Records a flush's chunks, each with its log's ``owner`` (the service's fence), in one
+#: transaction; returns the ledgers it refused, with why (their owner lost the topic). Raises
+#: if nothing could be recorded.
+CommitChunks = Callable[[Sequence[tuple[Chunk, Any]]], dict[int, BaseException]]
+
+# Called with the seconds of every flush (object stored and chunks committed); a hook, so that
+# the ledger package knows nothing of metrics.
+flush_observer: Callable[[float], None] | None = None
+
+
+class ObjectLog:
+    """The open ledger ``ledger_id`` of this process on object storage: the interface of
+    :class:`ledger.wal.WriteAheadLog`, durability by its :class:`GroupCommitter`.
+
+    Thread-safe. ``entries <= taken <= written``: entries below ``entries`` are durable, those
+    up to ``taken`` are in a flush under way, the rest wait for the next one.
+    """
+
+    def __init__(
+        self,
+        ledger_id: int,
+        committer: GroupCommitter,
+        *,
+        owner: Any = None,
+        frames: bytearray | None = None,
+        bounds: array[int] | None = None,
+        cum_sizes: array[int] | None = None,
+        publish_times: array[int] | None = None,
+    ) -> None:
+        """Use :meth:`GroupCommitter.create` or :meth:`GroupCommitter.recover`."""
+        self._ledger_id = ledger_id
+        self._committer = committer
+        self.owner = owner
+        """What the commit callback checks before it records this ledger's chunks (a fence)."""
+        self._buf = frames if frames is not None else bytearray()
+        self._bounds = bounds if bounds is not None else array("q", [0])
+        self._cum_sizes = cum_sizes if cum_sizes is not None else array("q", [0])
+        self._publish_times = publish_times if publish_times is not None else array("q")
+        self._write_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._written = len(self._publish_times)
+        self._entries = self._written
+        self._taken = self._written
+        self._closing = False
+        self._failure: BaseException | None = None  # for good: no more entries
+        self._error: BaseException | None = None  # of the last flush attempt, cleared by the next good one
+        self._attempts = 0  # flush attempts that held frames of this log and failed
+        self.recovery = Recovery(entries=self._written)
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> tuple[int, int]:
+        """Add ``records`` as consecutive entries; return ``(first_entry_id, token)``; pass the
+        token to :meth:`sync` before answering the producer."""
+        bodies = [fmt.encode_body(0, r) for r in records]
+        if sizes is None:
+            sizes = [record_size(r.key, r.value, r.properties) for r in records]
+        with self._write_lock:
+            with self._cond:
+                self._check_writable()
+                first = self._written
+                if not bodies:
+                    return first, self._written
+            data = fmt.encode_frames(first, bodies)
+            with self._cond:
+                end = len(self._buf)
+                self._buf += data
+                total = self._cum_sizes[-1]
+                for body, size, record in zip(bodies, sizes, records, strict=True):
+                    end += fmt.FRAME_HEADER_SIZE + len(body)
+                    total += size
+                    self._bounds.append(end)
+                    self._cum_sizes.append(total)
+                    self._publish_times.append(record.publish_time)
+                self._written = first + len(bodies)
+                token = self._written
+        self._committer.pending(self, len(data))
+        return first, token
+
+    def sync(self, token: int) -> None:
+        """Block until the entries before ``token`` are durable; raises the error of a flush
+        attempt that held them and failed (they go with the next attempt all the same), or
+        the reason this log takes no more entries."""
+        with self._cond:
+            attempts = self._attempts
+            while self._entries < token:
+                if self._failure is not None:
+                    raise self._failure
+                if self._attempts != attempts and self._error is not None:
+                    raise self._error
+                self._cond.wait()
+
+    def flush(self) -> None:
+        """Block until every written entry is durable (a flush is asked for now)."""
+        with self._cond:
+            token = self._written
+        if self._entries < token:
+            self._committer.urge()
+            self.sync(token)
+
+    def close(self) -> None:
+        """Take no more entries and wait until those written are durable. Reads go on."""
+        with self._write_lock, self._cond:
+            self._closing = True
+        self.flush()
+
+    def discard(self) -> None:
+        """Forget the frames (the ledger is sealed, or its topic gone); its chunks are the
+        service's to delete."""
+        with self._write_lock, self._cond:
+            self._closing = True
+            if self._failure is None:
+                self._failure = LedgerClosedError(f"ledger {self._ledger_id} was discarded")
+            self._cond.notify_all()
+        self._committer.forget(self)
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._closing:
+            raise LedgerClosedError(f"ledger {self._ledger_id} is closed")
+
+    # ------------------------------------------------------------------ the committer's side
+
+    def _take(self) -> tuple[int, int, bytes] | None:
+        """The frames a flush stores: ``(first entry, entries, bytes)`` (None if none wait)."""
+        with self._cond:
+            if self._failure is not None or self._taken >= self._written:
+                return None
+            first, stop = self._taken, self._written
+            self._taken = stop
+            return first, stop - first, bytes(self._buf[self._bounds[first] : self._bounds[stop]])
+
+    def _committed(self, stop: int) -> None:
+        with self._cond:
+            self._entries = max(self._entries, stop)
+            self._error = None
+            self._cond.notify_all()
+
+    def _flush_failed(self, error: BaseException) -> None:
+        with self._cond:
+            self._taken = self._entries
+            self._error = error
+            self._attempts += 1
+            self._cond.notify_all()
+
+    def _refused(self, error: BaseException) -> None:
+        with self._cond:
+            self._failure = self._failure or error
+            self._cond.notify_all()
+
+    def _waiting(self) -> bool:
+        with self._cond:
+            return self._failure is None and self._taken < self._written
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, start_entry: int, max_entries: int) -> list[Entry]:
+        """Up to ``max_entries`` durable entries from ``start_entry`` on, in order."""
+        if start_entry < 0 or max_entries < 0:
+            raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
+        with self._cond:
+            stop = min(self._entries, start_entry + max_entries)
+            if start_entry >= stop:
+                return []
+            lo, hi = self._bounds[start_entry], self._bounds[stop]
+            data = bytes(self._buf[lo:hi])
+        out: list[Entry] = []
+        view, pos = memoryview(data), 0
+        for entry_id in range(start_entry, stop):
+            length, crc = fmt.decode_frame_header(view, pos)
+            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + length]
+            checked = check_frame(body, length, crc, self._ledger_id, entry_id)
+            if isinstance(checked, str):  # memory went bad: nothing a retry mends
+                raise CorruptRecordError(f"ledger {self._ledger_id} (in memory)", lo + pos, checked)
+            out.append(checked)
+            pos += fmt.FRAME_HEADER_SIZE + length
+        return out
+
+    def read_all(self) -> list[Entry]:
+        return self.read(0, self.entries)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ledger_id
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def entries(self) -> int:
+        with self._cond:
+            return self._entries
+
+    @property
+    def written_entries(self) -> int:
+        with self._cond:
+            return self._written
+
+    @property
+    def size_bytes(self) -> int:
+        with self._cond:
+            return self._cum_sizes[self._entries]
+
+    @property
+    def written_size_bytes(self) -> int:
+        with self._cond:
+            return self._cum_sizes[self._written]
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes of the frames written (what a write-ahead file would hold after its header)."""
+        with self._cond:
+            return self._bounds[self._written]
+
+    @property
+    def first_publish_time(self) -> int | None:
+        with self._cond:
+            return self._publish_times[0] if self._entries else None
+
+    @property
+    def last_publish_time(self) -> int | None:
+        with self._cond:
+            return self._publish_times[self._entries - 1] if self._entries else None
+
+    def first_entry_at_or_after(self, publish_time: int) -> int:
+        with self._cond:
+            return bisect.bisect_left(self._publish_times, publish_time, 0, self._entries)
+
+    def __repr__(self) -> str:
+        return f"ObjectLog(ledger_id={self._ledger_id}, entries={self._entries}, written={self._written})"
+
+
+class GroupCommitter:
+    """Stores the pending frames of every open ledger of a process as one object per flush,
+    then records its chunks through ``commit``. One thread; start with :meth:`start`.
+
+    Objects are named ``{prefix}/{writer}/{sequence}.wal``: ``writer`` is new for every
+    committer (set by :meth:`start`), so no two flushes (of this process or another, an old
+    owner's included) ever write the same key. Flushes run one at a time, in sequence order;
+    ``completed`` is the sequence of the last one that is over (committed or failed).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        commit: CommitChunks,
+        *,
+        prefix: str = "wal",
+        flush_ms: int = 100,
+        flush_bytes: int = 8 << 20,
+    ) -> None:
+        self.storage = storage
+        self._commit = commit
+        self.prefix = prefix.strip("/")
+        self.writer = uuid.uuid4().hex
+        self.completed = 0
+        self._flush_s = flush_ms / 1000
+        self._flush_bytes = flush_bytes
+        self._sequence = itertools.count(1)
+        self._cond = threading.Condition(threading.Lock())
+        # Logs with frames to store, in the order they first had some (a topic's next ledger
+        # after the one before it): a flush takes them in this order.
+        self._dirty: dict[int, ObjectLog] = {}
+        self._pending_bytes = 0
+        self._oldest: float | None = None  # when the oldest pending frames were appended
+        self._urgent = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.flushes = 0
+        self.failures = 0
+
+    # ------------------------------------------------------------------ logs
+
+    def create(self, ledger_id: int, owner: Any = None) -> ObjectLog:
+        """A new, empty ledger's log."""
+        return ObjectLog(ledger_id, self, owner=owner)
+
+    def recover(self, ledger_id: int, chunks: Iterable[Chunk], owner: Any = None) -> ObjectLog:
+        """A ledger's log as its chunks (from the index, in entry order) hold it: every entry
+        durable. Raises ``CorruptRecordError`` naming the object when a chunk is missing,
+        out of order, or its bytes are not the frames it should hold."""
+        buf = bytearray()
+        bounds = array("q", [0])
+        cum_sizes = array("q", [0])
+        publish_times = array("q")
+        opened: dict[str, Any] = {}
+        try:
+            for chunk in sorted(chunks, key=lambda c: c.first_entry):
+                expected = len(publish_times)
+                if chunk.first_entry > expected:
+                    raise CorruptRecordError(
+                        self.storage.path(chunk.key),
+                        chunk.offset,
+                        f"ledger {ledger_id}: entries {expected}..{chunk.first_entry - 1} are in no object",
+                    )
+                if chunk.first_entry + chunk.entries <= expected:
+                    continue  # recorded twice
+                f = opened.get(chunk.key)
+                if f is None:
+                    try:
+                        f = opened[chunk.key] = self.storage.open(chunk.key)
+                    except FileNotFoundError:
+                        raise CorruptRecordError(
+                            self.storage.path(chunk.key), 0, f"ledger {ledger_id}: the object is missing"
+                        ) from None
+                data = f.read_at(chunk.length, chunk.offset)
+                where = self.storage.path(chunk.key)
+                _scan_chunk(data, chunk, ledger_id, where, buf, bounds, cum_sizes, publish_times)
+        finally:
+            for f in opened.values():
+                f.close()
+        return ObjectLog(
+            ledger_id,
+            self,
+            owner=owner,
+            frames=buf,
+            bounds=bounds,
+            cum_sizes=cum_sizes,
+            publish_times=publish_times,
+        )
+
+    def pending(self, wal: ObjectLog, nbytes: int) -> None:
+        with self._cond:
+            self._dirty.setdefault(wal.ledger_id, wal)
+            self._pending_bytes += nbytes
+            if self._oldest is None:
+                self._oldest = time.monotonic()
+            if self._pending_bytes >= self._flush_bytes:
+                self._urgent = True
+            self._cond.notify_all()
+
+    def urge(self) -> None:
+        """Flush now rather than at the end of the interval (a ledger is closing)."""
+        with self._cond:
+            self._urgent = True
+            self._cond.notify_all()
+
+    def forget(self, wal: ObjectLog) -> None:
+        with self._cond:
+            if self._dirty.get(wal.ledger_id) is wal:
+                del self._dirty[wal.ledger_id]
+
+    def key(self, sequence: int) -> str:
+        return f"{self.prefix}/{self.writer}/{sequence:016d}.wal"
+
+    # ------------------------------------------------------------------ the thread
+
+    def start(self, writer: str | None = None) -> None:
+        """Start flushing, as ``writer`` (a name no other committer has had) if given."""
+        if writer is not None:
+            self.writer = writer
+        self._thread = threading.Thread(target=self._run, name="wal-group-commit", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Flush what waits (once), then stop the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        delay = RETRY_S
+        while True:
+            with self._cond:
+                while True:
+                    if self._dirty:
+                        due = (self._oldest or 0.0) + self._flush_s - time.monotonic()
+                        if self._urgent or self._stopping or due <= 0:
+                            break
+                        self._cond.wait(due)
+                    elif self._stopping:
+                        return
+                    else:
+                        self._cond.wait()
+                logs = list(self._dirty.values())
+                self._pending_bytes = 0
+                self._oldest = None
+                self._urgent = False
+                stopping = self._stopping
+            ok = self._flush(logs)
+            with self._cond:
+                for wal in logs:
+                    if not wal._waiting() and self._dirty.get(wal.ledger_id) is wal:
+                        del self._dirty[wal.ledger_id]
+                if self._dirty and self._oldest is None:
+                    self._oldest = time.monotonic()
+            if stopping and not ok:
+                log.error("stopping with write-ahead frames that could not be stored (never acknowledged)")
+                return
+            if ok:
+                delay = RETRY_S
+            else:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping, delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+
+    def _flush(self, logs: list[ObjectLog]) -> bool:
+        """Store and commit one object with the frames ``logs`` have waiting; False if it failed."""
+        taken: list[tuple[ObjectLog, int, int, bytes]] = []
+        for wal in logs:
+            got = wal._take()
+            if got is not None:
+                taken.append((wal, *got))
+        if not taken:
+            return True
+        sequence = next(self._sequence)
+        key = self.key(sequence)
+        chunks: list[tuple[Chunk, Any]] = []
+        offset = 0
+        for wal, first, n, data in taken:
+            chunks.append((Chunk(wal.ledger_id, first, n, key, offset, len(data)), wal.owner))
+            offset += len(data)
+        t0 = time.perf_counter()
+        try:
+            self.storage.put(key, b"".join(data for *_, data in taken))
+            refused = self._commit(chunks)
+        except Exception as e:  # noqa: BLE001 - every waiter gets it; the frames go with the next attempt
+            self.failures += 1
+            log.warning("storing write-ahead object %s failed: %s", key, e)
+            for wal, *_ in taken:
+                wal._flush_failed(e)
+            self.completed = sequence
+            return False
+        self.completed = sequence
+        if flush_observer is not None:
+            flush_observer(time.perf_counter() - t0)
+        self.flushes += 1
+        for wal, first, n, _ in taken:
+            error = refused.get(wal.ledger_id)
+            if error is not None:
+                wal._refused(error)
+            else:
+                wal._committed(first + n)
+        return True
+
+
+def _scan_chunk(
+    data: bytes,
+    chunk: Chunk,
+    ledger_id: int,
+    where: str,
+    buf: bytearray,
+    bounds: array[int],
+    cum_sizes: array[int],
+    publish_times: array[int],
+) -> None:
+    """Append the frames of ``chunk`` (``data``) that come after those already in ``buf``."""
+    if len(data) != chunk.length:
+        raise CorruptRecordError(
+            where, chunk.offset, f"chunk of {chunk.length} bytes, the object ends after {len(data)}"
+        )
+    view, pos = memoryview(data), 0
+    for entry_id in range(chunk.first_entry, chunk.first_entry + chunk.entries):
+        if pos + fmt.FRAME_HEADER_SIZE > len(data):
+            raise CorruptRecordError(where, chunk.offset + pos, "chunk ends inside a frame header")
+        length, crc = fmt.decode_frame_header(view, pos)
+        end = pos + fmt.FRAME_HEADER_SIZE + length
+        if not fmt.body_length_is_sane(length) or end > len(data):
+            raise CorruptRecordError(where, chunk.offset + pos, f"implausible frame length {length}")
+        body = view[pos + fmt.FRAME_HEADER_SIZE : end]
+        checked = check_frame(body, length, crc, ledger_id, entry_id)
+        if isinstance(checked, str):
+            raise CorruptRecordError(where, chunk.offset + pos, f"ledger {ledger_id}: {checked}")
+        if entry_id >= len(publish_times):  # past the overlap with a chunk recorded before
+            buf += view[pos:end]
+            bounds.append(len(buf))
+            cum_sizes.append(cum_sizes[-1] + checked.size())
+            publish_times.append(checked.publish_time)
+        pos = end
+    if pos != len(data):
+        raise CorruptRecordError(where, chunk.offset + pos, "bytes after the chunk's last frame")

@@ -1,0 +1,65 @@
+"""What a managed ledger needs of the write-ahead log of its open ledger, whichever kind:
+a local file (:class:`ledger.wal.WriteAheadLog`, ``COMPACTOR_WAL=local``) or frames
+group-committed to object storage (:class:`ledger.object_wal.ObjectLog`, ``object``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ledger.entry import Entry, Record
+from ledger.wal import Recovery
+
+
+class OpenLog(Protocol):
+    """The entries of one open ledger: appended, acknowledged once durable, read back.
+
+    ``entries`` counts the readable (acknowledged) ones, ``written_entries`` every appended
+    one; a token from :meth:`append` passed to :meth:`sync` waits until its entries are
+    readable. After :meth:`close` every written entry is; :meth:`discard` then removes what
+    holds them."""
+
+    recovery: Recovery
+
+    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> tuple[int, int]: ...
+
+    def sync(self, token: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+    def read(self, start_entry: int, max_entries: int) -> list[Entry]: ...
+
+    def read_all(self) -> list[Entry]: ...
+
+    def first_entry_at_or_after(self, publish_time: int) -> int: ...
+
+    @property
+    def ledger_id(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def entries(self) -> int: ...
+
+    @property
+    def written_entries(self) -> int: ...
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    @property
+    def written_size_bytes(self) -> int: ...
+
+    @property
+    def file_bytes(self) -> int: ...
+
+    @property
+    def first_publish_time(self) -> int | None: ...
+
+    @property
+    def last_publish_time(self) -> int | None: ...
