@@ -454,11 +454,11 @@ class GroupCommitter:
                 stopping = self._stopping
             ok = self._flush(logs)
             with self._cond:
+                # Frames appended during the flush set ``_oldest`` when they came; a failed
+                # flush's frames are due again at once (after the back-off below).
                 for wal in logs:
                     if not wal._waiting() and self._dirty.get(wal.ledger_id) is wal:
                         del self._dirty[wal.ledger_id]
-                if self._dirty and self._oldest is None:
-                    self._oldest = time.monotonic()
             if stopping and not ok:
                 log.error("stopping with write-ahead frames that could not be stored (never acknowledged)")
                 return

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ledger.object_wal import Chunk, GroupCommitter, ObjectLog
@@ -26,7 +27,7 @@ from ledger.storage import Storage
 from service import models
 from service.clock import now_ms
 from service.db import Database
-from service.errors import OwnershipLost
+from service.errors import OwnershipLost, Unavailable
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,14 @@ class ObjectWal:
         return self.committer.recover(ledger_id, chunks, owner=fence)
 
     def _commit(self, chunks: Sequence[tuple[Chunk, Any]]) -> dict[int, BaseException]:
+        try:
+            return self._record(chunks)
+        except DBAPIError as e:  # the producers waiting get a 503; the next flush tries again
+            text = str(e.orig or e).strip()
+            first = text.splitlines()[0][:300] if text else type(e).__name__
+            raise Unavailable(f"the metadata database does not answer: {first}") from e
+
+    def _record(self, chunks: Sequence[tuple[Chunk, Any]]) -> dict[int, BaseException]:
         refused: dict[int, BaseException] = {}
         now = now_ms()
         with self.db.session() as s:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from ledger.storage import S3Settings, StoragePath, as_storage_path, open_storage
+from ledger.storage import S3Settings, Storage, StoragePath, as_storage_path, open_storage
 
 # Set to an admin URL (e.g. postgresql+psycopg://postgres:pg@127.0.0.1/postgres) to run every
 # server, and the in-process fixtures, on a fresh PostgreSQL database instead of SQLite.
@@ -63,6 +63,31 @@ def fresh_storage_env(name: str) -> dict[str, str]:
     bucket = found["COMPACTOR_STORAGE_URL"].rstrip("/")
     env["COMPACTOR_STORAGE_URL"] = f"{bucket}/{_RUN}/{name}"
     return env
+
+
+def s3_server_env(name: str) -> dict[str, str]:
+    """``fresh_storage_env`` on the S3 bucket whatever ``STORAGE_ENV`` says: a test of object
+    storage itself."""
+    saved = os.environ.get(STORAGE_ENV)
+    os.environ[STORAGE_ENV] = "s3"
+    try:
+        return fresh_storage_env(name)
+    finally:
+        if saved is None:
+            del os.environ[STORAGE_ENV]
+        else:
+            os.environ[STORAGE_ENV] = saved
+
+
+def bucket_of(env: dict[str, str]) -> Storage:
+    """A server's storage (its settings ``env``) as a test sees it: its files, listed and read
+    directly."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REQUEST_CHECKSUM_CALCULATION"):
+        os.environ.setdefault(name, env[name])
+    return open_storage(
+        env["COMPACTOR_STORAGE_URL"],
+        S3Settings(endpoint_url=env["COMPACTOR_S3_ENDPOINT_URL"], region=env.get("COMPACTOR_S3_REGION")),
+    )
 
 
 def fresh_database_url(name: str, admin: str | None = None) -> str | None:

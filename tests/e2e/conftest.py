@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pulsar
 import pytest
 
 from tests.conftest import Server
+from tests.server import POSTGRES_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
@@ -18,3 +24,21 @@ def client(shared_server: Server) -> Iterator[pulsar.Client]:
     c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> str:
+    """An admin URL of a PostgreSQL server: the CI's, else one ``.ci/postgres`` starts."""
+    url = os.environ.get(POSTGRES_ENV)
+    if url:
+        return url
+    try:
+        out = subprocess.run(
+            [str(ROOT / ".ci" / "postgres")], capture_output=True, text=True, timeout=600, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip(f"several instances need PostgreSQL, and .ci/postgres failed: {e}")
+    if out.returncode != 0 or not out.stdout.strip():
+        lines = (out.stderr or "").strip().splitlines()
+        pytest.skip(f"several instances need PostgreSQL, which cannot be had here: {lines[-1:]}")
+    return out.stdout.strip().splitlines()[-1]

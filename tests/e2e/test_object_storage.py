@@ -21,8 +21,7 @@ import pytest
 
 from api.client import Client
 from ledger.layers import Manifest
-from ledger.storage import S3Settings, open_storage
-from tests.server import free_port, fresh_storage_env, s3_settings
+from tests.server import bucket_of, free_port, s3_server_env, s3_settings
 
 pytestmark = [pytest.mark.e2e]
 
@@ -31,32 +30,12 @@ NEEDS_S3 = pytest.mark.skipif(
 )
 
 
-def _bucket(env: dict[str, str]):  # type: ignore[no-untyped-def]
-    """The server's storage as the test sees it: its files, listed and read directly."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REQUEST_CHECKSUM_CALCULATION"):
-        os.environ.setdefault(name, env[name])
-    return open_storage(
-        env["COMPACTOR_STORAGE_URL"],
-        S3Settings(endpoint_url=env["COMPACTOR_S3_ENDPOINT_URL"], region=env.get("COMPACTOR_S3_REGION")),
-    )
-
-
-def _s3_env() -> dict[str, str]:
-    os.environ.setdefault("COMPACTOR_TEST_STORAGE", "local")
-    saved = os.environ["COMPACTOR_TEST_STORAGE"]
-    os.environ["COMPACTOR_TEST_STORAGE"] = "s3"
-    try:
-        return fresh_storage_env("objects")
-    finally:
-        os.environ["COMPACTOR_TEST_STORAGE"] = saved
-
-
 @NEEDS_S3
 @pytest.mark.spark
 def test_ledgers_live_in_the_bucket_and_survive_a_crash_and_go_with_their_topic(
     server_factory, tmp_path: Path
 ) -> None:
-    env = _s3_env()
+    env = s3_server_env("objects")
     server = server_factory(
         Path(os.environ.get("TMPDIR", "/tmp"))
         / f"objects-{os.getpid()}-{random.randrange(1 << 30)}"
@@ -64,7 +43,7 @@ def test_ledgers_live_in_the_bucket_and_survive_a_crash_and_go_with_their_topic(
         env={**env, "COMPACTOR_MAX_ENTRIES_PER_LEDGER": "100"},
     )
     server.start()
-    bucket = _bucket(env)
+    bucket = bucket_of(env)
     topic = "persistent://public/default/objects"
     rng = random.Random(5)
     latest: dict[str, bytes | None] = {}
@@ -232,7 +211,7 @@ def wait_until(check: Callable[[], bool], timeout: float = 90) -> None:
 def test_an_object_store_that_goes_away_gives_503s_loses_nothing_and_is_used_again(
     server_factory, tmp_path: Path
 ) -> None:
-    env = _s3_env()
+    env = s3_server_env("objects")
     relay = Relay(env["COMPACTOR_S3_ENDPOINT_URL"])
     server = server_factory(
         tmp_path / "data",
@@ -329,6 +308,91 @@ def test_an_object_store_that_goes_away_gives_503s_loses_nothing_and_is_used_aga
         manifest = Manifest.load(topic / f"compacted-{ledger_id:020d}")
         named = {f.split("/")[0] for f in manifest.files()} | {f"compacted-{ledger_id:020d}"}
         assert {d.name for d in topic.dirs()} == named
+    finally:
+        http.close()
+        relay.stop()
+
+
+@NEEDS_S3
+@pytest.mark.spark
+def test_with_the_write_ahead_log_in_the_store_an_outage_answers_503_and_acknowledged_messages_stay(
+    server_factory, tmp_path: Path
+) -> None:
+    """``COMPACTOR_WAL=object``: nothing is acknowledged while the store is away (503 with
+    Retry-After); what a refused request sent may be stored once the store is back (at least
+    once), everything acknowledged is, and a kill -9 after the outage reads it all back."""
+    env = s3_server_env("objects-wal")
+    relay = Relay(env["COMPACTOR_S3_ENDPOINT_URL"])
+    server = server_factory(
+        tmp_path / "data",
+        env={
+            **env,
+            "COMPACTOR_S3_ENDPOINT_URL": relay.url,
+            "COMPACTOR_WAL": "object",
+            "COMPACTOR_WAL_FLUSH_MS": "20",
+            "COMPACTOR_MAX_ENTRIES_PER_LEDGER": "100",
+            "COMPACTOR_SCRUB_INTERVAL_SECONDS": "0",
+        },
+    )
+    server.start()
+    name = "public/default/outage-wal"
+    admin = f"{server.url}/admin/v2/persistent/{name}"
+    data = f"{server.url}/topics/persistent/{name}"
+    http = httpx.Client(timeout=60)
+    acknowledged: dict[str, tuple[str, str]] = {}  # message id -> (key, value)
+    refused: set[tuple[str, str]] = set()
+
+    def produce(n: int, tag: str) -> httpx.Response:
+        messages = [
+            {"key": f"k{i % 30}", "value": base64.b64encode(f"{tag}-{i}".encode()).decode()} for i in range(n)
+        ]
+        r = http.post(data, json={"messages": messages})
+        if r.status_code == 200:
+            for mid, m in zip(r.json()["messageIds"], messages, strict=True):
+                acknowledged[mid] = (m["key"], m["value"])
+        else:
+            refused.update((m["key"], m["value"]) for m in messages)
+        return r
+
+    def read_all() -> dict[str, tuple[str, str]]:
+        out: dict[str, tuple[str, str]] = {}
+        start = "earliest"
+        while True:
+            r = http.get(f"{data}/messages", params={"startMessageId": start, "maxMessages": 100})
+            assert r.status_code == 200, r.text
+            if not r.json()["messages"]:
+                return out
+            out.update({m["messageId"]: (m["key"], m["value"]) for m in r.json()["messages"]})
+            start = r.json()["nextMessageId"]
+
+    try:
+        assert http.put(admin).status_code == 204
+        for i in range(3):
+            assert produce(60, f"before{i}").status_code == 200
+
+        relay.cut()
+        answers = [produce(30, f"during{i}") for i in range(3)]
+        assert all(r.status_code == 503 and "Retry-After" in r.headers for r in answers), [
+            (r.status_code, r.text) for r in answers
+        ]
+        assert "ledger storage does not answer" in answers[0].json()["reason"]
+
+        relay.restore()
+        wait_until(lambda: produce(30, "after").status_code == 200)
+        stored = read_all()
+        lost = {mid: kv for mid, kv in acknowledged.items() if stored.get(mid) != kv}
+        assert not lost, f"acknowledged messages lost: {list(lost.items())[:3]}"
+        extra = {kv for mid, kv in stored.items() if mid not in acknowledged}
+        assert extra <= refused  # stored after all: only what a refused request sent
+
+        assert http.put(f"{admin}/compaction").status_code == 204
+        wait_until(lambda: http.get(f"{admin}/compaction").json()["status"] in ("ERROR", "SUCCESS"))
+        assert http.get(f"{admin}/compaction").json()["status"] == "SUCCESS"
+
+        server.kill()  # kill -9: the open ledger comes back from the objects
+        server.start()
+        assert read_all() == stored
+        assert http.post(f"{admin}/scrub").json()["status"] == "CLEAN"
     finally:
         http.close()
         relay.stop()

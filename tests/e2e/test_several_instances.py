@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from typer.testing import CliRunner
 from api.client import AuthenticationToken, Client, ClientError, Conflict, DeadLetterPolicy, MessageId
 from api.main import app
 from tests.conftest import Server
-from tests.server import POSTGRES_ENV, ServerProcess, fresh_database_url
+from tests.server import ServerProcess, fresh_database_url
 
 pytestmark = pytest.mark.e2e
 
@@ -41,24 +39,6 @@ def _token(role: str = "admin") -> str:
 HEADERS = {"Authorization": f"Bearer {_token()}"}
 # Each instance's pulsar:// URL by its HTTP URL.
 _PULSAR_URLS: dict[str, str] = {}
-
-
-@pytest.fixture(scope="session")
-def postgres_admin() -> str:
-    """An admin URL of a PostgreSQL server: the CI's, else one ``.ci/postgres`` starts."""
-    url = os.environ.get(POSTGRES_ENV)
-    if url:
-        return url
-    try:
-        out = subprocess.run(
-            [str(ROOT / ".ci" / "postgres")], capture_output=True, text=True, timeout=600, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"several instances need PostgreSQL, and .ci/postgres failed: {e}")
-    if out.returncode != 0 or not out.stdout.strip():
-        lines = (out.stderr or "").strip().splitlines()
-        pytest.skip(f"several instances need PostgreSQL, which cannot be had here: {lines[-1:]}")
-    return out.stdout.strip().splitlines()[-1]
 
 
 class Cluster:
