@@ -198,7 +198,7 @@ class ObjectLog:
                 return None
             first, stop = self._taken, self._written
             self._taken = stop
-            return first, stop - first, bytes(self._buf[self._bounds[first] : self._bounds[stop]])
+            return first, stop - first, bytes(memoryview(self._buf)[self._bounds[first] : self._bounds[stop]])
 
     def _committed(self, stop: int) -> None:
         with self._cond:
@@ -233,7 +233,7 @@ class ObjectLog:
             if start_entry >= stop:
                 return []
             lo, hi = self._bounds[start_entry], self._bounds[stop]
-            data = bytes(self._buf[lo:hi])
+            data = bytes(memoryview(self._buf)[lo:hi])
         out: list[Entry] = []
         view, pos = memoryview(data), 0
         for entry_id in range(start_entry, stop):

@@ -24,7 +24,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from ledger import wal
+from ledger import object_wal, wal
 from service.cursors import Subscription, backlog_of
 from service.stats import resource_stats
 from service.topics import Broker, ManagedTopic
@@ -34,6 +34,7 @@ COMPACTION_LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10_000, 30_000
 # Request latency buckets, seconds: most requests take a millisecond; long polls take seconds.
 HTTP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30)
 FSYNC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1)
+FLUSH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SPARK_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -326,6 +327,13 @@ class ServiceMetrics:
             buckets=FSYNC_BUCKETS_S,
             registry=self.registry,
         )
+        self.wal_flush_seconds = Histogram(
+            "compactor_wal_flush_seconds",
+            "Latency of write-ahead object flushes (COMPACTOR_WAL=object): one upload and one "
+            "metadata commit, for every topic of the instance.",
+            buckets=FLUSH_BUCKETS_S,
+            registry=self.registry,
+        )
         # What scrapes cost the service: the CPU time each spends collecting and rendering (its
         # own thread's, so a busy server's other work does not count), for operators who scrape
         # often and for the benchmark that bounds the cost.
@@ -353,6 +361,7 @@ class ServiceMetrics:
         self._resources = ResourceCollector(broker)
         self.registry.register(self._resources)
         wal.fsync_observer = self.wal_fsync_seconds.observe
+        object_wal.flush_observer = self.wal_flush_seconds.observe
 
     def unwatch(self) -> None:
         if self._topics is not None:
@@ -363,6 +372,8 @@ class ServiceMetrics:
             self._resources = None
         if wal.fsync_observer == self.wal_fsync_seconds.observe:
             wal.fsync_observer = None
+        if object_wal.flush_observer == self.wal_flush_seconds.observe:
+            object_wal.flush_observer = None
 
     def render(self) -> bytes:
         """The text exposition of every metric, counting its own CPU time (seen by the next scrape)."""

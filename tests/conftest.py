@@ -19,7 +19,19 @@ from service.compaction import CompactionService
 from service.db import Database
 from service.settings import Settings
 from service.topics import Broker
-from tests.server import S3_ENV, ServerProcess, export_s3_client_env, fresh_database_url, s3_settings
+from tests.server import (
+    S3_ENV,
+    WAL_ENV,
+    ServerProcess,
+    export_s3_client_env,
+    fresh_database_url,
+    s3_settings,
+)
+
+
+def local_wal_only(reason: str) -> pytest.MarkDecorator:
+    """For a test of the local write-ahead files themselves (skipped with ``--wal=object``)."""
+    return pytest.mark.skipif(os.environ.get(WAL_ENV, "local") != "local", reason=reason)
 
 
 @pytest.fixture
@@ -36,8 +48,8 @@ def settings(tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
         # tests of the protocol start the service as a user does, on a port of their own.
         broker_service_port=0,
         # COMPACTOR_TEST_WAL=object runs the in-process tests on group-committed write-ahead objects.
-        wal=os.environ.get("COMPACTOR_TEST_WAL", "local"),
-        wal_flush_ms=int(os.environ.get("COMPACTOR_TEST_WAL_FLUSH_MS", "5")),
+        wal=os.environ.get(WAL_ENV, "local"),
+        wal_flush_ms=int(os.environ.get(f"{WAL_ENV}_FLUSH_MS", "5")),
     )
 
 
@@ -263,6 +275,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the ledger storage of the servers the tests start: their data dir (local, the default) "
         "or a fresh prefix of the S3 bucket .ci/s3 made (s3; needs COMPACTOR_TEST_S3_SETTINGS)",
     )
+    parser.addoption(
+        "--wal",
+        choices=("local", "object"),
+        default=None,
+        help="the write-ahead mode of the servers the tests start and of the in-process tests' "
+        "settings: local files (the default) or group-committed objects in the ledger storage",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -272,3 +291,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if chosen is not None:
         # An environment variable: servers are processes, and benchmarks read it too.
         os.environ[STORAGE_ENV] = chosen
+    wal = config.getoption("--wal")
+    if wal is not None:
+        os.environ[WAL_ENV] = wal

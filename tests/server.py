@@ -26,6 +26,8 @@ POSTGRES_ENV = "COMPACTOR_TEST_POSTGRES_URL"
 # that server's bucket for each server). ``pytest --storage=s3`` sets the latter.
 S3_ENV = "COMPACTOR_TEST_S3_SETTINGS"
 STORAGE_ENV = "COMPACTOR_TEST_STORAGE"
+# "object": every test server (and the in-process tests' settings) write ahead to objects.
+WAL_ENV = "COMPACTOR_TEST_WAL"
 
 
 def s3_settings() -> dict[str, str] | None:
@@ -157,6 +159,10 @@ class ServerProcess:
             **self.defaults,
             **self.extra_env,
         }
+        wal = os.environ.get(WAL_ENV)
+        if wal and "COMPACTOR_WAL" not in self.extra_env:  # the write-ahead mode of every test server
+            env["COMPACTOR_WAL"] = wal
+            env.setdefault("COMPACTOR_WAL_FLUSH_MS", os.environ.get(f"{WAL_ENV}_FLUSH_MS", "5"))
         if "COMPACTOR_DATABASE_URL" not in self.extra_env and not self.proc:
             url = fresh_database_url(f"srv{self.port}")
             if url:

@@ -159,9 +159,7 @@ class WalModesBench:
 
 def rows(results: list[WalResult]) -> list[list[str]]:
     """The table's rows: configuration, throughput, p50 and p99 of a request of 1,000."""
-    return [
-        [r.label, f"{median(r.throughput):,.0f}", f"{r.p50_ms:.1f}", f"{r.p99_ms:.1f}"] for r in results
-    ]
+    return [[r.label, f"{median(r.throughput):,.0f}", f"{r.p50_ms:.1f}", f"{r.p99_ms:.1f}"] for r in results]
 
 
 def _wait_warm(server: ServerProcess, timeout: float = 600.0) -> None:

@@ -369,6 +369,12 @@ def test_with_the_write_ahead_log_in_the_store_an_outage_answers_503_and_acknowl
         assert http.put(admin).status_code == 204
         for i in range(3):
             assert produce(60, f"before{i}").status_code == 200
+        flushes = [
+            line
+            for line in http.get(f"{server.url}/metrics").text.splitlines()
+            if line.startswith("compactor_wal_flush_seconds_count")
+        ]
+        assert flushes and float(flushes[0].split()[-1]) >= 3  # one flush at least per request
 
         relay.cut()
         answers = [produce(30, f"during{i}") for i in range(3)]

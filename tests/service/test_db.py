@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import inspect, text
 
 from service.db import Database
+from tests.conftest import local_wal_only
 
 
 def _sync_level(db: Database, *, synced: bool) -> str:
@@ -28,6 +29,7 @@ def test_metadata_commits_wait_for_the_disk_and_cursor_commits_do_not(db: Databa
         assert s.execute(text("SELECT count(*) FROM alembic_version")).scalar_one() == 1
 
 
+@local_wal_only("downgrades to the first schema, which has no write-ahead chunks")
 def test_subscriptions_made_with_a_read_compacted_flag_survive_its_removal(settings, db: Database) -> None:
     # Migration 0002 drops the subscription-level readCompacted (each consumer chooses now):
     # a subscription created with it keeps its position and acknowledgements.

@@ -15,6 +15,7 @@ from service.db import Database
 from service.names import TopicName
 from service.settings import Settings
 from service.topics import Broker
+from tests.conftest import local_wal_only
 
 NAME = TopicName("t", "ns", "log")
 
@@ -153,6 +154,7 @@ def test_crash_during_roll_over_recovers_every_message(small, settings, db: Data
     b2.stop()
 
 
+@local_wal_only("a torn tail of a local write-ahead file")
 def test_torn_wal_tail_is_truncated_and_quarantined_on_start(broker: Broker, settings, db) -> None:
     broker.create_topic(NAME)
     broker.produce(NAME, records(5))
@@ -249,6 +251,7 @@ def test_a_crash_with_a_ledger_written_ahead_loses_nothing(settings: Settings, d
     b2.stop()
 
 
+@local_wal_only("makes the sealed file's staging path in the topic's local directory unwritable")
 def test_writing_ahead_that_fails_leaves_the_sealing_to_the_roll_over(
     settings: Settings, broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
