@@ -119,6 +119,10 @@ def serve(
     ] = None,
     database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL [COMPACTOR_DATABASE_URL].")] = None,
     fsync: Annotated[str | None, typer.Option(help="always|interval|never [COMPACTOR_FSYNC].")] = None,
+    wal: Annotated[
+        str | None,
+        typer.Option(help="Write-ahead log: local (files) or object (the ledger storage) [COMPACTOR_WAL]."),
+    ] = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master [COMPACTOR_SPARK_MASTER].")] = None,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "info",
 ) -> None:
@@ -133,6 +137,7 @@ def serve(
         ("STORAGE_URL", storage_url),
         ("DATABASE_URL", database_url),
         ("FSYNC", fsync),
+        ("WAL", wal),
         ("SPARK_MASTER", spark_master),
     ):
         _env(name, value)
