@@ -60,6 +60,7 @@ from ledger.layers import (
     check_order,
     final_name,
 )
+from ledger.row_group_cache import RowGroupCache, RowGroupKey, shared
 from ledger.schema import ENTRY_COLUMNS, ENTRY_ID, LEDGER_ID, present, table_to_entries
 from ledger.storage import StoragePath, as_storage_path
 
@@ -77,6 +78,8 @@ __all__ = [
 PART_GLOB = "part-*.parquet"
 _PART_NUMBER = re.compile(r"^part-(\d+)")
 _ID_COLUMNS = [LEDGER_ID, ENTRY_ID]
+# How a part's row groups are decoded for readers (their entry columns): the row-group cache's view.
+_ENTRY_VIEW = "entries"
 # Decodes row groups ahead of in-order readers, for every compacted ledger of the process.
 _READ_AHEAD = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compacted-read-ahead")
 
@@ -219,12 +222,21 @@ class CompactedLedger:
     part with dead rows, the live row numbers come from the layer's deletion vector (read once
     per layer, when a read first reaches the layer). A reader going on in order has the next
     row group decoded ahead, on a thread of a pool the process's compacted ledgers share.
+    Row groups come from ``cache`` (the process's :func:`ledger.row_group_cache.shared` by
+    default) where it holds them, and the ones decoded are put there: every view of a topic,
+    and each of its readers, shares them.
     """
 
     def __init__(
-        self, directory: Path | str | StoragePath, *, cache_parts: int = 8, checksum: str | None = None
+        self,
+        directory: Path | str | StoragePath,
+        *,
+        cache_parts: int = 8,
+        checksum: str | None = None,
+        cache: RowGroupCache | None = None,
     ) -> None:
         self.directory = as_storage_path(directory)
+        self._cache = cache if cache is not None else shared()
         self.manifest = Manifest.load(self.directory, checksum=checksum)
         root = self.directory.parent
         self._parts = [
@@ -526,19 +538,55 @@ class CompactedLedger:
         # (no descriptor free, say) is not served to the retries.
         return self._decode_now(part, first_rg, last_rg)
 
-    def _decode_now(self, part: int, first_rg: int, last_rg: int) -> _Decoded:
-        """Row groups ``first_rg..last_rg`` of ``part``, checked against the manifest, dead rows
-        dropped."""
-        index = self._part_index(part)
+    def _row_groups(self, part: int, index: _PartIndex, first_rg: int, last_rg: int) -> pa.Table:
+        """Row groups ``first_rg..last_rg`` of ``part`` (every row), each checked against the
+        manifest: from the row-group cache where it holds them, the others decoded, each run of
+        consecutive ones in one read (pyarrow coalesces their ranges), and put there."""
+        cache = self._cache
+        if not cache.max_bytes:  # off (a local disk, by default): as if there were none
+            table = self._read_row_groups(part, index, first_rg, last_rg)
+            self._check_ids(part, table, lo=index.rg_starts[first_rg])
+            return table
+        p = self._parts[part]
+        keys = [RowGroupKey(str(p.path), p.info.size, rg, _ENTRY_VIEW) for rg in range(first_rg, last_rg + 1)]
+        found = [cache.get(key) for key in keys]
+        i = 0
+        while i < len(found):
+            if found[i] is not None:
+                i += 1
+                continue
+            j = i + 1
+            while j < len(found) and found[j] is None:
+                j += 1
+            run = self._read_row_groups(part, index, first_rg + i, first_rg + j - 1)
+            at = index.rg_starts[first_rg + i]
+            for k in range(i, j):
+                lo, hi = index.rg_starts[first_rg + k], index.rg_starts[first_rg + k + 1]
+                rows = run if j - i == 1 else run.slice(lo - at, hi - lo)
+                self._check_ids(part, rows, lo=lo)
+                cache.put(keys[k], rows)
+                found[k] = rows
+            i = j
+        tables = [t for t in found if t is not None]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def _read_row_groups(self, part: int, index: _PartIndex, first_rg: int, last_rg: int) -> pa.Table:
+        """Row groups ``first_rg..last_rg`` of ``part`` decoded from the file, page checksums
+        verified (the ids are the caller's to check)."""
         try:
             with self._open(part, index) as pf:
-                table = pf.read_row_groups(
+                return pf.read_row_groups(
                     list(range(first_rg, last_rg + 1)), columns=present(ENTRY_COLUMNS, pf.schema_arrow.names)
                 )
         except Exception as e:
             raise damage_of(self._path(part), e) or e from e
+
+    def _decode_now(self, part: int, first_rg: int, last_rg: int) -> _Decoded:
+        """Row groups ``first_rg..last_rg`` of ``part``, checked against the manifest, dead rows
+        dropped."""
+        index = self._part_index(part)
+        table = self._row_groups(part, index, first_rg, last_rg)
         offset = index.rg_starts[first_rg]
-        self._check_ids(part, table, lo=offset)
         live = self._live_rows(part)
         if live is None:
             return _Decoded(part, first_rg, last_rg, table, offset, None)

@@ -36,6 +36,7 @@ from ledger.checksums import (
     damage_of,
 )
 from ledger.entry import Entry
+from ledger.row_group_cache import RowGroupCache, RowGroupKey, shared
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,
@@ -258,11 +259,19 @@ class SealedLedger:
     :class:`ledger.file_cache.FileCache`, which asks :meth:`cached_bytes` what one weighs. On
     object storage the footer is read once, at opening, and each read of row groups is one
     ranged request per row group's column chunks, coalesced by pyarrow (``pre_buffer``).
+
+    :meth:`read` takes row groups from ``cache`` (the process's
+    :func:`ledger.row_group_cache.shared` by default) where it holds them, and puts there the
+    ones it decodes; :meth:`row_group` (the scrub's) always decodes from the file.
     """
 
-    def __init__(self, path: Path | StoragePath, *, ledger_id: int | None = None) -> None:
+    def __init__(
+        self, path: Path | StoragePath, *, ledger_id: int | None = None, cache: RowGroupCache | None = None
+    ) -> None:
         self.path = path = as_storage_path(path)
         self.ledger_id = ledger_id
+        self._cache = cache if cache is not None else shared()
+        self._cache_name = str(path)
         try:
             self._source = path.open()
         except FileNotFoundError as e:
@@ -310,12 +319,24 @@ class SealedLedger:
                     read_from = decoded[1] + 1
                 else:
                     read_from = first_rg
-                new = [self._read_row_group(rg) for rg in range(read_from, last_rg + 1)]
+                new = [self._cached_row_group(rg) for rg in range(read_from, last_rg + 1)]
                 rows = pa.concat_tables(held + new)
                 decoded = self._decoded = (first_rg, last_rg, rows)
                 self._decoded_bytes = rows.nbytes
         first, _, table = decoded
         return table_to_entries(table.slice(start - self._starts[first], end - start))
+
+    def _cached_row_group(self, rg: int) -> pa.Table:
+        """Row group ``rg`` from the row-group cache, or decoded (and then put there)."""
+        cache = self._cache
+        if not cache.max_bytes:  # off (a local disk, by default): as if there were none
+            return self._read_row_group(rg)
+        key = RowGroupKey(self._cache_name, self.file_bytes, rg)
+        found = cache.get(key)
+        if found is None:
+            found = self._read_row_group(rg)
+            cache.put(key, found)
+        return found
 
     def _read_row_group(self, rg: int) -> pa.Table:
         """Row group ``rg``, every page's checksum verified and its ids checked against where

@@ -228,7 +228,8 @@ class TopicCollector(Collector):
 
 class ResourceCollector(Collector):
     """The service's bounded resources (``GET /admin/v2/broker-stats/resources``), at scrape
-    time: descriptors, the seal backlog, the cache of open sealed-ledger files."""
+    time: descriptors, the seal backlog, the cache of open sealed-ledger files, the cache of
+    hot row groups."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -271,6 +272,23 @@ class ResourceCollector(Collector):
             ("compactor_ledger_file_cache_hits", "Reads that found their file open.", f.hits),
             ("compactor_ledger_file_cache_misses", "Reads that had to open their file.", f.misses),
             ("compactor_ledger_file_cache_evictions", "Files closed to stay within the limits.", f.evictions),
+        ):
+            yield CounterMetricFamily(name, doc, value)
+        g = st.row_groups
+        yield GaugeMetricFamily(
+            "compactor_row_group_cache_bytes", "Decoded row groups cached, bytes.", g.cached_bytes
+        )
+        yield GaugeMetricFamily(
+            "compactor_row_group_cache_limit_bytes", "Bytes the row-group cache may hold.", g.max_bytes
+        )
+        for name, doc, value in (
+            ("compactor_row_group_cache_hits", "Row groups read from the cache.", g.hits),
+            ("compactor_row_group_cache_misses", "Row groups decoded from their file.", g.misses),
+            (
+                "compactor_row_group_cache_evictions",
+                "Row groups dropped to stay within the limit.",
+                g.evictions,
+            ),
         ):
             yield CounterMetricFamily(name, doc, value)
 

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from ledger.storage import S3Settings, Storage, StorageError, open_storage
 
 FsyncPolicy = Literal["always", "interval", "never"]
+#: What the row-group cache holds by default on object storage (``Settings.cache_bytes``).
+OBJECT_STORAGE_CACHE_BYTES = 256 * 1024 * 1024
 
 
 class Settings(BaseSettings):
@@ -38,6 +40,13 @@ class Settings(BaseSettings):
     )
     s3_secret_access_key: SecretStr = Field(
         default=SecretStr(""), description="The secret of s3_access_key_id."
+    )
+    cache_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Hot decoded row groups of sealed and compacted ledgers kept in memory, in bytes, "
+        "for every topic together (ledger.row_group_cache); when unset, 256 MiB on object storage and "
+        "0 (none: the page cache does it) on a local disk.",
     )
     database_url: str = Field(
         default="", description="SQLAlchemy URL of the metadata store; SQLite under data_dir when empty."
@@ -331,6 +340,13 @@ class Settings(BaseSettings):
             return open_storage(self.storage_url, s3 if s3 != S3Settings() else None)
         except StorageError as e:
             raise ValueError(str(e)) from None
+
+    def row_group_cache_bytes(self) -> int:
+        """What the row-group cache may hold: ``cache_bytes`` if set, else
+        :data:`OBJECT_STORAGE_CACHE_BYTES` on object storage and 0 on a local disk."""
+        if self.cache_bytes is not None:
+            return self.cache_bytes
+        return 0 if self.ledger_storage().local else OBJECT_STORAGE_CACHE_BYTES
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
+from ledger import row_group_cache
 from ledger.entry import Position
 from ledger.file_cache import FileCacheStats
+from ledger.row_group_cache import RowGroupCacheStats
 from service import models
 from service.managed_ledger import LedgerInfo
 from service.names import TopicName
@@ -95,12 +97,14 @@ def internal_stats(broker: Broker, name: TopicName) -> InternalStats:
 
 @dataclass
 class ResourceStats:
-    """The service's bounded resources: descriptors, the seal backlog, the open-file cache."""
+    """The service's bounded resources: descriptors, the seal backlog, the open-file cache,
+    the cache of hot row groups."""
 
     open_descriptors: int | None
     descriptor_limit: DescriptorLimit
     seal_backlog: SealBacklogStats
     ledger_files: FileCacheStats
+    row_groups: RowGroupCacheStats
     seal_failures: int
     descriptor_exhaustions: int
 
@@ -112,6 +116,7 @@ def resource_stats(broker: Broker) -> ResourceStats:
         descriptor_limit=descriptor_limit(),
         seal_backlog=shared.backlog.stats(),
         ledger_files=shared.files.stats(),
+        row_groups=row_group_cache.shared().stats(),
         seal_failures=sum(t.ledger.seal_failures for t in broker.topics()),
         descriptor_exhaustions=shared.exhaustion.count,
     )

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError as DuplicateRow
 
-from ledger import paths
+from ledger import paths, row_group_cache
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record, record_size
 from ledger.storage import StoragePath, as_storage_path
@@ -141,6 +141,9 @@ class Broker:
         )
         self._wal_swept_at = 0.0
         self.resources = LedgerResources.from_settings(settings, self._sealer, max_files, self.object_wal)
+        # Hot row groups of every topic's ledgers, one cache for the process (object storage:
+        # what a read would otherwise request again; none on a local disk by default).
+        row_group_cache.shared().resize(settings.row_group_cache_bytes())
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
         # Set by the compaction service: what to do when a read meets a damaged compacted ledger.
@@ -354,6 +357,7 @@ class Broker:
         self.resources.files.clear()
         if self.object_wal is not None:
             self.object_wal.stop()
+        row_group_cache.shared().clear()
         if self.ownership is not None:
             try:  # nothing is written any more: other instances may take the topics at once
                 self.ownership.release_all()

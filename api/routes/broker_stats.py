@@ -15,9 +15,10 @@ router = APIRouter(prefix="/admin/v2/broker-stats", tags=["stats"])
 # Pulsar's broker-stats are a superuser's.
 @router.get("/resources", dependencies=[Superuser])
 def resources(broker: BrokerDep) -> dict[str, Any]:
-    """Open descriptors and the limit, the seal backlog, the cache of open sealed-ledger files."""
+    """Open descriptors and the limit, the seal backlog, the cache of open sealed-ledger files,
+    the cache of hot row groups."""
     st = resource_stats(broker)
-    b, f = st.seal_backlog, st.ledger_files
+    b, f, g = st.seal_backlog, st.ledger_files, st.row_groups
     return {
         "openDescriptors": st.open_descriptors,
         "descriptorLimit": {"soft": st.descriptor_limit.soft, "hard": st.descriptor_limit.hard},
@@ -41,5 +42,13 @@ def resources(broker: BrokerDep) -> dict[str, Any]:
             "hits": f.hits,
             "misses": f.misses,
             "evictions": f.evictions,
+        },
+        "rowGroupCache": {
+            "entries": g.entries,
+            "cachedBytes": g.cached_bytes,
+            "limitBytes": g.max_bytes,
+            "hits": g.hits,
+            "misses": g.misses,
+            "evictions": g.evictions,
         },
     }

@@ -92,6 +92,8 @@ def test_topic_metrics_under_pulsar_names(shared_server) -> None:
     assert samples[("compactor_seal_backlog", frozenset())] >= 0
     assert samples[("compactor_ledger_files_limit", frozenset())] > 0
     assert ("compactor_ledger_file_cache_hits_total", frozenset()) in samples
+    assert ("compactor_row_group_cache_hits_total", frozenset()) in samples
+    assert samples[("compactor_row_group_cache_limit_bytes", frozenset())] >= 0
 
 
 def test_series_of_a_deleted_topic_disappear(shared_server) -> None:

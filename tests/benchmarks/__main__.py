@@ -21,6 +21,10 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
 - ``wire``: Pulsar's binary protocol through the official ``pulsar-client`` beside REST
   (``tests/benchmarks/wire.py``).
+- ``storage``: ledgers on object storage against local disk (issue 31): a ``compactor serve`` on
+  its data dir and one on the S3 bucket of ``.ci/s3`` (``COMPACTOR_TEST_S3_SETTINGS``), the same
+  5M/500k workload (quick: 500k/50k) on both: produce, full and +1% rounds, readCompacted and
+  full-log consume (``tests/benchmarks/storage.py``).
 - ``instances``: several ``compactor serve`` on one PostgreSQL (``.ci/postgres``): produce
   throughput through two instances against one, and the takeover time after kill -9 of an owner.
 - ``shared``: consume throughput of 4 Shared consumers against 1 Exclusive, on a real server.
@@ -67,6 +71,7 @@ SECTIONS = (
     "serving",
     "wire",
     "rounds",
+    "storage",
     "instances",
     "shared",
     "cluster",
@@ -372,6 +377,21 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"rounds benchmark failed: {type(e).__name__}: {e}")
+        if "storage" in args.sections:
+            from tests.benchmarks.storage import StorageBench, StorageParams, storage_table
+            from tests.server import s3_settings
+
+            log("storage: `compactor serve` on local disk and on the S3 bucket")
+            try:
+                if s3_settings() is None:
+                    raise RuntimeError(
+                        'no S3 server: export COMPACTOR_TEST_S3_SETTINGS="$(.ci/s3)" first (it starts one)'
+                    )
+                sparams = StorageParams.quick(runs=args.runs) if args.quick else StorageParams(runs=args.runs)
+                emit(storage_table(StorageBench(work_dir, sparams, log=log).run()), tables)
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"storage benchmark failed: {type(e).__name__}: {e}")
         if "cluster" in args.sections:
             from tests.benchmarks import cluster
 

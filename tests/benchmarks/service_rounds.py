@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import httpx
 import numpy as np
@@ -88,10 +89,21 @@ class ServiceRoundsResult:
         return median([r.in_process_s for r in self.incremental])
 
 
-class _Producer:
-    """Random keyed messages as JSON bodies, prepared before the clock starts."""
+class BodyShape(Protocol):
+    """What :class:`RandomBodies` draws from: keys and value sizes."""
 
-    def __init__(self, params: ServiceRoundParams, seed: int) -> None:
+    @property
+    def keys(self) -> int: ...
+
+    @property
+    def value_bytes(self) -> int: ...
+
+
+class RandomBodies:
+    """Random keyed messages as JSON bodies of ``BATCH`` messages, prepared before the clock
+    starts (``value_bytes`` random bytes each, 5% deletes, keys drawn from ``keys``)."""
+
+    def __init__(self, params: BodyShape, seed: int) -> None:
         self.params = params
         self.rng = np.random.default_rng(seed)
 
@@ -179,47 +191,13 @@ class ServiceRounds:
         raise RuntimeError("the server's Spark did not become available")
 
     def _produce(self, server: ServerProcess, path: str, n: int, *, seed: int) -> float:
-        bodies = _Producer(self.params, seed).bodies(n)
-        chunks = [bodies[i :: self.params.threads] for i in range(self.params.threads)]
-        errors: list[BaseException] = []
-
-        def send(mine: list[bytes]) -> None:
-            try:
-                with httpx.Client(base_url=server.url, timeout=120) as c:
-                    for body in mine:
-                        c.post(f"/topics/persistent/{path}", content=body, headers=JSON).raise_for_status()
-            except BaseException as e:  # noqa: BLE001 - re-raised below
-                errors.append(e)
-
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=send, args=(c,)) for c in chunks]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-        seconds = time.perf_counter() - t0
+        bodies = RandomBodies(self.params, seed).bodies(n)
+        seconds, _ = post_bodies(server.url, path, bodies, threads=self.params.threads)
         self.log(f"service rounds: produced {n:,} to {path} in {seconds:.1f} s")
         return n / seconds
 
     def _round(self, http: httpx.Client, server: ServerProcess, path: str) -> RoundFigures:
-        admin = f"/admin/v2/persistent/{path}"
-        t0 = time.perf_counter()
-        r = http.put(f"{admin}/compaction")
-        r.raise_for_status()
-        while True:
-            st = http.get(f"{admin}/compaction").json()
-            if st["status"] in ("SUCCESS", "ERROR"):
-                break
-            # Every 100 ms, as a user waits (Pulsar's admin CLI polls once a second): each poll
-            # costs the server a request, and 20 ms polls took a share of the cores the round
-            # runs on. The round's figures are the server's own (durationMs), not this loop's.
-            time.sleep(0.1)
-        client_s = time.perf_counter() - t0
-        if st["status"] != "SUCCESS":
-            raise RuntimeError(f"compaction of {path} failed: {st.get('lastError')}")
-        run = http.get(f"{admin}/compactionRuns", params={"limit": 1}).json()[0]
+        run, client_s = compact_and_wait(http, path)
         figures = RoundFigures(
             duration_ms=int(run["durationMs"]),
             phase_one_ms=int(run["phaseOneMs"]),
@@ -235,6 +213,57 @@ class ServiceRounds:
         if self.in_process is not None:
             figures.in_process_s = self.in_process.round(topic_root, Position.parse(run["horizon"]))
         return figures
+
+
+def post_bodies(url: str, path: str, bodies: list[bytes], *, threads: int) -> tuple[float, list[float]]:
+    """Produce ``bodies`` (JSON produce requests) to topic ``path`` of the server at ``url`` from
+    ``threads`` threads at once (each its own connection, taking every ``threads``-th body):
+    the seconds from the first request to the last reply, and each request's seconds."""
+    chunks = [bodies[i::threads] for i in range(threads)]
+    errors: list[BaseException] = []
+    latencies: list[list[float]] = [[] for _ in chunks]
+
+    def send(mine: list[bytes], out: list[float]) -> None:
+        try:
+            with httpx.Client(base_url=url, timeout=120) as c:
+                for body in mine:
+                    t0 = time.perf_counter()
+                    c.post(f"/topics/persistent/{path}", content=body, headers=JSON).raise_for_status()
+                    out.append(time.perf_counter() - t0)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    t0 = time.perf_counter()
+    pool = [threading.Thread(target=send, args=(c, out)) for c, out in zip(chunks, latencies, strict=True)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0, [x for out in latencies for x in out]
+
+
+def compact_and_wait(http: httpx.Client, path: str) -> tuple[dict[str, Any], float]:
+    """Trigger a round of topic ``path`` and wait for it: the round's ``compactionRuns`` row
+    (the service's own figures) and the seconds from the trigger to ``SUCCESS`` as the client
+    saw them. ``RuntimeError`` if the round failed."""
+    admin = f"/admin/v2/persistent/{path}"
+    t0 = time.perf_counter()
+    http.put(f"{admin}/compaction").raise_for_status()
+    while True:
+        st = http.get(f"{admin}/compaction").json()
+        if st["status"] in ("SUCCESS", "ERROR"):
+            break
+        # Every 100 ms, as a user waits (Pulsar's admin CLI polls once a second): each poll
+        # costs the server a request, and 20 ms polls took a share of the cores the round
+        # runs on. The round's figures are the server's own (durationMs), not this loop's.
+        time.sleep(0.1)
+    client_s = time.perf_counter() - t0
+    if st["status"] != "SUCCESS":
+        raise RuntimeError(f"compaction of {path} failed: {st.get('lastError')}")
+    run: dict[str, Any] = http.get(f"{admin}/compactionRuns", params={"limit": 1}).json()[0]
+    return run, client_s
 
 
 class InProcessReplica:

@@ -19,7 +19,7 @@ import httpx
 import pyarrow.fs as pafs
 import pytest
 
-from api.client import Client
+from api.client import Client, MessageId
 from ledger.layers import Manifest
 from tests.server import bucket_of, free_port, s3_server_env, s3_settings
 
@@ -92,6 +92,65 @@ def test_ledgers_live_in_the_bucket_and_survive_a_crash_and_go_with_their_topic(
         bucket.at("ledgers/public/default/objects").fs_path, recursive=True, allow_not_found=True
     )
     assert bucket.fs.get_file_info(gone) == []
+
+
+def _consume(
+    client: Client, topic: str, subscription: str, *, read_compacted: bool
+) -> list[tuple[MessageId, str | None, bytes | None]]:
+    """Every message from the earliest, as (id, key, value), acknowledged as it goes."""
+    consumer = client.subscribe(
+        topic, subscription, read_compacted=read_compacted, initial_position="earliest"
+    )
+    out: list[tuple[MessageId, str | None, bytes | None]] = []
+    while batch := consumer.batch_receive(max_messages=500, timeout_millis=500):
+        out.extend((m.message_id(), m.key(), m.value()) for m in batch)
+        consumer.acknowledge_cumulative(batch[-1])
+    consumer.close()
+    return out
+
+
+@NEEDS_S3
+@pytest.mark.spark
+def test_the_next_consumer_of_a_compacted_topic_on_object_storage_reads_from_the_row_group_cache(
+    server_factory, tmp_path: Path
+) -> None:
+    env = s3_server_env("cache")
+    server = server_factory(
+        Path(os.environ.get("TMPDIR", "/tmp")) / f"cache-{os.getpid()}-{random.randrange(1 << 30)}" / "data",
+        env={**env, "COMPACTOR_MAX_ENTRIES_PER_LEDGER": "3000"},
+    )
+    server.start()
+    topic = "persistent://public/default/cached"
+    rng = random.Random(9)
+
+    def cache() -> dict[str, int]:
+        found: dict[str, int] = httpx.get(f"{server.url}/admin/v2/broker-stats/resources").json()[
+            "rowGroupCache"
+        ]
+        return found
+
+    with Client(server.url) as client:
+        client.admin.topics.create(topic)
+        producer = client.create_producer(topic)
+        # A base and a delta (two parts, each one row group): a reader moves from one to the other.
+        for messages in (9000, 1000):
+            producer.send_many([(f"k{rng.randrange(4000)}", rng.randbytes(20)) for _ in range(messages)])
+            client.admin.topics.compact(topic)
+            assert client.admin.topics.wait_for_compaction(topic, timeout=180).status == "SUCCESS"
+        assert cache()["limitBytes"] == 256 << 20  # object storage: on by default
+
+        first = _consume(client, topic, "first", read_compacted=True)
+        before = cache()
+        assert before["misses"] > 0 and before["entries"] > 0
+        again = _consume(client, topic, "again", read_compacted=True)
+        after = cache()
+        assert again == first and len({key for _, key, _ in first}) == len(first) > 3000
+        assert after["misses"] == before["misses"]  # nothing decoded, nothing asked of the bucket
+        assert after["hits"] > before["hits"]
+        # The full log through the same cache: every message, in order.
+        full = _consume(client, topic, "full", read_compacted=False)
+        assert len(full) == 10_000 and [m[0] for m in full] == sorted(m[0] for m in full)
+        assert _consume(client, topic, "full-again", read_compacted=False) == full
 
 
 def serve(tmp_path: Path, settings: dict[str, str]) -> subprocess.CompletedProcess[str]:

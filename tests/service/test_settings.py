@@ -62,3 +62,26 @@ def test_serve_stops_on_a_bad_setting_with_the_reason(monkeypatch: pytest.Monkey
     result = CliRunner().invoke(app, ["serve"])
     assert result.exit_code == 2
     assert "spark_conf must be a JSON object or k=v,k=v" in result.output
+
+
+def test_the_row_group_cache_is_sized_for_object_storage_and_off_on_a_local_disk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from service.settings import OBJECT_STORAGE_CACHE_BYTES
+
+    monkeypatch.setenv("COMPACTOR_DATA_DIR", str(tmp_path))
+    assert Settings().row_group_cache_bytes() == 0  # the page cache does it
+    bucket = Settings(storage_url="s3://bucket/prefix", s3_endpoint_url="http://127.0.0.1:1")
+    assert bucket.row_group_cache_bytes() == OBJECT_STORAGE_CACHE_BYTES
+    monkeypatch.setenv("COMPACTOR_CACHE_BYTES", "1048576")
+    assert Settings().row_group_cache_bytes() == 1 << 20  # told to: on a local disk too
+    monkeypatch.setenv("COMPACTOR_CACHE_BYTES", "0")
+    assert (
+        Settings(
+            storage_url="s3://bucket/prefix", s3_endpoint_url="http://127.0.0.1:1"
+        ).row_group_cache_bytes()
+        == 0
+    )
+    monkeypatch.setenv("COMPACTOR_CACHE_BYTES", "-1")
+    with pytest.raises(ValidationError, match="cache_bytes"):
+        Settings()
