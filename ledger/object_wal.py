@@ -34,6 +34,7 @@ import time
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,8 @@ __all__ = ["Chunk", "CommitChunks", "GroupCommitter", "ObjectLog"]
 
 log = logging.getLogger(__name__)
 
+# Ranges of a ledger's write-ahead objects read at once when it is recovered.
+RECOVERY_READERS = 16
 # A failed flush is tried again after this long, doubling up to the maximum.
 RETRY_S = 0.05
 RETRY_MAX_S = 2.0
@@ -356,32 +359,25 @@ class GroupCommitter:
         bounds = array("q", [0])
         cum_sizes = array("q", [0])
         publish_times = array("q")
-        opened: dict[str, Any] = {}
-        try:
-            for chunk in sorted(chunks, key=lambda c: c.first_entry):
-                expected = len(publish_times)
-                if chunk.first_entry > expected:
-                    raise CorruptRecordError(
-                        self.storage.path(chunk.key),
-                        chunk.offset,
-                        f"ledger {ledger_id}: entries {expected}..{chunk.first_entry - 1} are in no object",
-                    )
-                if chunk.first_entry + chunk.entries <= expected:
-                    continue  # recorded twice
-                f = opened.get(chunk.key)
-                if f is None:
-                    try:
-                        f = opened[chunk.key] = self.storage.open(chunk.key)
-                    except FileNotFoundError:
-                        raise CorruptRecordError(
-                            self.storage.path(chunk.key), 0, f"ledger {ledger_id}: the object is missing"
-                        ) from None
-                data = f.read_at(chunk.length, chunk.offset)
+        ordered = sorted(chunks, key=lambda c: c.first_entry)
+        needed: list[Chunk] = []
+        covered = 0
+        for chunk in ordered:
+            if chunk.first_entry > covered:
+                raise CorruptRecordError(
+                    self.storage.path(chunk.key),
+                    chunk.offset,
+                    f"ledger {ledger_id}: entries {covered}..{chunk.first_entry - 1} are in no object",
+                )
+            if chunk.first_entry + chunk.entries > covered:  # else recorded twice: skipped
+                needed.append(chunk)
+                covered = chunk.first_entry + chunk.entries
+        # A ledger of a topic that gets a trickle of messages has a chunk per flush: its ranges
+        # are read at once, not one round trip after another.
+        with ThreadPoolExecutor(max_workers=RECOVERY_READERS, thread_name_prefix="wal-recovery") as pool:
+            for chunk, data in zip(needed, pool.map(self._read_chunk, needed), strict=True):
                 where = self.storage.path(chunk.key)
                 _scan_chunk(data, chunk, ledger_id, where, buf, bounds, cum_sizes, publish_times)
-        finally:
-            for f in opened.values():
-                f.close()
         return ObjectLog(
             ledger_id,
             self,
@@ -391,6 +387,15 @@ class GroupCommitter:
             cum_sizes=cum_sizes,
             publish_times=publish_times,
         )
+
+    def _read_chunk(self, chunk: Chunk) -> bytes:
+        try:
+            with self.storage.open(chunk.key) as f:
+                return f.read_at(chunk.length, chunk.offset)  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            raise CorruptRecordError(
+                self.storage.path(chunk.key), 0, f"ledger {chunk.ledger_id}: the object is missing"
+            ) from None
 
     def pending(self, wal: ObjectLog, nbytes: int) -> None:
         with self._cond:

@@ -93,7 +93,12 @@ class Topic:
         raise AssertionError(f"ledgers not sealed: {self.internal()['ledgers']}")
 
     def sealed(self, ledger_id: int) -> StoragePath:
-        return self.root / f"{ledger_id:020d}.parquet"
+        """The ledger's sealed file: ``{id}.parquet``, or ``{id}.e{epoch}.parquet`` when an
+        owner of that epoch sealed it (several instances, on PostgreSQL)."""
+        head = f"{ledger_id:020d}."
+        found = [f for f in self.root.files() if f.name.startswith(head) and f.name.endswith(".parquet")]
+        assert len(found) == 1, [f.name for f in found]
+        return found[0]
 
     def read(self, start: str = "earliest", compacted: bool = False, page: int = 3) -> httpx.Response:
         return httpx.get(

@@ -21,6 +21,7 @@ import pytest
 
 from api.client import Client, MessageId
 from ledger.layers import Manifest
+from tests.conftest import local_wal_only
 from tests.server import bucket_of, free_port, s3_server_env, s3_settings
 
 pytestmark = [pytest.mark.e2e]
@@ -267,6 +268,7 @@ def wait_until(check: Callable[[], bool], timeout: float = 90) -> None:
 
 @NEEDS_S3
 @pytest.mark.spark
+@local_wal_only("produce going on into the local write-ahead file (the object one has its test below)")
 def test_an_object_store_that_goes_away_gives_503s_loses_nothing_and_is_used_again(
     server_factory, tmp_path: Path
 ) -> None:

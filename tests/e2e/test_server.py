@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import local_wal_only
+
 pytestmark = pytest.mark.e2e
 
 TOPIC = "/admin/v2/persistent/public/default/orders"
@@ -102,6 +104,7 @@ def test_acknowledged_messages_survive_sigkill_and_restart(server_factory, tmp_p
     assert read_all(srv.url)[-1]["key"] == "after"
 
 
+@local_wal_only("a torn tail of a local write-ahead file")
 def test_torn_write_ahead_tail_recovers_after_kill(server_factory, tmp_path: Path) -> None:
     data = tmp_path / "data"
     srv = server_factory(data)
