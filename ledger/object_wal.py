@@ -338,7 +338,9 @@ class GroupCommitter:
         # after the one before it): a flush takes them in this order.
         self._dirty: dict[int, ObjectLog] = {}
         self._pending_bytes = 0
-        self._oldest: float | None = None  # when the oldest pending frames were appended
+        # When the last flush started: the next one starts ``flush_ms`` after it (at once if
+        # that is past), so a flush every ``flush_ms`` under load, and no wait when idle.
+        self._last_start = float("-inf")
         self._urgent = False
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -401,8 +403,6 @@ class GroupCommitter:
         with self._cond:
             self._dirty.setdefault(wal.ledger_id, wal)
             self._pending_bytes += nbytes
-            if self._oldest is None:
-                self._oldest = time.monotonic()
             if self._pending_bytes >= self._flush_bytes:
                 self._urgent = True
             self._cond.notify_all()
@@ -444,7 +444,7 @@ class GroupCommitter:
             with self._cond:
                 while True:
                     if self._dirty:
-                        due = (self._oldest or 0.0) + self._flush_s - time.monotonic()
+                        due = self._last_start + self._flush_s - time.monotonic()
                         if self._urgent or self._stopping or due <= 0:
                             break
                         self._cond.wait(due)
@@ -454,13 +454,13 @@ class GroupCommitter:
                         self._cond.wait()
                 logs = list(self._dirty.values())
                 self._pending_bytes = 0
-                self._oldest = None
+                self._last_start = time.monotonic()
                 self._urgent = False
                 stopping = self._stopping
             ok = self._flush(logs)
             with self._cond:
-                # Frames appended during the flush set ``_oldest`` when they came; a failed
-                # flush's frames are due again at once (after the back-off below).
+                # Frames appended during the flush go with the next one; a failed flush's
+                # frames too (after the back-off below).
                 for wal in logs:
                     if not wal._waiting() and self._dirty.get(wal.ledger_id) is wal:
                         del self._dirty[wal.ledger_id]

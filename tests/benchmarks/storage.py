@@ -7,7 +7,7 @@ object store's protocol and of the service's reads, not of a network). Every ste
 server in turn, alternating which goes first, so that other load falls on all alike:
 
 - **produce**: ``topics`` topics of ``messages`` messages over ``keys`` keys (100-byte values,
-  5% deletes) through the REST API from ``threads`` (16) threads in batches of 1,000: messages/s, and the p99
+  5% deletes) through the REST API from ``threads`` (8) threads in batches of 1,000: messages/s, and the p99
   of one request's acknowledgement (``COMPACTOR_FSYNC=always``);
 - **full round** of each topic, then **+1% rounds** (``increments`` of them) on the last one:
   the service's own ``durationMs`` (roll-over, sealing's wait, planning, both phases, commit);
@@ -98,7 +98,7 @@ class StorageParams:
     increments: int = 3
     # Producers at once: with COMPACTOR_WAL=object each request waits for the next flush (up to
     # 100 ms), so throughput comes from concurrency, as it does from a Pulsar client's pipeline.
-    threads: int = 16
+    threads: int = 8
     runs: int = 3
 
     @classmethod
