@@ -26,7 +26,6 @@ Invariants:
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
 import threading
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ledger import format as fmt
 from ledger.entry import Entry, Record, record_size
 from ledger.format import CorruptRecordError
-from ledger.wal import LedgerClosedError, Recovery, check_frame
+from ledger.wal import FramedEntries, LedgerClosedError, Recovery, check_frame
 
 if TYPE_CHECKING:
     from ledger.storage import Storage
@@ -80,7 +79,7 @@ CommitChunks = Callable[[Sequence[tuple[Chunk, Any]]], dict[int, BaseException]]
 flush_observer: Callable[[float], None] | None = None
 
 
-class ObjectLog:
+class ObjectLog(FramedEntries):
     """The open ledger ``ledger_id`` of this process on object storage: the interface of
     :class:`ledger.wal.WriteAheadLog`, durability by its :class:`GroupCommitter`.
 
@@ -100,18 +99,17 @@ class ObjectLog:
         publish_times: array[int] | None = None,
     ) -> None:
         """Use :meth:`GroupCommitter.create` or :meth:`GroupCommitter.recover`."""
-        self._ledger_id = ledger_id
+        super().__init__(
+            ledger_id,
+            bounds if bounds is not None else array("q", [0]),
+            cum_sizes if cum_sizes is not None else array("q", [0]),
+            publish_times if publish_times is not None else array("q"),
+        )
         self._committer = committer
         self.owner = owner
         """What the commit callback checks before it records this ledger's chunks (a fence)."""
         self._buf = frames if frames is not None else bytearray()
-        self._bounds = bounds if bounds is not None else array("q", [0])
-        self._cum_sizes = cum_sizes if cum_sizes is not None else array("q", [0])
-        self._publish_times = publish_times if publish_times is not None else array("q")
         self._write_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
-        self._written = len(self._publish_times)
-        self._entries = self._written
         self._taken = self._written
         self._closing = False
         self._failure: BaseException | None = None  # for good: no more entries
@@ -135,16 +133,9 @@ class ObjectLog:
                     return first, self._written
             data = fmt.encode_frames(first, bodies)
             with self._cond:
-                end = len(self._buf)
+                offset = len(self._buf)
                 self._buf += data
-                total = self._cum_sizes[-1]
-                for body, size, record in zip(bodies, sizes, records, strict=True):
-                    end += fmt.FRAME_HEADER_SIZE + len(body)
-                    total += size
-                    self._bounds.append(end)
-                    self._cum_sizes.append(total)
-                    self._publish_times.append(record.publish_time)
-                self._written = first + len(bodies)
+                self._index_frames(offset, bodies, sizes, records)
                 token = self._written
         self._committer.pending(self, len(data))
         return first, token
@@ -237,17 +228,8 @@ class ObjectLog:
                 return []
             lo, hi = self._bounds[start_entry], self._bounds[stop]
             data = bytes(memoryview(self._buf)[lo:hi])
-        out: list[Entry] = []
-        view, pos = memoryview(data), 0
-        for entry_id in range(start_entry, stop):
-            length, crc = fmt.decode_frame_header(view, pos)
-            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + length]
-            checked = check_frame(body, length, crc, self._ledger_id, entry_id)
-            if isinstance(checked, str):  # memory went bad: nothing a retry mends
-                raise CorruptRecordError(f"ledger {self._ledger_id} (in memory)", lo + pos, checked)
-            out.append(checked)
-            pos += fmt.FRAME_HEADER_SIZE + length
-        return out
+        # A bad frame here is memory gone bad: nothing a retry mends.
+        return self._decode_frames(data, lo, start_entry, stop, f"ledger {self._ledger_id} (in memory)")
 
     def read_all(self) -> list[Entry]:
         return self.read(0, self.entries)
@@ -255,52 +237,14 @@ class ObjectLog:
     # ------------------------------------------------------------------ state
 
     @property
-    def ledger_id(self) -> int:
-        return self._ledger_id
-
-    @property
     def closed(self) -> bool:
         return self._closing
-
-    @property
-    def entries(self) -> int:
-        with self._cond:
-            return self._entries
-
-    @property
-    def written_entries(self) -> int:
-        with self._cond:
-            return self._written
-
-    @property
-    def size_bytes(self) -> int:
-        with self._cond:
-            return self._cum_sizes[self._entries]
-
-    @property
-    def written_size_bytes(self) -> int:
-        with self._cond:
-            return self._cum_sizes[self._written]
 
     @property
     def file_bytes(self) -> int:
         """Bytes of the frames written (what a write-ahead file would hold after its header)."""
         with self._cond:
             return self._bounds[self._written]
-
-    @property
-    def first_publish_time(self) -> int | None:
-        with self._cond:
-            return self._publish_times[0] if self._entries else None
-
-    @property
-    def last_publish_time(self) -> int | None:
-        with self._cond:
-            return self._publish_times[self._entries - 1] if self._entries else None
-
-    def first_entry_at_or_after(self, publish_time: int) -> int:
-        with self._cond:
-            return bisect.bisect_left(self._publish_times, publish_time, 0, self._entries)
 
     def __repr__(self) -> str:
         return f"ObjectLog(ledger_id={self._ledger_id}, entries={self._entries}, written={self._written})"

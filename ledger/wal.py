@@ -36,6 +36,7 @@ from ledger.paths import QUARANTINE_SUFFIX, TMP_SUFFIX, fsync_dir
 
 __all__ = [
     "CorruptRecordError",
+    "FramedEntries",
     "FsyncPolicy",
     "LedgerClosedError",
     "Recovery",
@@ -91,7 +92,109 @@ class Recovery:
     header_rewritten: bool = False
 
 
-class WriteAheadLog:
+class FramedEntries:
+    """The in-memory index of an open ledger's frames, whichever log holds their bytes (this
+    module's file, or :mod:`ledger.object_wal`'s memory): what its readers and its roll-over
+    ask of it, and the decoding of a run of frames.
+
+    Invariants, all under ``_cond``: ``entries <= written_entries``; ``_bounds[i]`` is where
+    frame ``i`` starts and ``_bounds[written]`` where the last one ends; ``_cum_sizes[i]`` is
+    the payload size (record_size) of entries ``[0, i)``; ``_publish_times[i]`` is entry
+    ``i``'s, stamped in append order.
+    """
+
+    def __init__(
+        self, ledger_id: int, bounds: array[int], cum_sizes: array[int], publish_times: array[int]
+    ) -> None:
+        self._ledger_id = ledger_id
+        # Guards the index, and wakes the log's waiters.
+        self._cond = threading.Condition(threading.Lock())
+        self._bounds = bounds
+        self._cum_sizes = cum_sizes
+        self._publish_times = publish_times
+        self._written = len(publish_times)
+        self._entries = self._written
+
+    def _index_frames(
+        self, offset: int, bodies: Sequence[bytes], sizes: Sequence[int], records: Sequence[Record]
+    ) -> int:
+        """Count the frames of ``bodies`` written from ``offset`` on as entries; returns where
+        they end. The caller holds ``_cond``."""
+        end = offset
+        total = self._cum_sizes[-1]
+        for body, size, record in zip(bodies, sizes, records, strict=True):
+            end += fmt.FRAME_HEADER_SIZE + len(body)
+            total += size
+            self._bounds.append(end)
+            self._cum_sizes.append(total)
+            self._publish_times.append(record.publish_time)
+        self._written += len(bodies)
+        return end
+
+    def _decode_frames(self, data: bytes, base: int, start: int, stop: int, where: Path | str) -> list[Entry]:
+        """Entries ``start..stop-1`` from their frames ``data`` (found at ``base`` of ``where``),
+        each checked again (CRC, entry id): ``CorruptRecordError`` for the first bad one."""
+        view = memoryview(data)
+        out: list[Entry] = []
+        pos = 0
+        for entry_id in range(start, stop):
+            length, crc = fmt.decode_frame_header(view, pos)
+            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + length]
+            checked = check_frame(body, length, crc, self._ledger_id, entry_id)
+            if isinstance(checked, str):
+                raise CorruptRecordError(where, base + pos, checked)
+            out.append(checked)
+            pos += fmt.FRAME_HEADER_SIZE + length
+        return out
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ledger_id
+
+    @property
+    def entries(self) -> int:
+        """Number of acknowledged, readable entries; also the id of the next one to become readable."""
+        with self._cond:
+            return self._entries
+
+    @property
+    def written_entries(self) -> int:
+        """Number of entries written, acknowledged or not; the next entry id."""
+        with self._cond:
+            return self._written
+
+    @property
+    def size_bytes(self) -> int:
+        """Payload bytes (:func:`ledger.entry.record_size`) of the readable entries."""
+        with self._cond:
+            return self._cum_sizes[self._entries]
+
+    @property
+    def written_size_bytes(self) -> int:
+        """Payload bytes of every written entry, acknowledged or not; what roll-over by size counts."""
+        with self._cond:
+            return self._cum_sizes[self._written]
+
+    @property
+    def first_publish_time(self) -> int | None:
+        """Publish time of entry 0 if it is readable; for roll-over by age."""
+        with self._cond:
+            return self._publish_times[0] if self._entries else None
+
+    @property
+    def last_publish_time(self) -> int | None:
+        """Publish time of the last readable entry."""
+        with self._cond:
+            return self._publish_times[self._entries - 1] if self._entries else None
+
+    def first_entry_at_or_after(self, publish_time: int) -> int:
+        """Id of the first readable entry published at or after ``publish_time`` (``entries``
+        if none is). Publish times are stamped in append order, so they do not decrease."""
+        with self._cond:
+            return bisect.bisect_left(self._publish_times, publish_time, 0, self._entries)
+
+
+class WriteAheadLog(FramedEntries):
     """The append-only file of one open ledger. Thread-safe.
 
     Create or recover one with :meth:`open`. Invariants:
@@ -116,8 +219,8 @@ class WriteAheadLog:
         publish_times: array[int],
     ) -> None:
         """Use :meth:`open`; this only assembles a log whose file was already checked."""
+        super().__init__(ledger_id, bounds, cum_sizes, publish_times)
         self._path = path
-        self._ledger_id = ledger_id
         self._fd = fd
         self._policy: FsyncPolicy = policy
         self._interval_s = fsync_interval_ms / 1000.0
@@ -128,17 +231,10 @@ class WriteAheadLog:
 
         # Serialises writers so the byte order in the file is the entry order.
         self._write_lock = threading.Lock()
-        # Guards all the state below, and wakes sync() waiters and close().
-        # Lock order: _write_lock before _cond, never the other way round.
-        self._cond = threading.Condition(threading.Lock())
-        # bounds[i] is where frame i starts; bounds[written] is the end of the file.
-        self._bounds = bounds
-        # cum_sizes[i] is the payload size (record_size) of entries [0, i).
-        self._cum_sizes = cum_sizes
-        self._publish_times = publish_times
-        self._written = len(publish_times)
+        # ``_cond`` (the base's) guards all the state below too, and wakes sync() waiters and
+        # close(). Lock order: _write_lock before _cond, never the other way round.
+        # bounds[written] is the end of the file.
         self._write_end = bounds[-1]
-        self._entries = self._written
         self._durable_end = self._write_end
         self._syncing = False  # one thread at a time holds the fsync "baton"
         self._closing = False  # set under _write_lock: no append may start after it
@@ -284,16 +380,7 @@ class WriteAheadLog:
                         self._cond.notify_all()
                 raise
             with self._cond:
-                end = offset
-                total = self._cum_sizes[-1]
-                for body, size, record in zip(bodies, sizes, records, strict=True):
-                    end += fmt.FRAME_HEADER_SIZE + len(body)
-                    total += size
-                    self._bounds.append(end)
-                    self._cum_sizes.append(total)
-                    self._publish_times.append(record.publish_time)
-                self._written = first + len(bodies)
-                self._write_end = end
+                end = self._write_end = self._index_frames(offset, bodies, sizes, records)
                 if self._policy != "always":
                     self._entries = self._written
             return first, end
@@ -496,35 +583,17 @@ class WriteAheadLog:
                         self._cond.notify_all()
         if len(data) < hi - lo:
             raise CorruptRecordError(self._path, lo + len(data), "file ends before the entries it holds")
-        return self._decode_range(data, lo, start_entry, stop)
+        return self._decode_frames(data, lo, start_entry, stop, self._path)
 
     def read_all(self) -> list[Entry]:
         """Every readable entry, in order (what sealing the ledger writes out)."""
         return self.read(0, self.entries)
-
-    def _decode_range(self, data: bytes, base: int, start: int, stop: int) -> list[Entry]:
-        view = memoryview(data)
-        out: list[Entry] = []
-        pos = 0
-        for entry_id in range(start, stop):
-            length, crc = fmt.decode_frame_header(view, pos)
-            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + length]
-            reason = check_frame(body, length, crc, self._ledger_id, entry_id)
-            if isinstance(reason, str):
-                raise CorruptRecordError(self._path, base + pos, reason)
-            out.append(reason)
-            pos += fmt.FRAME_HEADER_SIZE + length
-        return out
 
     # ------------------------------------------------------------------ state
 
     @property
     def path(self) -> Path:
         return self._path
-
-    @property
-    def ledger_id(self) -> int:
-        return self._ledger_id
 
     @property
     def fsync_policy(self) -> FsyncPolicy:
@@ -536,52 +605,10 @@ class WriteAheadLog:
         return self._closing
 
     @property
-    def entries(self) -> int:
-        """Number of acknowledged, readable entries; also the id of the next one to become readable."""
-        with self._cond:
-            return self._entries
-
-    @property
-    def written_entries(self) -> int:
-        """Number of entries written to the file, acknowledged or not; the next entry id."""
-        with self._cond:
-            return self._written
-
-    @property
-    def size_bytes(self) -> int:
-        """Payload bytes (:func:`ledger.entry.record_size`) of the readable entries."""
-        with self._cond:
-            return self._cum_sizes[self._entries]
-
-    @property
-    def written_size_bytes(self) -> int:
-        """Payload bytes of every written entry, acknowledged or not; what roll-over by size counts."""
-        with self._cond:
-            return self._cum_sizes[self._written]
-
-    @property
     def file_bytes(self) -> int:
         """Length of the file: header and every written frame."""
         with self._cond:
             return self._write_end
-
-    @property
-    def first_publish_time(self) -> int | None:
-        """Publish time of entry 0 if it is readable; for roll-over by age."""
-        with self._cond:
-            return self._publish_times[0] if self._entries else None
-
-    def first_entry_at_or_after(self, publish_time: int) -> int:
-        """Id of the first readable entry published at or after ``publish_time`` (``entries``
-        if none is). Publish times are stamped in append order, so they do not decrease."""
-        with self._cond:
-            return bisect.bisect_left(self._publish_times, publish_time, 0, self._entries)
-
-    @property
-    def last_publish_time(self) -> int | None:
-        """Publish time of the last readable entry."""
-        with self._cond:
-            return self._publish_times[self._entries - 1] if self._entries else None
 
     def __repr__(self) -> str:
         return (
