@@ -259,6 +259,50 @@ class Relay:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
+class RestTopic:
+    """A topic produced to and read over REST during an outage: what was acknowledged, by
+    message id, and what refused requests sent."""
+
+    def __init__(self, http: httpx.Client, url: str) -> None:
+        self.http = http
+        self.data = url
+        self.acknowledged: dict[str, tuple[str, str]] = {}  # message id -> (key, value)
+        self.refused: set[tuple[str, str]] = set()
+
+    def produce(self, n: int, tag: str) -> httpx.Response:
+        messages = [
+            {"key": f"k{i % 30}", "value": base64.b64encode(f"{tag}-{i}".encode()).decode()} for i in range(n)
+        ]
+        r = self.http.post(self.data, json={"messages": messages})
+        if r.status_code == 200:
+            for mid, m in zip(r.json()["messageIds"], messages, strict=True):
+                self.acknowledged[mid] = (m["key"], m["value"])
+        else:
+            self.refused.update((m["key"], m["value"]) for m in messages)
+        return r
+
+    def read(self, compacted: bool = False) -> tuple[list[dict], httpx.Response]:  # type: ignore[type-arg]
+        """Pages from the earliest message until the end or an error; the messages and the
+        last answer."""
+        out: list[dict] = []  # type: ignore[type-arg]
+        start = "earliest"
+        while True:
+            r = self.http.get(
+                f"{self.data}/messages",
+                params={"startMessageId": start, "maxMessages": 100, "readCompacted": str(compacted).lower()},
+            )
+            if r.status_code != 200 or not r.json()["messages"]:
+                return out, r
+            out.extend(r.json()["messages"])
+            start = r.json()["nextMessageId"]
+
+    def read_all(self) -> dict[str, tuple[str, str]]:
+        """Every message, by id (the reads must all succeed)."""
+        got, r = self.read()
+        assert r.status_code == 200, r.text
+        return {m["messageId"]: (m["key"], m["value"]) for m in got}
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -291,46 +335,23 @@ def test_an_object_store_that_goes_away_gives_503s_loses_nothing_and_is_used_aga
     admin = f"{server.url}/admin/v2/persistent/{name}"
     data = f"{server.url}/topics/persistent/{name}"
     http = httpx.Client(timeout=60)
-    acknowledged: dict[str, tuple[str, str]] = {}  # message id -> (key, value)
-
-    def produce(n: int, tag: str) -> httpx.Response:
-        messages = [
-            {"key": f"k{i % 30}", "value": base64.b64encode(f"{tag}-{i}".encode()).decode()} for i in range(n)
-        ]
-        r = http.post(data, json={"messages": messages})
-        if r.status_code == 200:
-            for mid, m in zip(r.json()["messageIds"], messages, strict=True):
-                acknowledged[mid] = (m["key"], m["value"])
-        return r
-
-    def read(compacted: bool = False) -> tuple[list[dict], httpx.Response]:  # type: ignore[type-arg]
-        out: list[dict] = []  # type: ignore[type-arg]
-        start = "earliest"
-        while True:
-            r = http.get(
-                f"{data}/messages",
-                params={"startMessageId": start, "maxMessages": 100, "readCompacted": str(compacted).lower()},
-            )
-            if r.status_code != 200 or not r.json()["messages"]:
-                return out, r
-            out.extend(r.json()["messages"])
-            start = r.json()["nextMessageId"]
+    rest = RestTopic(http, data)
 
     try:
         assert http.put(admin).status_code == 204
         for i in range(3):
-            assert produce(90, f"before{i}").status_code == 200
+            assert rest.produce(90, f"before{i}").status_code == 200
         assert http.put(f"{admin}/compaction").status_code == 204
         wait_until(lambda: http.get(f"{admin}/compaction").json()["status"] == "SUCCESS")
 
         relay.cut()
         # Reads of sealed and compacted ledgers: 503 with Retry-After, never a damaged ledger.
         for compacted in (False, True):
-            _, r = read(compacted)
+            _, r = rest.read(compacted)
             assert r.status_code == 503 and "Retry-After" in r.headers, r.text
             assert "ledger storage does not answer" in r.json()["reason"]
         # Produce goes on into the write-ahead file until sealing falls behind: then 503.
-        answers = [produce(90, f"during{i}") for i in range(6)]
+        answers = [rest.produce(90, f"during{i}") for i in range(6)]
         assert answers[0].status_code == 200
         refused = [r for r in answers if r.status_code != 200]
         assert refused and all(r.status_code == 503 and "Retry-After" in r.headers for r in refused)
@@ -347,18 +368,18 @@ def test_an_object_store_that_goes_away_gives_503s_loses_nothing_and_is_used_aga
                 lg["state"] == "CLOSED" for lg in http.get(f"{admin}/internalStats").json()["ledgers"][:-1]
             )
         )
-        got, r = read()
+        got, r = rest.read()
         assert r.status_code == 200
-        assert {m["messageId"]: (m["key"], m["value"]) for m in got} == acknowledged
-        assert produce(90, "after").status_code == 200
+        assert {m["messageId"]: (m["key"], m["value"]) for m in got} == rest.acknowledged
+        assert rest.produce(90, "after").status_code == 200
         assert http.put(f"{admin}/compaction").status_code == 204
         wait_until(lambda: http.get(f"{admin}/compaction").json()["status"] in ("ERROR", "SUCCESS"))
         assert http.get(f"{admin}/compaction").json()["status"] == "SUCCESS"
         latest: dict[str, str] = {}
-        for mid in sorted(acknowledged, key=lambda m: tuple(int(x) for x in m.split(":"))):
-            key, value = acknowledged[mid]
+        for mid in sorted(rest.acknowledged, key=lambda m: tuple(int(x) for x in m.split(":"))):
+            key, value = rest.acknowledged[mid]
             latest[key] = value
-        got, r = read(compacted=True)
+        got, r = rest.read(compacted=True)
         assert r.status_code == 200 and {m["key"]: m["value"] for m in got} == latest
         # After the next scrub, nothing is left over in the bucket: the compacted ledgers there
         # are the current one and the older layers its manifest names, whatever the failed
@@ -400,36 +421,12 @@ def test_with_the_write_ahead_log_in_the_store_an_outage_answers_503_and_acknowl
     admin = f"{server.url}/admin/v2/persistent/{name}"
     data = f"{server.url}/topics/persistent/{name}"
     http = httpx.Client(timeout=60)
-    acknowledged: dict[str, tuple[str, str]] = {}  # message id -> (key, value)
-    refused: set[tuple[str, str]] = set()
-
-    def produce(n: int, tag: str) -> httpx.Response:
-        messages = [
-            {"key": f"k{i % 30}", "value": base64.b64encode(f"{tag}-{i}".encode()).decode()} for i in range(n)
-        ]
-        r = http.post(data, json={"messages": messages})
-        if r.status_code == 200:
-            for mid, m in zip(r.json()["messageIds"], messages, strict=True):
-                acknowledged[mid] = (m["key"], m["value"])
-        else:
-            refused.update((m["key"], m["value"]) for m in messages)
-        return r
-
-    def read_all() -> dict[str, tuple[str, str]]:
-        out: dict[str, tuple[str, str]] = {}
-        start = "earliest"
-        while True:
-            r = http.get(f"{data}/messages", params={"startMessageId": start, "maxMessages": 100})
-            assert r.status_code == 200, r.text
-            if not r.json()["messages"]:
-                return out
-            out.update({m["messageId"]: (m["key"], m["value"]) for m in r.json()["messages"]})
-            start = r.json()["nextMessageId"]
+    rest = RestTopic(http, data)
 
     try:
         assert http.put(admin).status_code == 204
         for i in range(3):
-            assert produce(60, f"before{i}").status_code == 200
+            assert rest.produce(60, f"before{i}").status_code == 200
         flushes = [
             line
             for line in http.get(f"{server.url}/metrics").text.splitlines()
@@ -438,19 +435,19 @@ def test_with_the_write_ahead_log_in_the_store_an_outage_answers_503_and_acknowl
         assert flushes and float(flushes[0].split()[-1]) >= 3  # one flush at least per request
 
         relay.cut()
-        answers = [produce(30, f"during{i}") for i in range(3)]
+        answers = [rest.produce(30, f"during{i}") for i in range(3)]
         assert all(r.status_code == 503 and "Retry-After" in r.headers for r in answers), [
             (r.status_code, r.text) for r in answers
         ]
         assert "ledger storage does not answer" in answers[0].json()["reason"]
 
         relay.restore()
-        wait_until(lambda: produce(30, "after").status_code == 200)
-        stored = read_all()
-        lost = {mid: kv for mid, kv in acknowledged.items() if stored.get(mid) != kv}
+        wait_until(lambda: rest.produce(30, "after").status_code == 200)
+        stored = rest.read_all()
+        lost = {mid: kv for mid, kv in rest.acknowledged.items() if stored.get(mid) != kv}
         assert not lost, f"acknowledged messages lost: {list(lost.items())[:3]}"
-        extra = {kv for mid, kv in stored.items() if mid not in acknowledged}
-        assert extra <= refused  # stored after all: only what a refused request sent
+        extra = {kv for mid, kv in stored.items() if mid not in rest.acknowledged}
+        assert extra <= rest.refused  # stored after all: only what a refused request sent
 
         assert http.put(f"{admin}/compaction").status_code == 204
         wait_until(lambda: http.get(f"{admin}/compaction").json()["status"] in ("ERROR", "SUCCESS"))
@@ -458,7 +455,7 @@ def test_with_the_write_ahead_log_in_the_store_an_outage_answers_503_and_acknowl
 
         server.kill()  # kill -9: the open ledger comes back from the objects
         server.start()
-        assert read_all() == stored
+        assert rest.read_all() == stored
         assert http.post(f"{admin}/scrub").json()["status"] == "CLEAN"
     finally:
         http.close()
