@@ -44,7 +44,7 @@ from ledger.storage import S3Settings, open_storage
 from tests.benchmarks.measure import median, percentile
 from tests.benchmarks.report import Table, f_int, f_x
 from tests.benchmarks.service_rounds import RandomBodies, compact_and_wait, post_bodies
-from tests.server import S3_ENV, ServerProcess, s3_settings
+from tests.server import S3_ENV, ServerProcess, s3_server_env, s3_settings
 
 TENANT, NAMESPACE = "bench", "storage"
 PAGE = 1000
@@ -64,12 +64,9 @@ class Backend:
         """The server's settings of where its ledgers are (and its write-ahead mode)."""
         env: dict[str, str] = {}
         if self.storage == "s3":
-            found = s3_settings()
-            if found is None:
+            if s3_settings() is None:
                 raise RuntimeError(f"the storage benchmark needs {S3_ENV} (the settings .ci/s3 prints)")
-            env = {k: v for k, v in found.items() if k.startswith(("COMPACTOR_", "AWS_"))}
-            bucket = found["COMPACTOR_STORAGE_URL"].rstrip("/")
-            env["COMPACTOR_STORAGE_URL"] = f"{bucket}/bench-{run}/{self.slug}"
+            env = s3_server_env(f"bench-{run}-{self.slug}")
         elif self.storage != "local":
             raise ValueError(f"unknown storage {self.storage!r}")
         if self.wal is not None:
