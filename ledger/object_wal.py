@@ -157,7 +157,8 @@ class ObjectLog(FramedEntries):
         """Block until every written entry is durable (a flush is asked for now)."""
         with self._cond:
             token = self._written
-        if self._entries < token:
+            durable = self._entries >= token
+        if not durable:
             self._committer.urge()
             self.sync(token)
 
