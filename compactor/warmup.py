@@ -16,9 +16,10 @@ The service runs both in the background at start-up, right after the session sta
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from compactor.two_phase import TwoPhaseCompactor
 from ledger.entry import Entry, Position
 from ledger.parquet_store import seal
 from ledger.paths import sealed_path
-from ledger.storage import as_storage_path
+from ledger.storage import StoragePath, as_storage_path
 
 _PREFIX = ".compactor-warm-up-"
 _LEDGERS = 2
@@ -39,43 +40,63 @@ _ENTRIES = 64
 JIT_JOBS = 150
 # The Spark job group of those jobs (as the UI and the status tracker show them).
 JIT_JOB_GROUP = "compactor-warm-up"
+# A warm-up scratch prefix in a bucket this old was left by a start-up that crashed.
+_STALE_MS = 3600_000
 
 
-def warm_up(spark: SparkSession, under: Path | None = None) -> int:
-    """Compact a tiny topic in a scratch directory inside ``under`` (storage the executors
-    read, as the real rounds' files are; default: the system's temporary directory), removed
-    after, through both phases on every core, incrementally too. Returns the records the last
-    round kept."""
-    if under is not None:
-        Path(under).mkdir(parents=True, exist_ok=True)
-        for stale in Path(under).glob(f"{_PREFIX}*"):  # left by a process that crashed here
-            shutil.rmtree(stale, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=_PREFIX, dir=under) as scratch:
-        root = Path(scratch) / "topic"
-        root.mkdir()
-        topic = as_storage_path(root)  # a local disk's: the warm-up pays for Spark, not for storage
-        paths = []
-        for ledger in range(1, _LEDGERS + 2):
-            entries = [
-                Entry(ledger, i, f"k{i % 16}", None if i % 7 == 0 else b"v", {}, i, None)
-                for i in range(_ENTRIES)
-            ]
-            paths.append(sealed_path(root, ledger))
-            seal(entries, paths[-1])
-        compactor = TwoPhaseCompactor(spark, min_part_bytes=0)
-        horizon = Position(_LEDGERS, _ENTRIES - 1)
-        ids = list(range(1, _LEDGERS + 1))
-        inputs = [as_storage_path(p) for p in paths]
-        first = compactor.compact(
-            CompactionJob(topic, inputs[:_LEDGERS], ids, None, None, horizon, output_ledger_id=100)
-        )
-        last = Position(_LEDGERS + 1, _ENTRIES - 1)
-        second = compactor.compact(
-            CompactionJob(
-                topic, inputs, [*ids, _LEDGERS + 1], first.directory, horizon, last, output_ledger_id=101
-            )
-        )
-        return second.records_kept
+def warm_up(spark: SparkSession, under: Path | StoragePath | None = None) -> int:
+    """Compact a tiny topic in a scratch directory inside ``under``, removed after, through
+    both phases on every core, incrementally too. Returns the records the last round kept.
+
+    ``under`` is storage the executors read, as the real rounds' files are: a local directory
+    (default: the system's temporary directory) when they share this machine's disk, the
+    ledgers' storage (a bucket) on a cluster that shares none. The scratch directory is named
+    by its start time, so that a later start-up removes what a crashed one left, and nothing
+    that another instance sharing that storage is warming up with now."""
+    if under is None:
+        with tempfile.TemporaryDirectory(prefix=_PREFIX) as temporary:
+            return _round_trip(spark, as_storage_path(Path(temporary)) / "topic")
+    where = as_storage_path(under)
+    now_ms = int(time.time() * 1000)
+    for stale in where.dirs():
+        if stale.name.startswith(_PREFIX) and now_ms - _started_ms(stale.name) > _STALE_MS:
+            stale.delete_tree()
+    scratch = where / f"{_PREFIX}{now_ms}-{uuid.uuid4().hex[:12]}"
+    try:
+        return _round_trip(spark, scratch / "topic")
+    finally:
+        scratch.delete_tree()
+
+
+def _started_ms(name: str) -> int:
+    """When the warm-up that named its scratch directory ``name`` started (0: not said, as
+    older versions named it)."""
+    stamp = name[len(_PREFIX) :].split("-", 1)[0]
+    return int(stamp) if stamp.isdigit() else 0
+
+
+def _round_trip(spark: SparkSession, topic: StoragePath) -> int:
+    """Seal a few tiny ledgers under ``topic``, compact them, then compact once more over one
+    more ledger (a layered round)."""
+    paths = []
+    for ledger in range(1, _LEDGERS + 2):
+        entries = [
+            Entry(ledger, i, f"k{i % 16}", None if i % 7 == 0 else b"v", {}, i, None) for i in range(_ENTRIES)
+        ]
+        paths.append(sealed_path(topic, ledger))
+        seal(entries, paths[-1])
+    compactor = TwoPhaseCompactor(spark, min_part_bytes=0)
+    horizon = Position(_LEDGERS, _ENTRIES - 1)
+    ids = list(range(1, _LEDGERS + 1))
+    first = compactor.compact(
+        CompactionJob(topic, paths[:_LEDGERS], ids, None, None, horizon, output_ledger_id=100)
+    )
+    last = Position(_LEDGERS + 1, _ENTRIES - 1)
+    every = [*ids, _LEDGERS + 1]
+    second = compactor.compact(
+        CompactionJob(topic, paths, every, first.directory, horizon, last, output_ledger_id=101)
+    )
+    return second.records_kept
 
 
 def _each(partition: Iterable[int]) -> Iterator[int]:

@@ -71,7 +71,10 @@ class SparkEngine:
     def _start(self) -> None:
         try:
             if self.settings.spark_warmup:
-                warm_up(self.session(), self.settings.data_dir)
+                # A cluster's executors may share no disk with this machine: they read the
+                # ledgers' storage, as the probe checked; local executors read the data dir.
+                under = self.settings.ledger_storage().at() if self.is_cluster else self.settings.data_dir
+                warm_up(self.session(), under)
                 warm_up_jit(self.session(), self.settings.spark_warmup_jobs, stop=self._stopping)
             else:
                 with self._lock:
