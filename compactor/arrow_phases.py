@@ -51,6 +51,7 @@ import collections
 import contextlib
 import functools
 import io
+import json
 import os
 import threading
 import time
@@ -58,7 +59,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -73,8 +74,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from compactor.phases import PACK_SHIFT
-from ledger import deletion_vectors, key_index
-from ledger.checksums import READ_OPTIONS, damage_of
+from ledger import deletion_vectors, key_index, prefetch
+from ledger.checksums import damage_of, file_checksum
+from ledger.entry import Position
+from ledger.layers import PartInfo
 from ledger.parquet_store import LEDGER_WRITER_OPTIONS
 from ledger.schema import (
     ARROW_SCHEMA,
@@ -108,6 +111,11 @@ _ENCODABLE_IDS = 1 << 62
 
 # Rows decoded at a time from one file, at most; fewer when they are wide (see _chunk_rows).
 _CHUNK_ROWS = 262_144
+# A part's manifest line, as its task wrote it into the round's scratch directory (object
+# storage only: see _PartWriter._described).
+DESCRIBED_SUFFIX = ".described.json"
+# Files a reader of several has opening (on object storage: fetching) beyond the one it reads.
+_OPEN_AHEAD = 8
 _MIN_CHUNK_ROWS = 8_192
 _CHUNK_BYTES = 32 * 1024 * 1024
 # Fold the running per-key winners with the rows read since, past this many rows.
@@ -179,6 +187,13 @@ class Segment:
     deletes: StoragePath | None = None
     deletes_rows: int = 0
     first_row: int = 0
+    # The file's footer, where planning read it (a task then does not read it again).
+    footer: pq.FileMetaData | None = field(default=None, compare=False)
+
+    @property
+    def file_size(self) -> int | None:
+        """The file's size in bytes, where the plan knows it (a whole file's segment)."""
+        return self.size if self.row_groups is None and self.size > 0 else None
 
 
 def bound(ledger_id: int, entry_id: int) -> int:
@@ -290,17 +305,101 @@ def _with_ids(batch: pa.RecordBatch, ids: np.ndarray, columns: Sequence[str]) ->
     return pa.table([made[c] if c in made else batch.column(c) for c in columns], names=list(columns))
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What :func:`_chunks` reads of one file, decided from its footer."""
+
+    read: list[str]  # the columns of the tables it yields (before ``derive`` drops any)
+    missing: list[str]  # ... that the file has no values of: nulls
+    here: list[str]  # ... that it has
+    decoded: list[str]  # ... that it decodes (the id columns may be made from statistics)
+    row_groups: Sequence[int] | None  # None: all
+    made: np.ndarray | None  # the packed ids of the rows read, when made from statistics
+
+
+def _reading(
+    segment: Segment, meta: pq.FileMetaData, read: list[str], only: np.ndarray | None, deletes: bool
+) -> _Reading | None:
+    """What to read of ``segment``'s file (see :func:`_chunks`); None: none of its row groups."""
+    row_groups: Sequence[int] | None = segment.row_groups
+    # Skipping row groups would put the deletion vector's row numbers out of step.
+    if only is not None and row_groups is None and not deletes:
+        row_groups = _row_groups_with(meta, only)
+        if row_groups is not None and not row_groups:
+            return None
+    made = _consecutive_ids(meta, row_groups) if not deletes and not segment.previous else None
+    names = meta.schema.to_arrow_schema().names
+    # Columns newer than the file (ledger.schema: only ever added at the end) are nulls, and
+    # so are the columns the file declares without a value (not decoded).
+    nulls = declared_null(meta.metadata)
+    missing = [c for c in read if c not in names or c in nulls]
+    here = [c for c in read if c not in missing]
+    decoded = [c for c in here if c not in (LEDGER_ID, ENTRY_ID)] if made is not None else here
+    return _Reading(read, missing, here, decoded, row_groups, made)
+
+
+def _columns_read(segment: Segment, columns: list[str]) -> list[str]:
+    if segment.derive_deletes and IS_TOMBSTONE in columns:
+        return list(dict.fromkeys([*columns, KEY, VALUE]))
+    return columns
+
+
+def _select(segment: Segment, columns: list[str], only: np.ndarray | None) -> prefetch.Select:
+    """What :func:`_chunks` reads of ``segment``'s file, as a footer shows it."""
+    read = _columns_read(segment, columns)
+    deletes = segment.deletes is not None
+
+    def select(meta: pq.FileMetaData) -> tuple[list[str], Sequence[int] | None] | None:
+        reading = _reading(segment, meta, read, only, deletes)
+        return (reading.decoded, reading.row_groups) if reading is not None else None
+
+    return select
+
+
+def _open(
+    segment: Segment, columns: list[str], only: np.ndarray | None = None
+) -> Future[pq.ParquetFile | None]:
+    """The opening of ``segment``'s file for :func:`_chunks` (``columns``, ``only`` as it is
+    given them) on a thread of its own: on object storage its chunks are fetched meanwhile."""
+    return prefetch.opening(
+        segment.path, _select(segment, columns, only), size=segment.file_size, footer=segment.footer
+    )
+
+
+def _opened_ahead(
+    segments: Sequence[Segment],
+    columns: list[str],
+    only: Callable[[Segment], np.ndarray | None] | None = None,
+) -> Iterator[tuple[Segment, Future[pq.ParquetFile | None] | None]]:
+    """``segments`` in order, each with its file's opening started :data:`_OPEN_AHEAD` files
+    ahead of the reader on object storage (None on a local disk, where the page cache does it)."""
+    if not segments or segments[0].path.local is not None:
+        yield from ((s, None) for s in segments)
+        return
+    started: collections.deque[Future[pq.ParquetFile | None]] = collections.deque()
+    for i, segment in enumerate(segments):
+        while len(started) <= _OPEN_AHEAD and i + len(started) < len(segments):
+            ahead = segments[i + len(started)]
+            started.append(_open(ahead, columns, only(ahead) if only is not None else None))
+        yield segment, started.popleft()
+
+
 def _chunks(
-    segment: Segment, columns: list[str], *, only: np.ndarray | None = None
+    segment: Segment,
+    columns: list[str],
+    *,
+    only: np.ndarray | None = None,
+    opened: Future[pq.ParquetFile | None] | None = None,
 ) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """The segment's live rows in its id range, in order, a bounded chunk at a time (a
     compacted part can be large), with their packed ids. ``columns`` must include both id
     columns. Rows its layer's deletion vector marks dead are left out. With ``only`` (sorted
     packed ids), row groups that hold none of them are not read (their rows are left out too:
     the caller wants only those ids). The id columns of a sealed ledger are made from its
-    statistics rather than decoded (see :func:`_consecutive_ids`)."""
+    statistics rather than decoded (see :func:`_consecutive_ids`). ``opened``: the file's
+    opening, started by :func:`_open` with the same ``columns`` and ``only``."""
     derive = segment.derive_deletes and IS_TOMBSTONE in columns
-    read = list(dict.fromkeys([*columns, KEY, VALUE])) if derive else columns
+    read = _columns_read(segment, columns)
     dead = (
         deletion_vectors.read_cached(segment.deletes, segment.deletes_rows)
         if segment.deletes is not None
@@ -308,27 +407,24 @@ def _chunks(
     )
     row = segment.first_row
     try:
-        f = pq.ParquetFile(segment.path.fs_path, filesystem=segment.path.fs, **READ_OPTIONS)  # type: ignore[arg-type]
+        if opened is not None:
+            f = opened.result()
+        else:
+            f = prefetch.open_parquet(
+                segment.path, _select(segment, columns, only), size=segment.file_size, footer=segment.footer
+            )
     except Exception as e:
         raise damage_of(segment.path, e, opening=True) or e from e
+    if f is None:
+        return
     with f:
-        row_groups: Sequence[int] | None = segment.row_groups
-        # Skipping row groups would put the deletion vector's row numbers out of step.
-        if only is not None and row_groups is None and dead is None:
-            row_groups = _row_groups_with(f.metadata, only)
-            if row_groups is not None and not row_groups:
-                return
-        made = _consecutive_ids(f.metadata, row_groups) if dead is None and not segment.previous else None
-        names = f.schema_arrow.names
-        # Columns newer than the file (ledger.schema: only ever added at the end) are nulls, and
-        # so are the columns the file declares without a value (not decoded).
-        nulls = declared_null(f.metadata.metadata)
-        missing = [c for c in read if c not in names or c in nulls]
-        here = [c for c in read if c not in missing]
-        decoded = [c for c in here if c not in (LEDGER_ID, ENTRY_ID)] if made is not None else here
+        reading = _reading(segment, f.metadata, read, only, dead is not None)
+        if reading is None:
+            return
+        made, here, missing = reading.made, reading.here, reading.missing
         at = 0
         batches = f.iter_batches(
-            batch_size=_chunk_rows(f.metadata, read), columns=decoded, row_groups=row_groups
+            batch_size=_chunk_rows(f.metadata, read), columns=reading.decoded, row_groups=reading.row_groups
         )
         while True:
             try:
@@ -466,8 +562,8 @@ def _partial(plan: RoundPlan, group: int) -> tuple[pa.Table, int]:
     def narrow() -> Iterator[pa.Table]:
         """The rows to aggregate, chunk by chunk (keyless rows kept aside on the way)."""
         nonlocal rows_read
-        for segment in segments:
-            for table, ids in _chunks(segment, columns):
+        for segment, opened in _opened_ahead(segments, columns):
+            for table, ids in _chunks(segment, columns, opened=opened):
                 rows_read += table.num_rows
                 keys = table.column(KEY)
                 tombstone = table.column(IS_TOMBSTONE)
@@ -730,6 +826,9 @@ class _PartWriter:
         self._publish_times: list[np.ndarray] = []
         # The sparse columns without a value in any row so far (declared in the footer).
         self._null = set(SPARSE_COLUMNS)
+        # The ids of the first and the last row written.
+        self._first: Position | None = None
+        self._last: Position | None = None
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -737,6 +836,9 @@ class _PartWriter:
         table = table.cast(ARROW_SCHEMA)
         self._keys.extend(table.column(KEY).chunks)
         self._tombstones.append(_bool_numpy(table.column(IS_TOMBSTONE)))
+        if self._first is None:
+            self._first = Position(table.column(LEDGER_ID)[0].as_py(), table.column(ENTRY_ID)[0].as_py())
+        self._last = Position(table.column(LEDGER_ID)[-1].as_py(), table.column(ENTRY_ID)[-1].as_py())
         self._publish_times.append(np.asarray(table.column(PUBLISH_TIME).to_numpy(), dtype=np.int64))
         self._null = still_null(self._null, table)
         self._pending.append(table)
@@ -775,12 +877,40 @@ class _PartWriter:
             try:
                 self._writer.add_key_value_metadata(null_columns_metadata(self._null))
                 self._writer.close()
-                self._write_index()
+                keys_checksum = self._write_index()
+                described = self._described(keys_checksum)
                 self._put(self._tmp, self.path)
             except BaseException:
                 unstage(Path(self._tmp))  # a staging file outside the round's directory too
                 raise
+            if described is not None:
+                # After the part and its index: a description names only files that are there.
+                (self.scratch_dir / f"{self.path.name}{DESCRIBED_SUFFIX}").write_bytes(
+                    json.dumps(described.to_json()).encode()
+                )
         return self.rows
+
+    def _described(self, keys_checksum: str | None) -> PartInfo | None:
+        """On object storage, the part's manifest line, from its staging file (so that the
+        driver need not download the part and its index again to describe them); None on a
+        local disk (there the driver reads them from the page cache) and where this process has
+        no CRC32C library (a cluster's executors may have only pyarrow, numpy and pandas)."""
+        if self.path.local is not None or keys_checksum is None or self._first is None or self._last is None:
+            return None
+        try:
+            checksum = file_checksum(self._tmp)
+        except ImportError:
+            return None
+        return PartInfo(
+            name=self.path.name,
+            rows=self.rows,
+            first=self._first,
+            last=self._last,
+            size=os.path.getsize(self._tmp),
+            keys=key_index.index_name(self.path.name),
+            checksum=checksum,
+            keys_checksum=keys_checksum,
+        )
 
     def _staging(self, path: StoragePath) -> str:
         """The local file ``path``'s bytes are written to before :meth:`_put` puts it in place."""
@@ -799,8 +929,9 @@ class _PartWriter:
             os.fsync(f.fileno())
         os.replace(staged, local)
 
-    def _write_index(self) -> None:
-        """The part's key index, in place before the part itself (a part is never without it)."""
+    def _write_index(self) -> str | None:
+        """The part's key index, in place before the part itself (a part is never without it).
+        Returns its CRC32C on object storage (None on a local disk, or without a CRC32C library)."""
         index = key_index.build(
             pa.chunked_array(self._keys, pa.string()),
             np.concatenate(self._tombstones),
@@ -808,12 +939,17 @@ class _PartWriter:
         )
         path = self.path.with_name(key_index.index_name(self.path.name))
         tmp = self._staging(path)
+        checksum: str | None = None
         try:
             key_index.write(tmp, index)
+            if path.local is None:
+                with contextlib.suppress(ImportError):
+                    checksum = file_checksum(tmp)
         except BaseException:
             unstage(Path(tmp))
             raise
         self._put(tmp, path)
+        return checksum
 
     def abort(self) -> None:
         for pending in self._in_flight:
@@ -823,6 +959,14 @@ class _PartWriter:
             with contextlib.suppress(Exception):
                 self._writer.close()
             unstage(Path(self._tmp))
+
+
+def described_parts(scratch_dir: StoragePath) -> dict[str, PartInfo]:
+    """The parts' manifest lines their tasks wrote into ``scratch_dir`` (on object storage),
+    by part name; read at once."""
+    found = [f for f in scratch_dir.files() if f.name.endswith(DESCRIBED_SUFFIX)]
+    lines = prefetch.each(lambda f: PartInfo.from_json(json.loads(f.read_bytes())), found)
+    return {info.name: info for info in lines}
 
 
 def _previous_chunks(segments: Iterable[Segment]) -> Iterator[pa.Table]:
@@ -871,15 +1015,19 @@ def write_part(
                 raise ValueError("a previous compacted part needs the keys that supersede its rows")
             for table in _previous_chunks(previous):
                 writer.write(table.filter(pa.array(_previous_rows_kept(table, superseded, plan))))
-        for segment in segments[n_previous:]:
-            lo = int(np.searchsorted(wanted, segment.lo, side="right"))
-            hi = int(np.searchsorted(wanted, segment.hi, side="right"))
-            if lo == hi:
-                continue  # no kept row in this segment: not even read
+        columns = _ALL_BUT_KEY if keys is not None else list(ARROW_SCHEMA.names)
+
+        def span(segment: Segment) -> tuple[int, int]:
+            lo, hi = np.searchsorted(wanted, [segment.lo, segment.hi], side="right")
+            return int(lo), int(hi)
+
+        # No kept row in a segment: it is not even read.
+        reading = [s for s in segments[n_previous:] if span(s)[0] != span(s)[1]]
+        for segment, opened in _opened_ahead(reading, columns, lambda s: wanted[slice(*span(s))]):
+            lo, hi = span(segment)
             mine = wanted[lo:hi]
-            columns = _ALL_BUT_KEY if keys is not None else list(ARROW_SCHEMA.names)
             at = lo
-            for table, ids in _chunks(segment, columns, only=mine):
+            for table, ids in _chunks(segment, columns, only=mine, opened=opened):
                 mask = _kept_mask(ids, mine)
                 kept = table.filter(pa.array(mask))
                 if keys is not None and kept.num_rows:
@@ -950,11 +1098,12 @@ def fits_one_job(plan: RoundPlan) -> bool:
 
 def _new_keys(plan: RoundPlan, group: int) -> pa.Array | None:
     """Every key of group ``group``'s new segments (tombstones included)."""
+    columns = [LEDGER_ID, ENTRY_ID, KEY]
+    new = [s for s in plan.groups[group] if not s.previous]
     chunks = [
         c
-        for s in plan.groups[group]
-        if not s.previous
-        for t, _ in _chunks(s, [LEDGER_ID, ENTRY_ID, KEY])
+        for s, opened in _opened_ahead(new, columns)
+        for t, _ in _chunks(s, columns, opened=opened)
         for c in t.column(KEY).chunks
         if len(c)
     ]

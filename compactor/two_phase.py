@@ -63,8 +63,7 @@ from compactor.phases import (
 from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
 from compactor.spark import job_group
-from ledger import deletion_vectors
-from ledger.checksums import file_checksum
+from ledger import deletion_vectors, prefetch
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
 from ledger.layers import Deletes, Layer, final_name
@@ -190,6 +189,8 @@ class CompactionInputs:
     # Every file's size in bytes, as planning found it (the manifest's, or the opened file's),
     # so that no file is asked for it again.
     sizes: Mapping[StoragePath, int] = field(default_factory=dict)
+    # The original ledgers' footers, handed to the tasks that read them (a request less each).
+    footers: Mapping[StoragePath, pq.FileMetaData] = field(default_factory=dict)
 
     @property
     def values_compress(self) -> bool:
@@ -248,6 +249,14 @@ def _footer(path: StoragePath) -> tuple[pq.FileMetaData, int]:
         return pq.read_metadata(f), f.size()
 
 
+def _footers(paths: Sequence[StoragePath]) -> dict[StoragePath, tuple[pq.FileMetaData, int]]:
+    """:func:`_footer` of each of ``paths``: on object storage all at once (each is a round
+    trip or two), on a local disk one after another (each is a read from the page cache)."""
+    if not paths or paths[0].local is not None:
+        return {p: _footer(p) for p in paths}
+    return dict(zip(paths, prefetch.each(_footer, paths), strict=True))
+
+
 def plan_inputs(job: CompactionJob) -> CompactionInputs:
     """Which files ``job`` reads: the previous compacted ledger's parts (from its manifest) and
     the sealed ledgers that may hold rows in ``(previous_horizon, horizon]`` (by ledger id and
@@ -281,10 +290,11 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
             derive.add(path)
     originals: list[StoragePath] = []
     new_rows = value_stored = value_decoded = 0
-    for path, ledger_id in zip(job.inputs, job.input_ledger_ids, strict=True):
-        if not _ledger_in_range(job, ledger_id):
-            continue  # not even its footer is needed
-        meta, size = _footer(path)
+    in_range = [p for p, i in zip(job.inputs, job.input_ledger_ids, strict=True) if _ledger_in_range(job, i)]
+    found = _footers(in_range)  # of the others not even the footer is needed
+    footers: dict[StoragePath, pq.FileMetaData] = {}
+    for path in in_range:
+        meta, size = found[path]
         b, legacy = _footer_facts(meta)
         if _may_hold_new_rows(job, b):
             rows += meta.num_rows
@@ -294,6 +304,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
             value_decoded += decoded
             originals.append(path)
             sizes[path] = size
+            footers[path] = meta
             bounds.append(b)
             if legacy:
                 derive.add(path)
@@ -307,6 +318,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         new_rows=new_rows,
         value_bytes=(value_stored, value_decoded),
         sizes=sizes,
+        footers=footers,
     )
 
 
@@ -486,6 +498,7 @@ class TwoPhaseCompactor:
                     min(hi, last),
                     inputs.size(path),
                     derive_deletes=path in inputs.derive_deletes,
+                    footer=inputs.footers.get(path),
                 )
             )
         return out
@@ -526,12 +539,13 @@ class TwoPhaseCompactor:
         vector (its old one's bits and the new ones) written into the round's directory
         ``work``; a layer with no live row left is dropped. Old files are never changed."""
         root = job.previous_compacted.parent  # type: ignore[union-attr]
-        layers: list[Layer] = []
-        for i, layer in enumerate(manifest.layers):
+
+        def fold(i: int) -> Layer | None:
+            """Layer ``i`` as it is after the round (None: no live row left)."""
+            layer = manifest.layers[i]
             rows = dead.get(i)
             if rows is None or not len(rows):
-                layers.append(layer)
-                continue
+                return layer
             if layer.deletes is not None:
                 vector = deletion_vectors.read(
                     root / layer.deletes.dir / layer.deletes.name, layer.rows, checksum=layer.deletes.checksum
@@ -541,14 +555,19 @@ class TwoPhaseCompactor:
             vector[rows] = True
             count = int(np.count_nonzero(vector))
             if count == layer.dead:
-                layers.append(layer)
-            elif count < layer.rows:
-                name = f"deletes-{layer.dir}.npy"
-                deletion_vectors.write(work / name, vector)
-                # Its CRC32C goes into the manifest, read back from the file as it is stored.
-                checksum = file_checksum(work / name)
-                deletes = Deletes(dir=final_name(work), name=name, count=count, checksum=checksum)
-                layers.append(replace(layer, deletes=deletes))
+                return layer
+            if count == layer.rows:
+                return None
+            name = f"deletes-{layer.dir}.npy"
+            checksum = deletion_vectors.write(work / name, vector)
+            deletes = Deletes(dir=final_name(work), name=name, count=count, checksum=checksum)
+            return replace(layer, deletes=deletes)
+
+        # On object storage each layer's vector is two round trips (the old one read, the new one
+        # stored): the layers are folded at once.
+        indexes = range(len(manifest.layers))
+        folded = [fold(i) for i in indexes] if work.local is not None else prefetch.each(fold, list(indexes))
+        layers = [layer for layer in folded if layer is not None]
         return Manifest(layers=tuple(layers))
 
     def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:
@@ -789,10 +808,12 @@ class TwoPhaseCompactor:
             progress.enter(COMMIT)
         dead = arrow_phases.dead_rows(r.plan) if r.delta else {}  # type: ignore[arg-type]
         local = work.local
+        described = None  # on object storage, the parts as their tasks described them
         if local is not None:
             shutil.rmtree(local / SCRATCH_DIR, ignore_errors=True)
             local.mkdir(parents=True, exist_ok=True)
         else:
+            described = arrow_phases.described_parts(work / SCRATCH_DIR)
             (work / SCRATCH_DIR).delete_tree()  # before the manifest: never part of a ledger
         below = self._fold_deletes(job, previous, dead, work) if r.delta else None  # type: ignore[arg-type]
         if local is not None:
@@ -800,7 +821,7 @@ class TwoPhaseCompactor:
                 if path.is_file():
                     fsync_path(path)
         self._fault("manifest")
-        manifest = write_manifest(work, below=below)  # a local disk's: fsynced, and the directory
+        manifest = write_manifest(work, below=below, described=described)  # a local disk's: fsynced
         self._fault("rename")
         if local is not None:
             os.rename(local, _local(final))

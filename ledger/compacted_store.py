@@ -37,6 +37,7 @@ import fnmatch
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ledger import deletion_vectors, key_index
+from ledger import deletion_vectors, key_index, prefetch
 from ledger.checksums import READ_OPTIONS, ROW_IDS, IntegrityError, damage_of, file_checksum
 from ledger.entry import Entry, Position
 from ledger.layers import (
@@ -122,10 +123,14 @@ def _describe_part(path: StoragePath, size: int, *, indexed: bool) -> PartInfo |
     )
 
 
-def describe_parts(directory: Path | str | StoragePath, *, kind: str = BASE) -> Layer:
+def describe_parts(
+    directory: Path | str | StoragePath, *, kind: str = BASE, described: Mapping[str, PartInfo] | None = None
+) -> Layer:
     """The part files of ``directory`` as one layer (in file-name order, empty parts left out),
     named by the directory's final name. Raises :class:`CompactedLedgerError` if the parts'
-    id ranges are not strictly increasing."""
+    id ranges are not strictly increasing. ``described``: parts' lines as their writers made
+    them, by name, used for a part whose file and key index have the sizes the line says
+    (the others are read to be described)."""
     directory = as_storage_path(directory)
     # One listing for the names and sizes (on object storage, one request instead of two per part).
     selector = pafs.FileSelector(directory.fs_path, recursive=False, allow_not_found=True)
@@ -135,28 +140,41 @@ def describe_parts(directory: Path | str | StoragePath, *, kind: str = BASE) -> 
         if found.type == pafs.FileType.File
     }
     names = sorted((n for n in sizes if fnmatch.fnmatchcase(n, PART_GLOB)), key=_part_sort_key)
-    parts: list[PartInfo] = []
-    for name in names:
-        info = _describe_part(directory / name, sizes[name], indexed=key_index.index_name(name) in sizes)
-        if info is not None:
-            parts.append(info)
+
+    def describe(name: str) -> PartInfo | None:
+        known = (described or {}).get(name)
+        if known is not None and known.size == sizes[name] and known.keys in sizes:
+            return known
+        return _describe_part(directory / name, sizes[name], indexed=key_index.index_name(name) in sizes)
+
+    # On object storage each part costs round trips (its bytes for the checksum, its footer,
+    # its key index): the parts are described at once.
+    found = [describe(n) for n in names] if directory.local is not None else prefetch.each(describe, names)
+    parts = [info for info in found if info is not None]
     check_order(directory, parts)
     return Layer(dir=final_name(directory), kind=kind, parts=tuple(parts))
 
 
-def write_manifest(directory: Path | str | StoragePath, *, below: Manifest | None = None) -> Manifest:
-    """Describe the part files of ``directory`` as a layer and write the manifest atomically
-    (see :meth:`Manifest.write`): a base layer alone, or with ``below`` (the layers this round
-    keeps, with their deletion vectors) the new layer as a delta on top of them.
+def write_manifest(
+    directory: Path | str | StoragePath,
+    *,
+    below: Manifest | None = None,
+    described: Mapping[str, PartInfo] | None = None,
+) -> Manifest:
+    """Describe the part files of ``directory`` as a layer (see :func:`describe_parts`) and
+    write the manifest atomically (see :meth:`Manifest.write`): a base layer alone, or with
+    ``below`` (the layers this round keeps, with their deletion vectors) the new layer as a
+    delta on top of them.
 
     The part files, key indexes and deletion vectors must already be durable (the caller
     fsyncs them on a local disk; an object is durable once uploaded).
     """
     directory = as_storage_path(directory)
     if below is None:
-        manifest = Manifest(layers=()).with_layer(describe_parts(directory))
+        manifest = Manifest(layers=()).with_layer(describe_parts(directory, described=described))
     else:
-        manifest = below.with_layer(describe_parts(directory, kind=DELTA if below.layers else BASE))
+        kind = DELTA if below.layers else BASE
+        manifest = below.with_layer(describe_parts(directory, kind=kind, described=described))
     manifest.write(directory)
     return manifest
 

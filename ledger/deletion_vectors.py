@@ -82,19 +82,21 @@ def read_cached(path: Path | str | StoragePath, rows: int) -> np.ndarray:
     return _cached(path, rows, info.mtime_ns or 0, info.size)
 
 
-def write(path: Path | StoragePath, dead: np.ndarray) -> int:
-    """Write ``dead`` (one bool per row) to ``path`` durably; returns how many rows are dead."""
-    packed = np.packbits(np.asarray(dead, dtype=bool), bitorder="little")
+def write(path: Path | StoragePath, dead: np.ndarray) -> str:
+    """Write ``dead`` (one bool per row) to ``path`` durably; returns the CRC32C of the bytes
+    written (what the manifest records)."""
+    out = io.BytesIO()
+    np.save(out, np.packbits(np.asarray(dead, dtype=bool), bitorder="little"), allow_pickle=False)
+    data = out.getvalue()
     local = path.local if isinstance(path, StoragePath) else Path(path)
     if local is None:
         assert isinstance(path, StoragePath)
-        with path.writer() as out:  # stored whole when the block ends, or not at all
-            np.save(out, packed, allow_pickle=False)
-        return int(np.count_nonzero(dead))
+        path.write_bytes(data)  # stored whole, or not at all
+        return crc32c_bytes(data)
     tmp = local.with_name(local.name + TMP_SUFFIX)
     with open(tmp, "wb") as f:
-        np.save(f, packed, allow_pickle=False)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, local)
-    return int(np.count_nonzero(dead))
+    return crc32c_bytes(data)

@@ -6,6 +6,7 @@ same compacted ledgers as on a plain local topic directory; a failed round leave
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.cluster import PROBE_PREFIX, check_executors
 from compactor.two_phase import NEEDS_ARROW, SCRATCH_DIR
 from ledger.checksums import file_checksum
-from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
+from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, describe_parts
 from ledger.entry import Position, is_delete
 from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA
@@ -155,6 +156,12 @@ def test_full_delta_and_consolidating_rounds_equal_the_same_rounds_on_a_local_di
         for f in got.manifest.checked_files():
             if f.checksum is not None:
                 assert file_checksum(f.path(topic.root)) == f.checksum
+        # The new layer's lines (on object storage as the tasks described their parts) are
+        # what reading the files gives; a line that does not fit its file is not taken.
+        newest = got.manifest.layers[-1]
+        assert newest.parts == describe_parts(got.directory, kind=newest.kind).parts
+        wrong = {p.name: replace(p, size=p.size + 1, checksum="crc32c:00000000") for p in newest.parts}
+        assert describe_parts(got.directory, kind=newest.kind, described=wrong).parts == newest.parts
     # Nothing was left under a temporary name, and the sealed ledgers are as they were written.
     assert not any(TMP_SUFFIX in name for name in files_under(topic.root))
     # The deletion vectors of the delta rounds were read from the storage too.

@@ -1,0 +1,185 @@
+"""Opening a Parquet object for reading a few of its columns with round trips in parallel.
+
+What it is for: on object storage every request costs a round trip (milliseconds even on
+loopback), and pyarrow's reader fetches a file's column chunks row group by row group, one
+request (or one coalesced run) after another. A compaction round reads the key columns of
+every sealed ledger, then the other columns of the row groups that hold winners: tens of row
+groups per ledger, so hundreds of requests one after another. :func:`open_parquet` fetches
+the byte ranges of exactly the column chunks that will be read, all at once on a shared pool
+of threads, into a sparse image of the object (an anonymous mapping: pages never written cost
+no memory), and hands pyarrow a reader over that image: the decoding then does no I/O.
+
+Invariants:
+
+* only the column chunks asked for are in the image; a read of anything else finds zeros,
+  which the page checksums refuse (a reader asking for a column it did not name fails
+  loudly, never silently);
+* what pyarrow decodes is checked exactly as from the object (``READ_OPTIONS``);
+* on a local disk, and for reads larger than :data:`MAX_PREFETCH_BYTES`, it opens the file
+  as pyarrow would: the page cache (or pyarrow's own pre-buffering) serves them.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ledger.checksums import READ_OPTIONS
+from ledger.storage import StoragePath
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+#: Reads of more bytes than this go through pyarrow's reader (its memory stays bounded by
+#: the row groups it decodes; an image would hold every one of them at once).
+MAX_PREFETCH_BYTES = 128 << 20
+#: Ranges closer than this are fetched as one (a round trip costs more than the gap's bytes).
+GAP_BYTES = 256 << 10
+#: A range longer than this is fetched in pieces, on several threads.
+PIECE_BYTES = 8 << 20
+#: Requests in flight at once, over every reader of the process.
+FETCHERS = 16
+#: The tail fetched to find the footer: most footers fit, the others take one more request.
+TAIL_BYTES = 64 << 10
+
+#: Files being opened (footer, then their chunks fetched) at once, over every reader.
+OPENERS = 8
+
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(name: str, workers: int) -> ThreadPoolExecutor:
+    # Two pools: an opener waits for its fetches, which must not wait behind openers.
+    with _pools_lock:
+        if name not in _pools:
+            _pools[name] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        return _pools[name]
+
+
+def _fetchers() -> ThreadPoolExecutor:
+    return _pool("prefetch-range", FETCHERS)
+
+
+def _openers() -> ThreadPoolExecutor:
+    return _pool("prefetch-file", OPENERS)
+
+
+def chunk_ranges(
+    meta: pq.FileMetaData, columns: Sequence[str], row_groups: Sequence[int] | None = None
+) -> list[tuple[int, int]]:
+    """The ``(offset, length)`` of every column chunk of ``columns`` in ``row_groups`` (all
+    when None): where each chunk's first page (its dictionary page, if any) starts, and its
+    pages' stored size."""
+    wanted = set(columns)
+    leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] in wanted]
+    groups = range(meta.num_row_groups) if row_groups is None else row_groups
+    out = []
+    for g in groups:
+        rg = meta.row_group(g)
+        for i in leaves:
+            cc = rg.column(i)
+            start = cc.data_page_offset
+            if cc.has_dictionary_page and 0 < cc.dictionary_page_offset < start:
+                start = cc.dictionary_page_offset
+            out.append((start, cc.total_compressed_size))
+    return out
+
+
+def coalesce(
+    ranges: Sequence[tuple[int, int]], gap: int = GAP_BYTES, piece: int = PIECE_BYTES
+) -> list[tuple[int, int]]:
+    """``ranges`` merged where they are less than ``gap`` apart, then cut into pieces of at
+    most ``piece`` bytes (so that one long range is fetched on several threads)."""
+    merged: list[list[int]] = []
+    for start, length in sorted(ranges):
+        if merged and start <= merged[-1][0] + merged[-1][1] + gap:
+            end = max(merged[-1][0] + merged[-1][1], start + length)
+            merged[-1][1] = end - merged[-1][0]
+        else:
+            merged.append([start, length])
+    out = []
+    for start, length in merged:
+        for at in range(start, start + length, piece):
+            out.append((at, min(piece, start + length - at)))
+    return out
+
+
+def _read_footer(source: pa.NativeFile, size: int) -> tuple[pq.FileMetaData, bytes]:
+    """The footer, from the object's tail (one request; two for a footer longer than
+    :data:`TAIL_BYTES`), and the tail's bytes."""
+    take = min(size, TAIL_BYTES)
+    tail = source.read_at(take, size - take)
+    footer = int.from_bytes(tail[-8:-4], "little") + 8
+    if footer > len(tail) and footer <= size:
+        tail = source.read_at(footer, size - footer)
+    return pq.read_metadata(pa.BufferReader(tail)), tail
+
+
+#: What to read of a file, decided from its footer: the columns and the row groups (None: all),
+#: or None when nothing of it is to be read.
+Select = Callable[[pq.FileMetaData], "tuple[Sequence[str], Sequence[int] | None] | None"]
+
+
+def open_parquet(
+    path: StoragePath, select: Select, *, size: int | None = None, footer: pq.FileMetaData | None = None
+) -> pq.ParquetFile | None:
+    """``path`` opened with every page check (``READ_OPTIONS``) to read what ``select`` asks
+    for once it has seen the footer; None when it asks for nothing. On object storage those
+    column chunks are fetched first, in parallel (see the module's docstring); ``size`` and
+    ``footer``, if known, save a request each. On a local disk ``select`` is not called: the
+    file is opened as pyarrow opens it, and the caller decides from its footer."""
+    if path.local is not None:
+        return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=footer, **READ_OPTIONS)  # type: ignore[arg-type]
+    with path.open() as source:
+        total = size if size is not None else source.size()
+        if footer is not None:
+            meta, tail = footer, b""
+        else:
+            meta, tail = _read_footer(source, total)
+        chosen = select(meta)
+        if chosen is None:
+            return None
+        ranges = coalesce(chunk_ranges(meta, *chosen))
+        if sum(n for _, n in ranges) > MAX_PREFETCH_BYTES:
+            return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=meta, **READ_OPTIONS)  # type: ignore[arg-type]
+        image = mmap.mmap(-1, total)
+        if tail:  # for completeness only: the reader is given the footer
+            image[total - len(tail) :] = tail
+
+        def fetch(at: int, n: int) -> None:
+            image[at : at + n] = source.read_at(n, at)
+
+        fetching = [_fetchers().submit(fetch, at, n) for at, n in ranges]
+        wait(fetching)  # every one, before the source closes; then the first error, if any
+        for done in fetching:
+            done.result()
+    return pq.ParquetFile(
+        pa.BufferReader(pa.py_buffer(image)),
+        metadata=meta,
+        pre_buffer=False,
+        **READ_OPTIONS,  # type: ignore[arg-type]
+    )
+
+
+def opening(
+    path: StoragePath, select: Select, *, size: int | None = None, footer: pq.FileMetaData | None = None
+) -> Future[pq.ParquetFile | None]:
+    """:func:`open_parquet` on a thread of its own: a reader of several files in turn opens
+    (fetches) the next ones while it decodes this one."""
+    return _openers().submit(open_parquet, path, select, size=size, footer=footer)
+
+
+def each(fn: Callable[[U], T], items: Sequence[U]) -> list[T]:
+    """``fn`` of each of ``items`` (requests to object storage each), all at once on the
+    openers' threads; the results in ``items``' order, or the first error. (Not for ``fn``
+    that itself runs on those threads: it would wait for itself.)"""
+    running = [_openers().submit(fn, p) for p in items]
+    wait(running)
+    return [r.result() for r in running]
