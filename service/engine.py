@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -20,6 +21,7 @@ from compactor.cluster import ExecutorsUnfit, check_executors, one_line
 from compactor.java import JavaUnavailable, find_java
 from compactor.spark import get_spark, local_cores
 from compactor.warmup import warm_up, warm_up_jit
+from ledger.storage import StoragePath
 from service.errors import CompactionUnavailable
 from service.settings import Settings
 
@@ -71,10 +73,7 @@ class SparkEngine:
     def _start(self) -> None:
         try:
             if self.settings.spark_warmup:
-                # A cluster's executors may share no disk with this machine: they read the
-                # ledgers' storage, as the probe checked; local executors read the data dir.
-                under = self.settings.ledger_storage().at() if self.is_cluster else self.settings.data_dir
-                warm_up(self.session(), under)
+                warm_up(self.session(), self._warm_up_under())
                 warm_up_jit(self.session(), self.settings.spark_warmup_jobs, stop=self._stopping)
             else:
                 with self._lock:
@@ -90,6 +89,14 @@ class SparkEngine:
         except Exception:  # noqa: BLE001 - a real round reports the same failure where it matters
             if not self._stopping.is_set():  # else Spark went down under it with the process
                 log.exception("warming Spark up failed")
+
+    def _warm_up_under(self) -> Path | StoragePath:
+        """Where the warm-up round writes its scratch topic: the ledgers' storage when it is a
+        bucket (the first real round then finds the tasks' clients of it made, and their
+        connections open) or when the executors are a cluster's (which may share no disk with
+        this machine: they read that storage, as the probe checked); else the data dir."""
+        storage = self.settings.ledger_storage()
+        return storage.at() if self.is_cluster or not storage.local else self.settings.data_dir
 
     def stop(self) -> None:
         """The service stops: no more warm-up jobs (one running finishes)."""
