@@ -676,7 +676,9 @@ class TwoPhaseCompactor:
         indexed = self._indexed(job, previous) if delta else ()  # type: ignore[arg-type]
         if delta:
             bytes_in = sum(inputs.size(p) for p in inputs.originals)
-            bytes_in += sum(p.keys.size() for p in indexed)
+            keys = [p.keys for p in indexed]
+            on_disk = not keys or keys[0].local is not None
+            bytes_in += sum(k.size() for k in keys) if on_disk else sum(prefetch.each(StoragePath.size, keys))
         else:
             bytes_in = inputs.bytes_in
         if progress is not None:

@@ -33,7 +33,7 @@ from sqlalchemy import select
 
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.progress import COMMIT, ProgressSnapshot, RoundProgress
-from ledger import paths
+from ledger import paths, prefetch
 from ledger.checksums import IntegrityError, crc32c_bytes, verify_file
 from ledger.compacted_store import MANIFEST_NAME, Manifest
 from ledger.entry import Position
@@ -692,9 +692,13 @@ class CompactionService:
         no pass here: page checksums guard every page the round decodes (a delta round decodes
         none)."""
         root = previous.directory.parent
-        for f in manifest.checked_files():
-            if f.size is None and f.checksum is not None:  # not a part; written with a checksum
-                verify_file(f.path(root), f.checksum)
+        checked = manifest.checked_files()
+        files = [(f.path(root), f.checksum) for f in checked if f.size is None and f.checksum]  # not parts
+        if root.local is not None:
+            for path, checksum in files:
+                verify_file(path, checksum)
+        else:  # a request each: all at once (the first damage in manifest order is raised)
+            prefetch.each(lambda file: verify_file(*file), files)
 
     def _salvage_checksum(self, ledger_id: int) -> str | None:
         with self.db.session() as s:
