@@ -468,6 +468,8 @@ class IndexedPart:
     first_row: int
     # The part's rows, as the manifest says: its index must hold as many.
     rows: int
+    # Its key index's CRC32C, as the manifest says (None in older manifests).
+    checksum: str | None = None
 
 
 def _bool_numpy(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -1287,7 +1289,8 @@ def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> None:
     wanted = pc.drop_null(pa.concat_arrays(chunks)) if chunks else pa.array([], pa.string())
     found: dict[str, list[np.ndarray]] = {}
     for part, first, stop in _probe_slices(plan, share):
-        index = key_index.read(part.keys, rows=part.rows).slice(first, stop - first)
+        whole = key_index.read_cached(part.keys, rows=part.rows, checksum=part.checksum)
+        index = whole.slice(first, stop - first)
         keys = index.column(key_index.KEY)
         dead = np.zeros(index.num_rows, dtype=bool)
         if len(wanted):

@@ -526,6 +526,7 @@ class TwoPhaseCompactor:
                 layer=i,
                 first_row=start,
                 rows=part.rows,
+                checksum=part.keys_checksum,
             )
             for i, layer in enumerate(manifest.layers)
             for part, start in zip(layer.parts, layer.part_starts(), strict=True)

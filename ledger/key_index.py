@@ -22,6 +22,8 @@ an identity.
 
 from __future__ import annotations
 
+import collections
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +81,37 @@ def read(path: str | Path | StoragePath, *, rows: int = -1) -> pa.Table:
         raise IntegrityError(path, DECODE, f"not a key index: {e}") from e
     if KEY not in table.column_names or (rows >= 0 and table.num_rows != rows):
         raise IntegrityError(path, DECODE, f"holds {table.num_rows} rows, its part {rows}")
+    return table
+
+
+#: What :func:`read_cached` keeps per process, at most (decoded indexes, by ``Table.nbytes``).
+CACHE_BYTES = 128 << 20
+
+_cache: collections.OrderedDict[tuple[str, str, int], pa.Table] = collections.OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def read_cached(path: StoragePath, *, rows: int, checksum: str | None) -> pa.Table:
+    """:func:`read`, kept per process on object storage when the manifest gives the file's
+    ``checksum`` (the key: a file is never rewritten, and a name reused by a retried round
+    would come with another checksum): a delta round's probe reads every older layer's key
+    indexes, the same files round after round, and a Spark worker lives across rounds. The
+    driver verifies each file against its checksum before every round (a damaged one stops
+    the round before its tasks run), so what is kept was verified when it was read. On a local
+    disk the index is memory-mapped, and the page cache keeps it."""
+    if path.local is not None or checksum is None:
+        return read(path, rows=rows)
+    key = (str(path), checksum, rows)
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    table = read(path, rows=rows)
+    with _cache_lock:
+        _cache[key] = table
+        while sum(t.nbytes for t in _cache.values()) > CACHE_BYTES and len(_cache) > 1:
+            _cache.popitem(last=False)
     return table
 
 
