@@ -111,13 +111,15 @@ _ENCODABLE_IDS = 1 << 62
 
 # Rows decoded at a time from one file, at most; fewer when they are wide (see _chunk_rows).
 _CHUNK_ROWS = 262_144
+_MIN_CHUNK_ROWS = 8_192
+_CHUNK_BYTES = 32 * 1024 * 1024
+# Files a reader of several has opening (on object storage: fetching) beyond the one it reads:
+# at most this many, of at most this many bytes in all (one at least).
+_OPEN_AHEAD = 8
+_OPEN_AHEAD_BYTES = 64 * 1024 * 1024
 # A part's manifest line, as its task wrote it into the round's scratch directory (object
 # storage only: see _PartWriter._described).
 DESCRIBED_SUFFIX = ".described.json"
-# Files a reader of several has opening (on object storage: fetching) beyond the one it reads.
-_OPEN_AHEAD = 8
-_MIN_CHUNK_ROWS = 8_192
-_CHUNK_BYTES = 32 * 1024 * 1024
 # Fold the running per-key winners with the rows read since, past this many rows.
 _FOLD_ROWS = 2_000_000
 # Below this many ids per row of a chunk's id span, a kept-row mask is a bitmap over the span
@@ -371,17 +373,33 @@ def _opened_ahead(
     columns: list[str],
     only: Callable[[Segment], np.ndarray | None] | None = None,
 ) -> Iterator[tuple[Segment, Future[pq.ParquetFile | None] | None]]:
-    """``segments`` in order, each with its file's opening started :data:`_OPEN_AHEAD` files
-    ahead of the reader on object storage (None on a local disk, where the page cache does it)."""
+    """``segments`` in order, each with its file's opening started ahead of the reader on
+    object storage (None on a local disk, where the page cache does it): up to
+    :data:`_OPEN_AHEAD` files of :data:`_OPEN_AHEAD_BYTES` in all beyond the one it reads,
+    which bounds the memory their fetched chunks take."""
     if not segments or segments[0].path.local is not None:
         yield from ((s, None) for s in segments)
         return
-    started: collections.deque[Future[pq.ParquetFile | None]] = collections.deque()
-    for i, segment in enumerate(segments):
-        while len(started) <= _OPEN_AHEAD and i + len(started) < len(segments):
-            ahead = segments[i + len(started)]
-            started.append(_open(ahead, columns, only(ahead) if only is not None else None))
-        yield segment, started.popleft()
+    started: collections.deque[tuple[int, Future[pq.ParquetFile | None]]] = collections.deque()
+    started_bytes = 0
+    upcoming = iter(segments)
+    following = next(upcoming, None)
+    for segment in segments:
+        while following is not None and (
+            not started
+            or (
+                len(started) <= _OPEN_AHEAD
+                # The one being read (the first started) does not count against the bound.
+                and started_bytes - started[0][0] + following.size <= _OPEN_AHEAD_BYTES
+            )
+        ):
+            opening = _open(following, columns, only(following) if only is not None else None)
+            started.append((following.size, opening))
+            started_bytes += following.size
+            following = next(upcoming, None)
+        size, opened = started.popleft()
+        started_bytes -= size
+        yield segment, opened
 
 
 def _chunks(
