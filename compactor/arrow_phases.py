@@ -192,11 +192,6 @@ class Segment:
     # The file's footer, where planning read it (a task then does not read it again).
     footer: pq.FileMetaData | None = field(default=None, compare=False)
 
-    @property
-    def file_size(self) -> int | None:
-        """The file's size in bytes, where the plan knows it (a whole file's segment)."""
-        return self.size if self.row_groups is None and self.size > 0 else None
-
 
 def bound(ledger_id: int, entry_id: int) -> int:
     """A position as a packed bound; unlike ``packed`` it allows entry -1 ("before entry 0")."""
@@ -363,9 +358,7 @@ def _open(
 ) -> Future[pq.ParquetFile | None]:
     """The opening of ``segment``'s file for :func:`_chunks` (``columns``, ``only`` as it is
     given them) on a thread of its own: on object storage its chunks are fetched meanwhile."""
-    return prefetch.opening(
-        segment.path, _select(segment, columns, only), size=segment.file_size, footer=segment.footer
-    )
+    return prefetch.opening(segment.path, _select(segment, columns, only), footer=segment.footer)
 
 
 def _opened_ahead(
@@ -428,9 +421,7 @@ def _chunks(
         if opened is not None:
             f = opened.result()
         else:
-            f = prefetch.open_parquet(
-                segment.path, _select(segment, columns, only), size=segment.file_size, footer=segment.footer
-            )
+            f = prefetch.open_parquet(segment.path, _select(segment, columns, only), footer=segment.footer)
     except Exception as e:
         raise damage_of(segment.path, e, opening=True) or e from e
     if f is None:

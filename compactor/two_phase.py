@@ -252,9 +252,8 @@ def _footer(path: StoragePath) -> tuple[pq.FileMetaData, int]:
 def _footers(paths: Sequence[StoragePath]) -> dict[StoragePath, tuple[pq.FileMetaData, int]]:
     """:func:`_footer` of each of ``paths``: on object storage all at once (each is a round
     trip or two), on a local disk one after another (each is a read from the page cache)."""
-    if not paths or paths[0].local is not None:
-        return {p: _footer(p) for p in paths}
-    return dict(zip(paths, prefetch.each(_footer, paths), strict=True))
+    at_once = bool(paths) and paths[0].local is None
+    return dict(zip(paths, prefetch.each(_footer, paths, at_once=at_once), strict=True))
 
 
 def plan_inputs(job: CompactionJob) -> CompactionInputs:
@@ -566,8 +565,7 @@ class TwoPhaseCompactor:
 
         # On object storage each layer's vector is two round trips (the old one read, the new one
         # stored): the layers are folded at once.
-        indexes = range(len(manifest.layers))
-        folded = [fold(i) for i in indexes] if work.local is not None else prefetch.each(fold, list(indexes))
+        folded = prefetch.each(fold, range(len(manifest.layers)), at_once=work.local is None)
         layers = [layer for layer in folded if layer is not None]
         return Manifest(layers=tuple(layers))
 
@@ -678,8 +676,8 @@ class TwoPhaseCompactor:
         if delta:
             bytes_in = sum(inputs.size(p) for p in inputs.originals)
             keys = [p.keys for p in indexed]
-            on_disk = not keys or keys[0].local is not None
-            bytes_in += sum(k.size() for k in keys) if on_disk else sum(prefetch.each(StoragePath.size, keys))
+            at_once = bool(keys) and keys[0].local is None
+            bytes_in += sum(prefetch.each(StoragePath.size, keys, at_once=at_once))
         else:
             bytes_in = inputs.bytes_in
         if progress is not None:

@@ -149,7 +149,7 @@ def describe_parts(
 
     # On object storage each part costs round trips (its bytes for the checksum, its footer,
     # its key index): the parts are described at once.
-    found = [describe(n) for n in names] if directory.local is not None else prefetch.each(describe, names)
+    found = prefetch.each(describe, names, at_once=directory.local is None)
     parts = [info for info in found if info is not None]
     check_order(directory, parts)
     return Layer(dir=final_name(directory), kind=kind, parts=tuple(parts))

@@ -45,8 +45,6 @@ GAP_BYTES = 256 << 10
 PIECE_BYTES = 8 << 20
 #: Requests in flight at once, over every reader of the process.
 FETCHERS = 16
-#: The tail fetched to find the footer: most footers fit, the others take one more request.
-TAIL_BYTES = 64 << 10
 
 #: Files being opened (footer, then their chunks fetched) at once, over every reader.
 OPENERS = 8
@@ -111,55 +109,36 @@ def coalesce(
     return out
 
 
-def _read_footer(source: pa.NativeFile, size: int) -> tuple[pq.FileMetaData, bytes]:
-    """The footer, from the object's tail (one request; two for a footer longer than
-    :data:`TAIL_BYTES`), and the tail's bytes."""
-    take = min(size, TAIL_BYTES)
-    tail = source.read_at(take, size - take)
-    footer = int.from_bytes(tail[-8:-4], "little") + 8
-    if footer > len(tail) and footer <= size:
-        tail = source.read_at(footer, size - footer)
-    return pq.read_metadata(pa.BufferReader(tail)), tail
-
-
 #: What to read of a file, decided from its footer: the columns and the row groups (None: all),
 #: or None when nothing of it is to be read.
 Select = Callable[[pq.FileMetaData], "tuple[Sequence[str], Sequence[int] | None] | None"]
 
 
 def open_parquet(
-    path: StoragePath, select: Select, *, size: int | None = None, footer: pq.FileMetaData | None = None
+    path: StoragePath, select: Select, *, footer: pq.FileMetaData | None = None
 ) -> pq.ParquetFile | None:
     """``path`` opened with every page check (``READ_OPTIONS``) to read what ``select`` asks
     for once it has seen the footer; None when it asks for nothing. On object storage those
-    column chunks are fetched first, in parallel (see the module's docstring); ``size`` and
-    ``footer``, if known, save a request each. On a local disk ``select`` is not called: the
-    file is opened as pyarrow opens it, and the caller decides from its footer."""
+    column chunks are fetched first, in parallel (see the module's docstring); ``footer``, if
+    known, saves a request. On a local disk ``select`` is not called: the file is opened as
+    pyarrow opens it, and the caller decides from its footer."""
     if path.local is not None:
         return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=footer, **READ_OPTIONS)  # type: ignore[arg-type]
     with path.open() as source:
-        total = size if size is not None else source.size()
-        if footer is not None:
-            meta, tail = footer, b""
-        else:
-            meta, tail = _read_footer(source, total)
+        meta = footer if footer is not None else pq.read_metadata(source)
         chosen = select(meta)
         if chosen is None:
             return None
         ranges = coalesce(chunk_ranges(meta, *chosen))
         if sum(n for _, n in ranges) > MAX_PREFETCH_BYTES:
             return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=meta, **READ_OPTIONS)  # type: ignore[arg-type]
-        image = mmap.mmap(-1, total)
-        if tail:  # for completeness only: the reader is given the footer
-            image[total - len(tail) :] = tail
+        image = mmap.mmap(-1, source.size())  # the reader is given the footer: not fetched
 
         def fetch(at: int, n: int) -> None:
             image[at : at + n] = source.read_at(n, at)
 
-        fetching = [_fetchers().submit(fetch, at, n) for at, n in ranges]
-        wait(fetching)  # every one, before the source closes; then the first error, if any
-        for done in fetching:
-            done.result()
+        # Every fetch ends before the source closes.
+        _results([_fetchers().submit(fetch, at, n) for at, n in ranges])
     return pq.ParquetFile(
         pa.BufferReader(pa.py_buffer(image)),
         metadata=meta,
@@ -169,17 +148,25 @@ def open_parquet(
 
 
 def opening(
-    path: StoragePath, select: Select, *, size: int | None = None, footer: pq.FileMetaData | None = None
+    path: StoragePath, select: Select, *, footer: pq.FileMetaData | None = None
 ) -> Future[pq.ParquetFile | None]:
     """:func:`open_parquet` on a thread of its own: a reader of several files in turn opens
     (fetches) the next ones while it decodes this one."""
-    return _openers().submit(open_parquet, path, select, size=size, footer=footer)
+    return _openers().submit(open_parquet, path, select, footer=footer)
 
 
-def each(fn: Callable[[U], T], items: Sequence[U]) -> list[T]:
-    """``fn`` of each of ``items`` (requests to object storage each), all at once on the
-    openers' threads; the results in ``items``' order, or the first error. (Not for ``fn``
-    that itself runs on those threads: it would wait for itself.)"""
-    running = [_openers().submit(fn, p) for p in items]
+def each(fn: Callable[[U], T], items: Sequence[U], *, at_once: bool = True) -> list[T]:
+    """``fn`` of each of ``items``, in ``items``' order. ``at_once`` (for requests to object
+    storage): all at once on the openers' threads, waiting for every one, then raising the
+    first error in order; else one after another here (reads of a local disk, from the page
+    cache). (Not for ``fn`` that itself runs on the openers' threads: it would wait for itself.)"""
+    if not at_once:
+        return [fn(item) for item in items]
+    return _results([_openers().submit(fn, item) for item in items])
+
+
+def _results(running: list[Future[T]]) -> list[T]:
+    """The results of ``running``, once every one has ended (none left running behind an
+    error); the first error in their order, if any."""
     wait(running)
     return [r.result() for r in running]

@@ -694,11 +694,8 @@ class CompactionService:
         root = previous.directory.parent
         checked = manifest.checked_files()
         files = [(f.path(root), f.checksum) for f in checked if f.size is None and f.checksum]  # not parts
-        if root.local is not None:
-            for path, checksum in files:
-                verify_file(path, checksum)
-        else:  # a request each: all at once (the first damage in manifest order is raised)
-            prefetch.each(lambda file: verify_file(*file), files)
+        # On object storage a request each: all at once (the first damage in manifest order is raised).
+        prefetch.each(lambda file: verify_file(*file), files, at_once=root.local is None)
 
     def _salvage_checksum(self, ledger_id: int) -> str | None:
         with self.db.session() as s:

@@ -47,7 +47,7 @@ def test_the_columns_and_row_groups_selected_read_as_from_the_file(
         seen.append(meta.num_rows)
         return columns, groups
 
-    f = open_parquet(sealed, select, size=sealed.size())
+    f = open_parquet(sealed, select)
     assert f is not None
     with f:
         got = f.read_row_groups(groups or list(range(f.num_row_groups)), columns=columns)
