@@ -367,13 +367,14 @@ def _opened_ahead(
     only: Callable[[Segment], np.ndarray | None] | None = None,
 ) -> Iterator[tuple[Segment, Future[pq.ParquetFile | None] | None]]:
     """``segments`` in order, each with its file's opening started ahead of the reader on
-    object storage (None on a local disk, where the page cache does it): up to
+    object storage (None for a file on a local disk, where the page cache does it; a round
+    may read both, the local copies of sealed ledgers among objects): up to
     :data:`_OPEN_AHEAD` files of :data:`_OPEN_AHEAD_BYTES` in all beyond the one it reads,
     which bounds the memory their fetched chunks take."""
-    if not segments or segments[0].path.local is not None:
+    if all(s.path.local is not None for s in segments):
         yield from ((s, None) for s in segments)
         return
-    started: collections.deque[tuple[int, Future[pq.ParquetFile | None]]] = collections.deque()
+    started: collections.deque[tuple[int, Future[pq.ParquetFile | None] | None]] = collections.deque()
     started_bytes = 0
     upcoming = iter(segments)
     following = next(upcoming, None)
@@ -386,9 +387,13 @@ def _opened_ahead(
                 and started_bytes - started[0][0] + following.size <= _OPEN_AHEAD_BYTES
             )
         ):
-            opening = _open(following, columns, only(following) if only is not None else None)
-            started.append((following.size, opening))
-            started_bytes += following.size
+            opening: Future[pq.ParquetFile | None] | None = None
+            size = 0
+            if following.path.local is None:
+                opening = _open(following, columns, only(following) if only is not None else None)
+                size = following.size
+            started.append((size, opening))
+            started_bytes += size
             following = next(upcoming, None)
         size, opened = started.popleft()
         started_bytes -= size

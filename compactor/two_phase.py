@@ -250,9 +250,9 @@ def _footer(path: StoragePath) -> tuple[pq.FileMetaData, int]:
 
 
 def _footers(paths: Sequence[StoragePath]) -> dict[StoragePath, tuple[pq.FileMetaData, int]]:
-    """:func:`_footer` of each of ``paths``: on object storage all at once (each is a round
-    trip or two), on a local disk one after another (each is a read from the page cache)."""
-    at_once = bool(paths) and paths[0].local is None
+    """:func:`_footer` of each of ``paths``: all at once where any is on object storage (each
+    is a round trip or two), else one after another (each is a read from the page cache)."""
+    at_once = any(p.local is None for p in paths)
     return dict(zip(paths, prefetch.each(_footer, paths, at_once=at_once), strict=True))
 
 

@@ -18,7 +18,7 @@ import bisect
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,8 +160,17 @@ class SealWriter:
     Invariant: the rows written are entries ``0 .. rows-1`` of the ledger, in order. A writer
     that failed (or was abandoned) takes no more rows: its caller seals from the start."""
 
-    def __init__(self, path: Path | StoragePath, *, row_group_size: int = ROW_GROUP_SIZE) -> None:
+    def __init__(
+        self,
+        path: Path | StoragePath,
+        *,
+        row_group_size: int = ROW_GROUP_SIZE,
+        keep: Callable[[StoragePath, Path], bool] | None = None,
+    ) -> None:
         self.path = as_storage_path(path)
+        # On object storage, what may take the staged file once it is uploaded (the service's
+        # local copies, ``ledger.local_copies``).
+        self._keep = keep
         self.rows = 0
         self.usable = True
         self._tmp = self.path.staging()
@@ -196,7 +205,7 @@ class SealWriter:
                 self._sink.spill(sync=True)
                 table = pa.concat_tables(self._chunks) if self._chunks else ARROW_SCHEMA.empty_table()
                 checksum, size = verify_written(self._tmp, table, name=str(self.path))
-                self.path.publish(self._tmp, synced=True)
+                self.path.publish(self._tmp, synced=True, keep=self._keep)
                 self.usable = False
             except BaseException:
                 self._abandon()

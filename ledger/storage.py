@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -389,9 +389,13 @@ class StoragePath:
         os.close(fd)
         return Path(name)
 
-    def publish(self, staged: Path, *, synced: bool = False) -> None:
+    def publish(
+        self, staged: Path, *, synced: bool = False, keep: Callable[[StoragePath, Path], bool] | None = None
+    ) -> None:
         """Make the staged file this file, durable and whole (``synced``: its bytes were
-        fsynced already); the staged file is gone afterwards, whether this succeeds or not."""
+        fsynced already); the staged file is gone afterwards, whether this succeeds or not,
+        unless ``keep`` (asked once an upload to object storage succeeded) takes it."""
+        kept = False
         try:
             local = self.local
             if local is not None:
@@ -403,8 +407,10 @@ class StoragePath:
                 return
             with open(staged, "rb") as f:
                 self.storage._upload(self.fs_path, f)
+            kept = keep is not None and keep(self, staged)
         finally:
-            unstage(staged)
+            if not kept:
+                unstage(staged)
 
     def unlink(self, missing_ok: bool = True) -> None:
         if not missing_ok and not self.is_file():

@@ -27,12 +27,13 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.progress import COMMIT, ProgressSnapshot, RoundProgress
+from compactor.spark import local_cores
 from ledger import paths, prefetch
 from ledger.checksums import IntegrityError, crc32c_bytes, verify_file
 from ledger.compacted_store import MANIFEST_NAME, Manifest
@@ -114,6 +115,8 @@ class _Pending:
     progress: RoundProgress
     rolled: float  # time.monotonic() when the open ledger was rolled over and sealed
     prepared: float  # ... and when the inputs were verified and the job made
+    # The local copies of sealed ledgers the round reads (leased until it is over).
+    copies: list[StoragePath] = field(default_factory=list)
 
     def timings(self, spark_done: float, committed: float) -> str:
         """Where the round's time went, for its log line."""
@@ -527,6 +530,7 @@ class CompactionService:
         """A round up to its Spark work: the horizon, the verified inputs, the new ledger's id,
         the job. None when the round is already over (nothing new: a quick success; or failed)."""
         new_ledger_id: int | None = None
+        copies: list[StoragePath] = []
         started = time.monotonic()
         previous = topic.view
         try:
@@ -541,6 +545,7 @@ class CompactionService:
                 return None
             previous_horizon = previous.horizon if previous else None
             sealed = self._verified_inputs(topic, previous, previous_horizon, horizon)
+            sealed, copies = self._local_copies(sealed)
             new_ledger_id = self._allocate_ledger(topic)
             job = CompactionJob(
                 topic_root=topic.ledger.store,
@@ -558,14 +563,47 @@ class CompactionService:
                 consolidation_ratio=self.broker.settings.compaction_consolidation_ratio,
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
+            self._release_copies(copies)
             self._failed(topic, run_id, e, started, previous=previous, new_ledger_id=new_ledger_id)
             return None
         latest = self._progress.get(topic.name)
         progress = latest[1] if latest is not None and latest[0] == run_id else RoundProgress()
-        return _Pending(topic, run_id, started, previous, job, progress, rolled, time.monotonic())
+        return _Pending(topic, run_id, started, previous, job, progress, rolled, time.monotonic(), copies)
 
     def _complete(self, p: _Pending, outcome: CompactionResult | Exception) -> None:
         """Commit a round's result (or record how it failed), then swap the topic's view."""
+        try:
+            self._commit_or_fail(p, outcome)
+        finally:
+            self._release_copies(p.copies)
+
+    def _local_copies(
+        self, sealed: list[tuple[int, StoragePath]]
+    ) -> tuple[list[tuple[int, StoragePath]], list[StoragePath]]:
+        """The round's inputs, each sealed ledger this instance keeps a local copy of read from
+        that copy (``ledger.local_copies``), and the copies leased for the round. Only with
+        Spark in local mode: its executors are on this machine; a cluster's read the bucket."""
+        copies = self.broker.resources.copies
+        if copies is None or local_cores(self.broker.settings.spark_master) is None:
+            return sealed, []
+        out: list[tuple[int, StoragePath]] = []
+        leased: list[StoragePath] = []
+        for ledger_id, path in sealed:
+            copy = copies.lease(path)
+            if copy is not None:
+                leased.append(copy)
+                path = copy
+            out.append((ledger_id, path))
+        return out, leased
+
+    def _release_copies(self, leased: list[StoragePath]) -> None:
+        copies = self.broker.resources.copies
+        if copies is not None:
+            for copy in leased:
+                copies.release(copy)
+        leased.clear()
+
+    def _commit_or_fail(self, p: _Pending, outcome: CompactionResult | Exception) -> None:
         topic, previous = p.topic, p.previous
         view: CompactedView | None = None
         spark_done = time.monotonic()
@@ -720,7 +758,15 @@ class CompactionService:
 
     def _damaged_round(self, topic: ManagedTopic, finding: Finding, previous: CompactedView | None) -> str:
         """What a round whose Spark work met damage records: the ledger marked damaged, or the
-        compacted ledger dropped for a rebuild; returns the round's one-line ``lastError``."""
+        compacted ledger dropped for a rebuild; returns the round's one-line ``lastError``. A
+        damaged local copy is only dropped: the next round reads the ledger's object."""
+        copies = self.broker.resources.copies
+        if copies is not None and copies.holds(finding.path):
+            copies.drop(finding.path)
+            return (
+                f"{finding.line(topic.name)} (a local copy of the ledger's object: dropped, the next "
+                "round reads the object)"
+            )
         if finding.kind == COMPACTED:
             # A file of the previous compacted ledger: in its own directory, or an older
             # layer's that its manifest names where an earlier round wrote it.

@@ -49,6 +49,7 @@ from ledger import paths
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record
 from ledger.file_cache import FileCache
+from ledger.local_copies import LocalCopies
 from ledger.open_log import OpenLog
 from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter
 from ledger.salvage import LostRanges, write_salvage
@@ -86,13 +87,19 @@ class LedgerResources:
     exhaustion: ExhaustionLog = field(default_factory=ExhaustionLog)
     # COMPACTOR_WAL=object: the group-committed write-ahead objects (None: local files).
     wal: ObjectWal | None = None
+    # On object storage: the sealed ledgers kept on local disk too, for rounds to read.
+    copies: LocalCopies | None = None
 
     @classmethod
     def from_settings(
         cls, settings: Settings, sealer: Executor, max_open_files: int, wal: ObjectWal | None = None
     ) -> LedgerResources:
+        copies = None
+        if not settings.ledger_storage().local and settings.local_copies_bytes > 0:
+            copies = LocalCopies(settings.data_dir / "local-copies", settings.local_copies_bytes)
         return cls(
             wal=wal,
+            copies=copies,
             sealer=sealer,
             files=FileCache(
                 max_open=max_open_files,
@@ -275,7 +282,16 @@ class ManagedLedger:
                 wal = _open_log(shared, root, info, settings, fence, new=False)
                 for attempt in range(1, RECOVERY_SEAL_ATTEMPTS + 1):
                     try:
-                        closed = _seal(db, store, info, wal, wal.read_all(), fence=fence, epoch=epoch)
+                        closed = _seal(
+                            db,
+                            store,
+                            info,
+                            wal,
+                            wal.read_all(),
+                            fence=fence,
+                            epoch=epoch,
+                            keep=_keeper(shared),
+                        )
                         break
                     except IntegrityError:  # the file read back wrong: the write-ahead file stays
                         log.exception("sealing ledger %s: attempt %d failed", info.ledger_id, attempt)
@@ -478,7 +494,9 @@ class ManagedLedger:
             return
         info = self._current
         if self._seal_writer is None:
-            self._seal_writer = SealWriter(paths.sealed_path(self.store, info.ledger_id, self.epoch))
+            self._seal_writer = SealWriter(
+                paths.sealed_path(self.store, info.ledger_id, self.epoch), keep=self._keep_copy
+            )
         first = self._presealed - self._cache_start
         records = cache[first : first + ready]
         try:
@@ -621,6 +639,7 @@ class ManagedLedger:
                 fault_hook=self.fault_hook,
                 fence=self.fence,
                 epoch=self.epoch,
+                keep=self._keep_copy,
             )
             with self._lock:
                 if closed is not None:
@@ -671,6 +690,10 @@ class ManagedLedger:
             return
         info = next(i for i in self._ledgers if i.ledger_id == ledger_id)
         self._sealer.submit(self._seal_in_background, info, self._sealing[ledger_id], None)
+
+    @property
+    def _keep_copy(self) -> Callable[[StoragePath, Path], bool] | None:
+        return _keeper(self._shared)
 
     @property
     def seal_failures(self) -> int:
@@ -809,8 +832,12 @@ class ManagedLedger:
             self._ledgers = [i for i in self._ledgers if i not in doomed]
         gone = {(self.root, info.ledger_id) for info in doomed}
         self._files.discard(gone.__contains__)
+        copies = self._shared.copies
         for info in doomed:
-            paths.sealed_path(self.store, info.ledger_id, info.sealed_epoch).unlink(missing_ok=True)
+            sealed = paths.sealed_path(self.store, info.ledger_id, info.sealed_epoch)
+            sealed.unlink(missing_ok=True)
+            if copies is not None:
+                copies.drop(sealed)
             paths.salvage_path(self.store, info.ledger_id).unlink(missing_ok=True)
 
     def _sealed_ledger(self, ledger_id: int) -> AbstractContextManager[SealedLedger]:
@@ -1012,14 +1039,16 @@ def _seal(
     fault_hook: Callable[[str], None] | None = None,
     fence: Callable[[Session], None] | None = None,
     epoch: int = 0,
+    keep: Callable[[StoragePath, Path], bool] | None = None,
 ) -> LedgerInfo | None:
     """Write ``entries`` (the ledger's from ``first_entry`` on, in order) as its sealed Parquet
     file, after the rows ``writer`` already wrote (entries 0..``writer.rows``-1, which must
     cover those before ``first_entry``), and mark it CLOSED in the metadata; returns its closed
     description (None if its row is gone: a deleted topic). The caller removes the write-ahead
-    file afterwards. ``epoch``: the sealing owner's, which names the file."""
+    file afterwards. ``epoch``: the sealing owner's, which names the file; ``keep``: what
+    may take the uploaded file (the local copies)."""
     if writer is None:
-        writer = SealWriter(paths.sealed_path(store, info.ledger_id, epoch))
+        writer = SealWriter(paths.sealed_path(store, info.ledger_id, epoch), keep=keep)
     if writer.rows < first_entry:
         writer.abandon()
         raise ValueError(f"ledger {info.ledger_id}: entries {writer.rows}..{first_entry - 1} are missing")
@@ -1091,6 +1120,11 @@ def _open_log(
         fsync=settings.fsync,
         fsync_interval_ms=settings.fsync_interval_ms,
     )
+
+
+def _keeper(shared: LedgerResources) -> Callable[[StoragePath, Path], bool] | None:
+    """What takes a sealed ledger's uploaded file: the local copies, if the service keeps any."""
+    return shared.copies.keep if shared.copies is not None else None
 
 
 def _discard(shared: LedgerResources, wal: OpenLog) -> None:

@@ -48,6 +48,13 @@ class Settings(BaseSettings):
         "for every topic together (ledger.row_group_cache); when unset, 256 MiB on object storage and "
         "0 (none: the page cache does it) on a local disk.",
     )
+    local_copies_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        ge=0,
+        description="On object storage: the sealed ledgers this instance uploaded, also kept on its own "
+        "disk (under data_dir/local-copies) for its compaction rounds to read instead of the bucket, "
+        "in bytes, least recently used out first (ledger.local_copies); 0 keeps none.",
+    )
     database_url: str = Field(
         default="", description="SQLAlchemy URL of the metadata store; SQLite under data_dir when empty."
     )

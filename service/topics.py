@@ -380,6 +380,8 @@ class Broker:
         shutil.rmtree(root, ignore_errors=True)
         if store.local != root:
             store.delete_tree()
+        if self.resources.copies is not None:
+            self.resources.copies.drop_tree(store)
 
     def _remove_orphan_dirs(self, existing: set[TopicName]) -> None:
         """A topic deleted in the metadata store whose files a crash left behind (on the local

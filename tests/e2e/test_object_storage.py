@@ -61,11 +61,18 @@ def test_ledgers_live_in_the_bucket_and_survive_a_crash_and_go_with_their_topic(
         assert client.admin.topics.wait_for_compaction(topic, timeout=180).status == "SUCCESS"
 
     # The sealed and compacted ledgers are objects under the topic's prefix; the data dir
-    # keeps only what is local by nature (write-ahead files, the SQLite metadata).
+    # keeps only what is local by nature (write-ahead files, the SQLite metadata) and the
+    # local copies of sealed ledgers, each of an object in the bucket, byte for byte.
     stored = [f.key for f in bucket.list("ledgers/public/default/objects")]
-    assert sum(k.endswith(".parquet") and "/compacted-" not in k for k in stored) >= 4
+    sealed = [k for k in stored if k.endswith(".parquet") and "/compacted-" not in k]
+    assert len(sealed) >= 4
     assert any(k.endswith("/_manifest.json") for k in stored)
-    assert not list(server.data_dir.rglob("*.parquet"))
+    copies = server.data_dir / "local-copies"
+    local = list(server.data_dir.rglob("*.parquet"))
+    assert local and all(f.is_relative_to(copies) for f in local)
+    for f in local:
+        key = next(k for k in sealed if str(f).endswith("/" + k))
+        assert bucket.read(key) == f.read_bytes()
 
     server.kill()  # kill -9: everything acknowledged is in the bucket or a write-ahead file
     server.start()
@@ -93,6 +100,7 @@ def test_ledgers_live_in_the_bucket_and_survive_a_crash_and_go_with_their_topic(
         bucket.at("ledgers/public/default/objects").fs_path, recursive=True, allow_not_found=True
     )
     assert bucket.fs.get_file_info(gone) == []
+    assert not list(server.data_dir.rglob("*.parquet"))  # nor any local copy of its ledgers
 
 
 def _consume(
