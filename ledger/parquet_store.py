@@ -173,6 +173,7 @@ class SealWriter:
         self._keep = keep
         self.rows = 0
         self.usable = True
+        self._unpublished = False  # finished, its file not yet published
         self._tmp = self.path.staging()
         self._row_group_size = row_group_size
         self._chunks: list[pa.Table] = []  # what was written, for the read-back comparison
@@ -193,9 +194,10 @@ class SealWriter:
                 self._abandon()
                 raise
 
-    def finish(self, rest: pa.Table) -> SealInfo:
+    def finish(self, rest: pa.Table, *, publish: bool = True) -> SealInfo:
         """Append ``rest`` (the ledger's last entries, from ``rows``), then make the file
-        durable, compare it with every row written and move it into place."""
+        durable, compare it with every row written and (unless ``publish`` is False: then
+        :meth:`publish` does, later, perhaps on another thread) move it into place."""
         with self._lock:
             self._check(rest)
             try:
@@ -205,12 +207,25 @@ class SealWriter:
                 self._sink.spill(sync=True)
                 table = pa.concat_tables(self._chunks) if self._chunks else ARROW_SCHEMA.empty_table()
                 checksum, size = verify_written(self._tmp, table, name=str(self.path))
-                self.path.publish(self._tmp, synced=True, keep=self._keep)
-                self.usable = False
+                self._chunks.clear()
+                self.usable = False  # takes no more rows: what is left is its publication
+                self._unpublished = True
             except BaseException:
                 self._abandon()
                 raise
-            return SealInfo(entries=self.rows, file_bytes=size, checksum=checksum)
+        if publish:
+            self.publish()
+        return SealInfo(entries=self.rows, file_bytes=size, checksum=checksum)
+
+    def publish(self) -> None:
+        """Move the finished file into place: a rename on a local disk, an upload to object
+        storage. The staged file is gone afterwards, published or not (unless the local
+        copies took it)."""
+        with self._lock:
+            if not self._unpublished:
+                raise RuntimeError(f"{self.path.name} is not finished, or was published or abandoned")
+            self._unpublished = False
+        self.path.publish(self._tmp, synced=True, keep=self._keep)
 
     def abandon(self) -> None:
         """Drop the writer and its temporary file (the ledger is sealed from the start instead)."""
@@ -239,6 +254,9 @@ class SealWriter:
                 self._writer.close()
             self._chunks.clear()
             unstage(self._tmp)  # what made it fail may stop this too: best effort
+        elif self._unpublished:  # finished, never published
+            self._unpublished = False
+            unstage(self._tmp)
 
 
 def verify_written(path: Path, table: pa.Table, *, name: str | None = None) -> tuple[str, int]:

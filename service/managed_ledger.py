@@ -51,7 +51,7 @@ from ledger.entry import Entry, Position, Record
 from ledger.file_cache import FileCache
 from ledger.local_copies import LocalCopies
 from ledger.open_log import OpenLog
-from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealWriter
+from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealInfo, SealWriter
 from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import records_to_table
 from ledger.storage import StoragePath, as_storage_path
@@ -82,6 +82,8 @@ class LedgerResources:
     sealed-ledger files, the seal backlog, and the record of descriptor exhaustion."""
 
     sealer: Executor
+    # Publishes (renames, uploads) and commits what the sealer wrote, in order.
+    publisher: Executor
     files: FileCache[tuple[Path, int], SealedLedger]  # by (topic directory, ledger id)
     backlog: SealBacklog
     exhaustion: ExhaustionLog = field(default_factory=ExhaustionLog)
@@ -92,7 +94,12 @@ class LedgerResources:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, sealer: Executor, max_open_files: int, wal: ObjectWal | None = None
+        cls,
+        settings: Settings,
+        sealer: Executor,
+        publisher: Executor,
+        max_open_files: int,
+        wal: ObjectWal | None = None,
     ) -> LedgerResources:
         copies = None
         if not settings.ledger_storage().local and settings.local_copies_bytes > 0:
@@ -101,6 +108,7 @@ class LedgerResources:
             wal=wal,
             copies=copies,
             sealer=sealer,
+            publisher=publisher,
             files=FileCache(
                 max_open=max_open_files,
                 max_bytes=settings.ledger_read_cache_bytes,
@@ -610,6 +618,9 @@ class ManagedLedger:
         cache_bytes: int = 0,
         ahead: _Ahead | None = None,
     ) -> None:
+        """The sealer's step of a sealing: the file written and checked. Its publication and
+        commit go to the publisher thread, so that the sealer writes the next ledger's file
+        while this one uploads (on object storage an upload is most of a sealing's wait)."""
         try:
             if self._closed:
                 if ahead is not None and ahead.writer is not None:
@@ -628,18 +639,38 @@ class ManagedLedger:
                 entries: Sequence[Record] | Sequence[Entry] = cache
             else:
                 entries, start = wal.read_all(), 0
-            closed = _seal(
-                self._db,
+            finished = _seal_file(
                 self.store,
                 info,
-                wal,
                 entries,
                 first_entry=start,
                 writer=writer,
-                fault_hook=self.fault_hook,
-                fence=self.fence,
                 epoch=self.epoch,
                 keep=self._keep_copy,
+            )
+        except Exception as e:
+            self._seal_failed(info, e)
+            return
+        finally:
+            # The records go back to the shared budget once the first attempt is over: a retry
+            # reads them back from the write-ahead file.
+            self._backlog.refund_cache(cache_bytes)
+        try:
+            # One publisher thread: ledgers are published and committed in the order sealed.
+            self._shared.publisher.submit(self._publish_in_background, info, wal, finished)
+        except RuntimeError as e:  # the service stops: the next start seals it again
+            finished.writer.abandon()
+            self._seal_failed(info, e)
+
+    def _publish_in_background(self, info: LedgerInfo, wal: OpenLog, finished: _Finished) -> None:
+        """The publisher's step of a sealing: the file published, the ledger marked CLOSED,
+        its write-ahead log discarded."""
+        try:
+            if self._closed:
+                finished.writer.abandon()
+                return
+            closed = _publish_seal(
+                self._db, info, wal, finished, fault_hook=self.fault_hook, fence=self.fence, epoch=self.epoch
             )
             with self._lock:
                 if closed is not None:
@@ -651,30 +682,33 @@ class ManagedLedger:
                 self._sealed_cv.notify_all()
             self._backlog.release(self.topic_id)
         except Exception as e:
-            if self._closed:
-                return  # the topic was deleted or the service stopped under it
-            if is_descriptor_exhaustion(e):
-                self._shared.exhaustion.note(f"sealing ledger {info.ledger_id}", e)
-            with self._lock:
-                attempt = self._seal_attempts.get(info.ledger_id, 0) + 1
-                self._seal_attempts[info.ledger_id] = attempt
-                self._seal_errors[info.ledger_id] = e
-                self._sealed_cv.notify_all()
-            delay = min(SEAL_RETRY_MAX_S, SEAL_RETRY_S * 2 ** (attempt - 1))
-            log.exception(
-                "sealing ledger %s failed (attempt %d); it stays readable from its write-ahead log, "
-                "trying again in %g s",
-                info.ledger_id,
-                attempt,
-                delay,
-            )
-            timer = threading.Timer(delay, self._retry_seal, args=(info.ledger_id,))
-            timer.daemon = True
-            timer.start()
-        finally:
-            # The records go back to the shared budget once the first attempt is over: a retry
-            # reads them back from the write-ahead file.
-            self._backlog.refund_cache(cache_bytes)
+            finished.writer.abandon()  # its staged file, if the publication never began
+            self._seal_failed(info, e)
+
+    def _seal_failed(self, info: LedgerInfo, e: Exception) -> None:
+        """A sealing attempt failed: recorded (``wait_sealed`` raises it) and tried again with
+        back-off; the ledger stays readable from its write-ahead log meanwhile."""
+        if self._closed:
+            return  # the topic was deleted or the service stopped under it
+        if is_descriptor_exhaustion(e):
+            self._shared.exhaustion.note(f"sealing ledger {info.ledger_id}", e)
+        with self._lock:
+            attempt = self._seal_attempts.get(info.ledger_id, 0) + 1
+            self._seal_attempts[info.ledger_id] = attempt
+            self._seal_errors[info.ledger_id] = e
+            self._sealed_cv.notify_all()
+        delay = min(SEAL_RETRY_MAX_S, SEAL_RETRY_S * 2 ** (attempt - 1))
+        log.exception(
+            "sealing ledger %s failed (attempt %d); it stays readable from its write-ahead log, "
+            "trying again in %g s",
+            info.ledger_id,
+            attempt,
+            delay,
+            exc_info=e,
+        )
+        timer = threading.Timer(delay, self._retry_seal, args=(info.ledger_id,))
+        timer.daemon = True
+        timer.start()
 
     def _retry_seal(self, ledger_id: int) -> None:
         try:
@@ -1046,14 +1080,58 @@ def _seal(
     cover those before ``first_entry``), and mark it CLOSED in the metadata; returns its closed
     description (None if its row is gone: a deleted topic). The caller removes the write-ahead
     file afterwards. ``epoch``: the sealing owner's, which names the file; ``keep``: what
-    may take the uploaded file (the local copies)."""
+    may take the uploaded file (the local copies). Both steps, one after the other:
+    :func:`_seal_file` and :func:`_publish_seal`."""
+    finished = _seal_file(
+        store, info, entries, first_entry=first_entry, writer=writer, epoch=epoch, keep=keep
+    )
+    return _publish_seal(db, info, wal, finished, fault_hook=fault_hook, fence=fence, epoch=epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """A ledger's sealed file written, read back and compared, not yet published."""
+
+    writer: SealWriter
+    sealed: SealInfo
+
+
+def _seal_file(
+    store: StoragePath,
+    info: LedgerInfo,
+    entries: Sequence[Record] | Sequence[Entry],
+    *,
+    first_entry: int = 0,
+    writer: SealWriter | None = None,
+    epoch: int = 0,
+    keep: Callable[[StoragePath, Path], bool] | None = None,
+) -> _Finished:
+    """The first step of :func:`_seal`: the file, finished in its staging place."""
     if writer is None:
         writer = SealWriter(paths.sealed_path(store, info.ledger_id, epoch), keep=keep)
     if writer.rows < first_entry:
         writer.abandon()
         raise ValueError(f"ledger {info.ledger_id}: entries {writer.rows}..{first_entry - 1} are missing")
     rest = entries[writer.rows - first_entry :]
-    sealed = writer.finish(records_to_table(info.ledger_id, rest, writer.rows))
+    return _Finished(
+        writer, writer.finish(records_to_table(info.ledger_id, rest, writer.rows), publish=False)
+    )
+
+
+def _publish_seal(
+    db: Database,
+    info: LedgerInfo,
+    wal: OpenLog,
+    finished: _Finished,
+    *,
+    fault_hook: Callable[[str], None] | None = None,
+    fence: Callable[[Session], None] | None = None,
+    epoch: int = 0,
+) -> LedgerInfo | None:
+    """The second step of :func:`_seal`: the file published (renamed, or uploaded), then the
+    ledger marked CLOSED (the commit is what publishes it to readers and rounds)."""
+    finished.writer.publish()
+    sealed = finished.sealed
     if fault_hook:
         fault_hook("sealed")
     closed = LedgerInfo(

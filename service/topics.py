@@ -126,6 +126,8 @@ class Broker:
         self._owner_thread: threading.Thread | None = None
         # Seals rolled-over ledgers to Parquet off the produce path, one at a time.
         self._sealer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-sealer")
+        # Publishes (uploads) and commits what the sealer wrote, while it writes the next.
+        self._publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-publisher")
         # Sized from the descriptor limit as it is now: the service raises it before this.
         max_files = ledger_file_budget(settings.max_open_ledger_files, descriptor_limit())
         if max_files < settings.max_open_ledger_files:
@@ -140,7 +142,9 @@ class Broker:
             ObjectWal(db=db, storage=self.storage, settings=settings) if settings.wal == "object" else None
         )
         self._wal_swept_at = 0.0
-        self.resources = LedgerResources.from_settings(settings, self._sealer, max_files, self.object_wal)
+        self.resources = LedgerResources.from_settings(
+            settings, self._sealer, self._publisher, max_files, self.object_wal
+        )
         # Hot row groups of every topic's ledgers, one cache for the process (object storage:
         # what a read would otherwise request again; none on a local disk by default).
         row_group_cache.shared().resize(settings.row_group_cache_bytes())
@@ -350,6 +354,7 @@ class Broker:
         if self._owner_thread is not None:
             self._owner_thread.join()
         self._sealer.shutdown(wait=True)  # finish sealing what was rolled over
+        self._publisher.shutdown(wait=True)  # ... and publishing it (the sealer hands it over)
         with self._lock:
             for topic in self._topics.values():
                 topic.ledger.close()
