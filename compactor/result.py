@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ledger.compacted_store import Manifest
@@ -40,6 +41,9 @@ class CompactionJob:
     # of its stored rows; otherwise it consolidates every layer into a new base (0: always).
     max_deltas: int = 8
     consolidation_ratio: float = 0.5
+    # Files of the previous compacted ledger (key indexes, deletion vectors) to read from a
+    # local copy instead, by the object's name (``str``): the service's verified copies.
+    local_copies: Mapping[str, StoragePath] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Frozen: the coerced values are set as the dataclass's own __init__ sets them.

@@ -243,6 +243,12 @@ def _may_hold_new_rows(job: CompactionJob, bounds: IdBounds | None) -> bool:
     return lo <= job.horizon and (after is None or hi > after)
 
 
+def _copy_or(job: CompactionJob, path: StoragePath) -> StoragePath:
+    """The local copy the job names for ``path`` (a file of the previous compacted ledger), or
+    ``path`` itself."""
+    return job.local_copies.get(str(path), path)
+
+
 def _footer(path: StoragePath) -> tuple[pq.FileMetaData, int]:
     """A Parquet file's footer and its size in bytes, from one opening of the file."""
     with path.open() as f:
@@ -521,7 +527,7 @@ class TwoPhaseCompactor:
         root = job.previous_compacted.parent  # type: ignore[union-attr]
         return tuple(
             arrow_phases.IndexedPart(
-                keys=root / layer.dir / part.keys,  # type: ignore[operator]
+                keys=_copy_or(job, root / layer.dir / part.keys),  # type: ignore[operator]
                 layer=i,
                 first_row=start,
                 rows=part.rows,
@@ -548,7 +554,9 @@ class TwoPhaseCompactor:
                 return layer
             if layer.deletes is not None:
                 vector = deletion_vectors.read(
-                    root / layer.deletes.dir / layer.deletes.name, layer.rows, checksum=layer.deletes.checksum
+                    _copy_or(job, root / layer.deletes.dir / layer.deletes.name),
+                    layer.rows,
+                    checksum=layer.deletes.checksum,
                 )
             else:
                 vector = deletion_vectors.empty(layer.rows)
@@ -676,7 +684,7 @@ class TwoPhaseCompactor:
         if delta:
             bytes_in = sum(inputs.size(p) for p in inputs.originals)
             keys = [p.keys for p in indexed]
-            at_once = bool(keys) and keys[0].local is None
+            at_once = any(k.local is None for k in keys)
             bytes_in += sum(prefetch.each(StoragePath.size, keys, at_once=at_once))
         else:
             bytes_in = inputs.bytes_in

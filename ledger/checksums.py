@@ -124,6 +124,18 @@ def verify_file(
         raise IntegrityError(path, FILE_CHECKSUM, f"recorded {expected}, the file has {actual}")
 
 
+def read_verified(path: StoragePath, expected: str) -> bytes:
+    """The whole file at ``path`` (one read: a single request on object storage), if its
+    checksum is ``expected``; :class:`IntegrityError` as :func:`verify_file` raises it if not."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise IntegrityError(path, MISSING, "the file is gone") from None
+    if (actual := crc32c_bytes(data)) != expected:
+        raise IntegrityError(path, FILE_CHECKSUM, f"recorded {expected}, the file has {actual}")
+    return data
+
+
 class Throttle:
     """Keeps a reader under ``bytes_per_second`` (0: no limit) by sleeping after reads."""
 

@@ -56,7 +56,7 @@ class LocalCopies:
         self._lock = threading.Lock()
 
     @property
-    def bytes(self) -> int:
+    def total_bytes(self) -> int:
         with self._lock:
             return self._bytes
 
@@ -84,10 +84,25 @@ class LocalCopies:
             self._bytes -= self._sizes.pop(name, 0)
             self._sizes[name] = size
             self._bytes += size
-            gone = self._evict_locked()
-        for old in gone:
-            self._unlink(old)
+            self._evict_locked()
         return True
+
+    def keep_bytes(self, path: StoragePath, data: bytes) -> bool:
+        """Take ``data`` (an object's whole bytes, just read and verified) as ``path``'s copy;
+        False if it is not kept."""
+        if path.local is not None or len(data) > self.max_bytes:
+            return False
+        target = self._file(path.fs_path)
+        part = target.with_name(f"{target.name}.{threading.get_ident()}.copying")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            part.write_bytes(data)
+        except OSError as e:
+            log.warning("not keeping a local copy of %s: %s", path, e)
+            with contextlib.suppress(OSError):
+                part.unlink()
+            return False
+        return self.keep(path, part)
 
     def lease(self, path: StoragePath) -> StoragePath | None:
         """``path``'s copy as a local file (None if there is none), held until :meth:`release`."""
@@ -106,9 +121,7 @@ class LocalCopies:
             self._leases[name] -= 1
             if self._leases[name] <= 0:
                 del self._leases[name]
-            gone = self._evict_locked()
-        for old in gone:
-            self._unlink(old)
+            self._evict_locked()
 
     def holds(self, path: Path | StoragePath) -> bool:
         """Whether ``path`` (a local file, as an error names it) is one of the copies."""
@@ -125,28 +138,26 @@ class LocalCopies:
             name = str(Path(str(local)).absolute().relative_to(self.directory))
         with self._lock:
             self._bytes -= self._sizes.pop(name, 0)
-        self._unlink(name)
+            self._unlink(name)
 
     def drop_tree(self, directory: StoragePath) -> None:
         """Forget the copies of every object under ``directory`` (a deleted topic's)."""
         prefix = directory.fs_path.rstrip("/") + "/"
         with self._lock:
-            gone = [name for name in self._sizes if name.startswith(prefix)]
-            for name in gone:
+            for name in [name for name in self._sizes if name.startswith(prefix)]:
                 self._bytes -= self._sizes.pop(name)
-        for name in gone:
-            self._unlink(name)
+                self._unlink(name)
 
-    def _evict_locked(self) -> list[str]:
-        gone: list[str] = []
+    def _evict_locked(self) -> None:
+        # Files go under the lock: a copy kept again under the same name meanwhile must not
+        # lose its new file to the eviction of the old one.
         for name in list(self._sizes):
             if self._bytes <= self.max_bytes:
                 break
             if self._leases.get(name):
                 continue
             self._bytes -= self._sizes.pop(name)
-            gone.append(name)
-        return gone
+            self._unlink(name)
 
     def _file(self, name: str) -> Path:
         return self.directory / name

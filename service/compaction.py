@@ -35,9 +35,10 @@ from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.progress import COMMIT, ProgressSnapshot, RoundProgress
 from compactor.spark import local_cores
 from ledger import paths, prefetch
-from ledger.checksums import IntegrityError, crc32c_bytes, verify_file
+from ledger.checksums import IntegrityError, crc32c_bytes, read_verified, verify_file
 from ledger.compacted_store import MANIFEST_NAME, Manifest
 from ledger.entry import Position
+from ledger.local_copies import LocalCopies
 from ledger.storage import StoragePath
 from service import models
 from service.clock import now_ms
@@ -544,8 +545,9 @@ class CompactionService:
                 self._observe(topic, started)
                 return None
             previous_horizon = previous.horizon if previous else None
-            sealed = self._verified_inputs(topic, previous, previous_horizon, horizon)
-            sealed, copies = self._local_copies(sealed)
+            layer_copies: dict[str, StoragePath] = {}
+            sealed = self._verified_inputs(topic, previous, previous_horizon, horizon, layer_copies, copies)
+            sealed = self._local_copies(sealed, copies)
             new_ledger_id = self._allocate_ledger(topic)
             job = CompactionJob(
                 topic_root=topic.ledger.store,
@@ -561,6 +563,7 @@ class CompactionService:
                 now_ms=now,
                 max_deltas=self.broker.settings.compaction_max_deltas,
                 consolidation_ratio=self.broker.settings.compaction_consolidation_ratio,
+                local_copies=layer_copies,
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
             self._release_copies(copies)
@@ -577,24 +580,28 @@ class CompactionService:
         finally:
             self._release_copies(p.copies)
 
-    def _local_copies(
-        self, sealed: list[tuple[int, StoragePath]]
-    ) -> tuple[list[tuple[int, StoragePath]], list[StoragePath]]:
-        """The round's inputs, each sealed ledger this instance keeps a local copy of read from
-        that copy (``ledger.local_copies``), and the copies leased for the round. Only with
-        Spark in local mode: its executors are on this machine; a cluster's read the bucket."""
+    def _copies(self) -> LocalCopies | None:
+        """The local copies a round may read: only with Spark in local mode (its executors are
+        on this machine; a cluster's read the bucket)."""
         copies = self.broker.resources.copies
-        if copies is None or local_cores(self.broker.settings.spark_master) is None:
-            return sealed, []
+        return copies if local_cores(self.broker.settings.spark_master) is not None else None
+
+    def _local_copies(
+        self, sealed: list[tuple[int, StoragePath]], leased: list[StoragePath]
+    ) -> list[tuple[int, StoragePath]]:
+        """The round's inputs, each sealed ledger this instance keeps a local copy of read from
+        that copy (``ledger.local_copies``); the copies leased for the round go into ``leased``."""
+        copies = self._copies()
+        if copies is None:
+            return sealed
         out: list[tuple[int, StoragePath]] = []
-        leased: list[StoragePath] = []
         for ledger_id, path in sealed:
             copy = copies.lease(path)
             if copy is not None:
                 leased.append(copy)
                 path = copy
             out.append((ledger_id, path))
-        return out, leased
+        return out
 
     def _release_copies(self, leased: list[StoragePath]) -> None:
         copies = self.broker.resources.copies
@@ -679,6 +686,8 @@ class CompactionService:
         previous: CompactedView | None,
         previous_horizon: Position | None,
         horizon: Position,
+        layer_copies: dict[str, StoragePath],
+        leased: list[StoragePath],
     ) -> list[tuple[int, StoragePath]]:
         """The round's original ledgers as (ledger id, file to read), each file's whole-file
         CRC32C verified against the metadata's unless it was verified since the service started
@@ -686,11 +695,13 @@ class CompactionService:
         compacted ledger's manifest against its checksum. Page checksums guard every page the
         round decodes either way; the whole-file check also covers footers and page headers.
         A damaged ledger whose loss no one accepted stops the round (``RoundDamaged``); one
-        whose loss was accepted is read from the verified copy of its intact rows."""
+        whose loss was accepted is read from the verified copy of its intact rows. The previous
+        ledger's files verified from local copies go into ``layer_copies`` (the copies leased
+        into ``leased``)."""
         if previous is not None:
             try:
                 manifest = Manifest.load(previous.directory, checksum=previous.checksum)
-                self._verify_layer_files(previous, manifest)
+                layer_copies.update(self._verify_layer_files(previous, manifest, leased))
             except IntegrityError as e:
                 self._drop_damaged_view(topic, e, ledger_id=previous.ledger_id, view=previous)
                 raise RoundDamaged(self._repair_line(topic, e, previous.ledger_id)) from e
@@ -721,19 +732,35 @@ class CompactionService:
             out.append((info.ledger_id, path))
         return out
 
-    @staticmethod
-    def _verify_layer_files(previous: CompactedView, manifest: Manifest) -> None:
+    def _verify_layer_files(
+        self, previous: CompactedView, manifest: Manifest, leased: list[StoragePath]
+    ) -> dict[str, StoragePath]:
         """The previous compacted ledger's key indexes and deletion vectors against the CRC32C
         its manifest records, every round: they have no page checksums, and a damaged key index
         or vector would mark the wrong rows dead, silently. (The pass costs a fraction of the
         probe that reads every key index anyway: CRC32C runs at memory speed.) Its parts need
         no pass here: page checksums guard every page the round decodes (a delta round decodes
-        none)."""
+        none).
+
+        On object storage, with local copies, each file is verified as the copy the round
+        will read (leased into ``leased``): a copy is made of the object's bytes the first
+        time, once they passed; a copy that fails is dropped and the object verified instead.
+        Returns the copies by object name."""
         root = previous.directory.parent
         checked = manifest.checked_files()
         files = [(f.path(root), f.checksum) for f in checked if f.size is None and f.checksum]  # not parts
-        # On object storage a request each: all at once (the first damage in manifest order is raised).
-        prefetch.each(lambda file: verify_file(*file), files, at_once=root.local is None)
+        copies = self._copies() if root.local is None else None
+        if copies is None:
+            # On object storage a request each: all at once (the first damage in manifest order is raised).
+            prefetch.each(lambda file: verify_file(*file), files, at_once=root.local is None)
+            return {}
+        found = prefetch.each(lambda file: _verified_copy(copies, *file), files, at_once=True)
+        out: dict[str, StoragePath] = {}
+        for (path, _), copy in zip(files, found, strict=True):
+            if copy is not None:
+                leased.append(copy)
+                out[str(path)] = copy
+        return out
 
     def _salvage_checksum(self, ledger_id: int) -> str | None:
         with self.db.session() as s:
@@ -966,3 +993,20 @@ class CompactionService:
             run.finished_at = now_ms()
             if horizon is not None:
                 run.horizon_ledger, run.horizon_entry = horizon.ledger_id, horizon.entry_id
+
+
+def _verified_copy(copies: LocalCopies, path: StoragePath, checksum: str) -> StoragePath | None:
+    """``path`` (an object) verified against ``checksum`` as its local copy, leased (made from
+    the object's bytes if there is none); None when no copy could be kept, the object verified
+    all the same. ``IntegrityError`` when the object fails."""
+    copy = copies.lease(path)
+    if copy is not None:
+        try:
+            verify_file(copy, checksum)
+            return copy
+        except IntegrityError as e:  # the copy, not the ledger: the object decides
+            log.warning("dropping a damaged local copy: %s", e)
+            copies.release(copy)
+            copies.drop(copy)
+    copies.keep_bytes(path, read_verified(path, checksum))
+    return copies.lease(path)

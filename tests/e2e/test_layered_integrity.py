@@ -25,6 +25,9 @@ ENV = {
     "COMPACTOR_MAX_ENTRIES_PER_LEDGER": str(PER_LEDGER),
     # No background scrub: each test decides who meets the damage first.
     "COMPACTOR_SCRUB_INTERVAL_SECONDS": "0",
+    # Rounds here meet the damage in the objects themselves, never in a verified local copy
+    # (tests/service/test_local_copies.py has those).
+    "COMPACTOR_LOCAL_COPIES_BYTES": "0",
 }
 
 

@@ -38,7 +38,7 @@ def test_a_kept_file_is_the_object_s_copy_until_it_is_dropped(tmp_path: Path) ->
     assert copies.lease(obj("t/ns/x/2.parquet")) is None
     copies.drop(obj("t/ns/x/1.parquet"))
     assert copies.lease(obj("t/ns/x/1.parquet")) is None and not copy.local.exists()
-    assert copies.bytes == 0
+    assert copies.total_bytes == 0
 
 
 def test_the_least_recently_used_leave_first_but_never_a_leased_one(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_the_least_recently_used_leave_first_but_never_a_leased_one(tmp_path: Pa
     assert held is not None
     assert copies.keep(obj("3"), staged(tmp_path, "3", 100))
     assert copies.lease(obj("2")) is None  # the least recently used went
-    assert copies.bytes == 200
+    assert copies.total_bytes == 200
     assert copies.keep(obj("4"), staged(tmp_path, "4", 100))
     # Over the bound only while "1" is held; it goes once let go ("3" went meanwhile).
     assert copies.lease(obj("3")) is None
@@ -57,7 +57,7 @@ def test_the_least_recently_used_leave_first_but_never_a_leased_one(tmp_path: Pa
     copies.release(held)
     copies.keep(obj("5"), staged(tmp_path, "5", 100))
     assert copies.lease(obj("1")) is None and not held.local.exists()
-    assert copies.bytes <= 250
+    assert copies.total_bytes <= 250
 
 
 def test_what_does_not_fit_or_is_not_an_object_is_not_kept(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_what_does_not_fit_or_is_not_an_object_is_not_kept(tmp_path: Path) -> No
     assert big.exists()  # the caller removes it
     local = open_storage(str(tmp_path / "root")).at("x.parquet")
     assert not copies.keep(local, staged(tmp_path, "small", 10))
-    assert copies.bytes == 0
+    assert copies.total_bytes == 0
 
 
 def test_a_deleted_topic_s_copies_go(tmp_path: Path) -> None:
