@@ -45,6 +45,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from compactor.spark import local_cores
 from ledger import paths
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, Position, Record
@@ -102,7 +103,13 @@ class LedgerResources:
         wal: ObjectWal | None = None,
     ) -> LedgerResources:
         copies = None
-        if not settings.ledger_storage().local and settings.local_copies_bytes > 0:
+        # Kept only where they are read: by rounds whose Spark runs in local mode, on this
+        # machine (a cluster's executors read the bucket, and copies would only fill the disk).
+        if (
+            not settings.ledger_storage().local
+            and settings.local_copies_bytes > 0
+            and local_cores(settings.spark_master) is not None
+        ):
             copies = LocalCopies(settings.data_dir / "local-copies", settings.local_copies_bytes)
         return cls(
             wal=wal,

@@ -51,9 +51,10 @@ class Settings(BaseSettings):
     local_copies_bytes: int = Field(
         default=1024 * 1024 * 1024,
         ge=0,
-        description="On object storage: the sealed ledgers this instance uploaded, also kept on its own "
-        "disk (under data_dir/local-copies) for its compaction rounds to read instead of the bucket, "
-        "in bytes, least recently used out first (ledger.local_copies); 0 keeps none.",
+        description="On object storage with Spark in local mode: the sealed ledgers this instance "
+        "uploaded (and the older layers' files its delta rounds verified), also kept on its own disk "
+        "(under data_dir/local-copies) for its compaction rounds to read instead of the bucket, in "
+        "bytes, least recently used out first (ledger.local_copies); 0 keeps none.",
     )
     database_url: str = Field(
         default="", description="SQLAlchemy URL of the metadata store; SQLite under data_dir when empty."
