@@ -1,4 +1,6 @@
-"""Local copies of the sealed ledgers an instance uploaded to object storage.
+"""Local copies of objects an instance's compaction rounds read: the sealed ledgers it
+uploaded, and the older compacted layers' key indexes and deletion vectors its delta rounds
+downloaded to verify.
 
 What it is for: on object storage an instance writes each sealed ledger to its own disk first
 (the staging file it uploads). Keeping that file after the upload, instead of deleting it,
@@ -14,7 +16,7 @@ Invariants:
   a copy is taken only of a file that was uploaded whole and read back equal to its records;
 * copies weigh at most ``max_bytes`` in all; the least recently used leave first, but never
   one a round holds (:meth:`LocalCopies.lease`), so a round never finds its file gone;
-* copies are disposable: the directory is emptied when the service starts, and a copy lost
+* copies are disposable: a start-up removes what a process no longer running left, and a copy lost
   loses nothing (the object is the ledger). A round that meets a damaged copy drops it and
   the next round reads the object.
 """

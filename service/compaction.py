@@ -33,7 +33,6 @@ from sqlalchemy import select
 
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.progress import COMMIT, ProgressSnapshot, RoundProgress
-from compactor.spark import local_cores
 from ledger import paths, prefetch
 from ledger.checksums import IntegrityError, crc32c_bytes, read_verified, verify_file
 from ledger.compacted_store import MANIFEST_NAME, Manifest
@@ -116,7 +115,8 @@ class _Pending:
     progress: RoundProgress
     rolled: float  # time.monotonic() when the open ledger was rolled over and sealed
     prepared: float  # ... and when the inputs were verified and the job made
-    # The local copies of sealed ledgers the round reads (leased until it is over).
+    # The local copies the round reads, sealed ledgers and older layers' files (leased until
+    # it is over).
     copies: list[StoragePath] = field(default_factory=list)
 
     def timings(self, spark_done: float, committed: float) -> str:
@@ -580,18 +580,12 @@ class CompactionService:
         finally:
             self._release_copies(p.copies)
 
-    def _copies(self) -> LocalCopies | None:
-        """The local copies a round may read: only with Spark in local mode (its executors are
-        on this machine; a cluster's read the bucket)."""
-        copies = self.broker.resources.copies
-        return copies if local_cores(self.broker.settings.spark_master) is not None else None
-
     def _local_copies(
         self, sealed: list[tuple[int, StoragePath]], leased: list[StoragePath]
     ) -> list[tuple[int, StoragePath]]:
         """The round's inputs, each sealed ledger this instance keeps a local copy of read from
         that copy (``ledger.local_copies``); the copies leased for the round go into ``leased``."""
-        copies = self._copies()
+        copies = self.broker.resources.copies
         if copies is None:
             return sealed
         out: list[tuple[int, StoragePath]] = []
@@ -749,7 +743,7 @@ class CompactionService:
         root = previous.directory.parent
         checked = manifest.checked_files()
         files = [(f.path(root), f.checksum) for f in checked if f.size is None and f.checksum]  # not parts
-        copies = self._copies() if root.local is None else None
+        copies = self.broker.resources.copies if root.local is None else None
         if copies is None:
             # On object storage a request each: all at once (the first damage in manifest order is raised).
             prefetch.each(lambda file: verify_file(*file), files, at_once=root.local is None)
