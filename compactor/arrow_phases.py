@@ -40,9 +40,11 @@ or an S3-compatible bucket (a task opens the storage once per process, see ``ope
 What differs is how a file is put in place: on a local disk a task writes under a name of its
 own in the scratch directory and renames it into place (parts and key indexes fsynced first);
 on object storage a part and its key index are written to a local staging file and uploaded,
-and a scratch file (a partial, a probe's dead rows) is spooled and uploaded, each whole or not
-at all. Reads differ too: partials and key indexes are memory-mapped on a local disk, and
-read whole, in one request each, from object storage (Parquet files by ranges on both).
+and a partial is spooled and uploaded, each whole or not at all. Reads differ too: partials
+and key indexes are memory-mapped on a local disk, and read whole, in one request each, from
+object storage (Parquet files by ranges on both). What the driver needs of the tasks' work
+-- the parts' manifest lines on object storage, a delta round's dead rows -- comes back as
+the tasks' results (:class:`TaskResult`), not through files.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import io
 import json
 import os
 import threading
@@ -59,7 +60,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -99,7 +100,7 @@ from ledger.storage import StoragePath, unstage
 
 T = TypeVar("T")
 
-WRITTEN_DDL = "part INT, rows BIGINT"
+WRITTEN_DDL = "part INT, rows BIGINT, described STRING"
 LABEL, ID = "label", "id"
 
 # Columns of a partial (phase one's output per group).
@@ -117,9 +118,6 @@ _CHUNK_BYTES = 32 * 1024 * 1024
 # at most this many, of at most this many bytes in all (one at least).
 _OPEN_AHEAD = 8
 _OPEN_AHEAD_BYTES = 64 * 1024 * 1024
-# A part's manifest line, as its task wrote it into the round's scratch directory (object
-# storage only: see _PartWriter._described).
-DESCRIBED_SUFFIX = ".described.json"
 # Fold the running per-key winners with the rows read since, past this many rows.
 _FOLD_ROWS = 2_000_000
 # Below this many ids per row of a chunk's id span, a kept-row mask is a bitmap over the span
@@ -517,9 +515,6 @@ class RoundPlan:
     def partial_path(self, group: int) -> StoragePath:
         return self.scratch_dir / f"partial-{group:05d}.arrow"
 
-    def dead_path(self, share: int) -> StoragePath:
-        return self.scratch_dir / f"dead-{share:05d}.npz"
-
     def part_path(self, group: int) -> StoragePath:
         return self.out_dir / f"part-{group:05d}.parquet"
 
@@ -528,6 +523,38 @@ class RoundPlan:
         local = self.out_dir.local
         if local is not None:
             local.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What the tasks of a round hand back to the driver, through Spark's own task results:
+    a few numbers and, in a delta round, row numbers -- never rows. The rows read and
+    written; the longest phase one of a task (seconds); on object storage the manifest lines
+    of the parts written (``PartInfo``, made from the staging files, so that the driver need
+    not read the parts and their indexes back); and the older layers' rows a delta round's
+    probe found dead, by layer (each share probes its own rows: no row is found twice)."""
+
+    rows_read: int = 0
+    rows_written: int = 0
+    phase_one_s: float = 0.0
+    parts: tuple[PartInfo, ...] = ()
+    dead: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @staticmethod
+    def of(results: Iterable[TaskResult]) -> TaskResult:
+        """The results of several tasks as one."""
+        done = list(results)
+        found: dict[int, list[np.ndarray]] = {}
+        for r in done:
+            for layer, rows in r.dead.items():
+                found.setdefault(layer, []).append(rows)
+        return TaskResult(
+            rows_read=sum(r.rows_read for r in done),
+            rows_written=sum(r.rows_written for r in done),
+            phase_one_s=max((r.phase_one_s for r in done), default=0.0),
+            parts=tuple(p for r in done for p in r.parts),
+            dead={layer: np.concatenate(rows) if len(rows) > 1 else rows[0] for layer, rows in found.items()},
+        )
 
 
 # ---------------------------------------------------------------------------- phase one
@@ -845,6 +872,8 @@ class _PartWriter:
         # The ids of the first and the last row written.
         self._first: Position | None = None
         self._last: Position | None = None
+        # On object storage, once closed: the part's manifest line (see :meth:`_described`).
+        self.described: PartInfo | None = None
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -899,11 +928,8 @@ class _PartWriter:
             except BaseException:
                 unstage(Path(self._tmp))  # a staging file outside the round's directory too
                 raise
-            if described is not None:
-                # After the part and its index: a description names only files that are there.
-                (self.scratch_dir / f"{self.path.name}{DESCRIBED_SUFFIX}").write_bytes(
-                    json.dumps(described.to_json()).encode()
-                )
+            # After the part and its index: a description names only files that are there.
+            self.described = described
         return self.rows
 
     def _described(self, keys_checksum: str | None) -> PartInfo | None:
@@ -977,14 +1003,6 @@ class _PartWriter:
             unstage(Path(self._tmp))
 
 
-def described_parts(scratch_dir: StoragePath) -> dict[str, PartInfo]:
-    """The parts' manifest lines their tasks wrote into ``scratch_dir`` (on object storage),
-    by part name; read at once."""
-    found = [f for f in scratch_dir.files() if f.name.endswith(DESCRIBED_SUFFIX)]
-    lines = prefetch.each(lambda f: PartInfo.from_json(json.loads(f.read_bytes())), found)
-    return {info.name: info for info in lines}
-
-
 def _previous_chunks(segments: Iterable[Segment]) -> Iterator[pa.Table]:
     """The rows of consecutive previous-ledger segments (often one row group each), in
     chunks of at least ``_CHUNK_ROWS`` rows but the last: each chunk costs a hash set of the
@@ -1008,11 +1026,12 @@ def write_part(
     wanted: np.ndarray,
     keys: pa.ChunkedArray | None = None,
     superseded: Callable[[pa.ChunkedArray], np.ndarray] | None = None,
-) -> int:
+) -> TaskResult:
     """Write group ``group``'s part: the rows of its segments whose packed id is in ``wanted``
     (sorted), plus the previous compacted ledger's rows kept by key (see
     :func:`_previous_rows_kept`). ``keys``, when given, are the keys of the ``wanted`` rows and
-    the key column is not read again. Returns the rows written."""
+    the key column is not read again. Returns the rows written and, on object storage, the
+    part's manifest line."""
     writer = _PartWriter(
         plan.part_path(group),
         plan.scratch_dir,
@@ -1056,12 +1075,14 @@ def write_part(
     except BaseException:
         writer.abort()
         raise
-    return writer.close()
+    written = writer.close()
+    described = writer.described
+    return TaskResult(rows_written=written, parts=(described,) if described is not None else ())
 
 
-def _write_group(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) -> int:
+def _write_group(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) -> TaskResult:
     """Resolve group ``group``'s winners (its partial ``own`` against the later key sets)
-    and write its part. Returns the rows written."""
+    and write its part (see :func:`write_part`)."""
     winners = _winners(plan, group, own, key_sets)
     wanted = np.asarray(winners.column(P_ID).to_numpy(), dtype=np.int64)
 
@@ -1072,25 +1093,25 @@ def _write_group(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) 
     return write_part(plan, group, wanted, winners.column(P_KEY), superseded)
 
 
-def group_write(plan: RoundPlan, group: int) -> int:
+def group_write(plan: RoundPlan, group: int) -> TaskResult:
     """Runs in a task: phase two of group ``group`` from the partials phase one wrote, beside
-    the task's share of a delta round's probe (if any). Returns the rows written."""
+    the task's share of a delta round's probe (if any)."""
     key_sets = _partial_keys(plan)
 
-    def write() -> int:
+    def write() -> TaskResult:
         own = _read_partial(plan, group, [P_KEY, P_ID, P_TOMBSTONE] + _publish_time(plan))
         return _write_group(plan, group, own, key_sets)
 
-    written = _beside_probe(plan, group, key_sets, write)
-    return written if written is not None else 0
+    written, dead = _beside_probe(plan, group, key_sets, write)
+    return replace(written or TaskResult(), dead=dead)
 
 
-def phase_two(spark: SparkSession, plan: RoundPlan) -> int:
-    """Write every group's part (one task per group) from the partials; returns the rows
-    written. Tasks write only their own part and read only partials (and, in a delta round,
-    their share of the older layers' key indexes)."""
+def phase_two(spark: SparkSession, plan: RoundPlan) -> TaskResult:
+    """Write every group's part (one task per group) from the partials. Tasks write only
+    their own part and read only partials (and, in a delta round, their share of the older
+    layers' key indexes)."""
     plan.make_out_dir()
-    return sum(_per_group(spark, plan, group_write, plan.tasks))
+    return TaskResult.of(_per_group(spark, plan, group_write, plan.tasks))
 
 
 # ---------------------------------------------------------------------------- one job
@@ -1126,53 +1147,48 @@ def _new_keys(plan: RoundPlan, group: int) -> pa.Array | None:
     return pa.concat_arrays(chunks) if chunks else None
 
 
-def group_round(plan: RoundPlan, group: int) -> tuple[int, int, float]:
+def group_round(plan: RoundPlan, group: int) -> TaskResult:
     """Runs in a task: both phases of group ``group``, computing the later groups' key sets
     from their new segments rather than from partials, beside the task's share of a delta
-    round's probe (if any), which reads the new keys itself rather than wait for phase one.
-    Returns the rows read, the rows written and the seconds phase one took."""
+    round's probe (if any), which reads the new keys itself rather than wait for phase one."""
     new_keys = _cached(functools.partial(_new_keys, plan))  # shared by the task's two threads
 
-    def both() -> tuple[int, int, float]:
+    def both() -> TaskResult:
         t0 = time.perf_counter()
         own, rows_read = _partial(plan, group)
         own_keys = own.column(P_KEY).combine_chunks()
         phase_one_s = time.perf_counter() - t0
         written = _write_group(plan, group, own, lambda h: own_keys if h == group else new_keys(h))
-        return rows_read, written, phase_one_s
+        return replace(written, rows_read=rows_read, phase_one_s=phase_one_s)
 
-    done = _beside_probe(plan, group, new_keys, both)
-    return done if done is not None else (0, 0, 0.0)
+    done, dead = _beside_probe(plan, group, new_keys, both)
+    return replace(done or TaskResult(), dead=dead)
 
 
-def _beside_probe(plan: RoundPlan, group: int, key_sets: KeySets, work: Callable[[], T]) -> T | None:
-    """``work()``, the task's own group's, while the task's share of a delta round's probe (if
-    it has one) runs on a thread of its own; None for a task that only probes. Both spend
-    their time in pyarrow's kernels, which release the GIL, so a small delta round's task (one
-    group, often the round's only task) keeps two cores busy instead of one."""
+def _beside_probe(
+    plan: RoundPlan, group: int, key_sets: KeySets, work: Callable[[], T]
+) -> tuple[T | None, dict[int, np.ndarray]]:
+    """``work()``, the task's own group's (None for a task that only probes), while the
+    task's share of a delta round's probe (if it has one) runs on a thread of its own, and
+    the rows that share found dead. Both spend their time in pyarrow's kernels, which release
+    the GIL, so a small delta round's task (one group, often the round's only task) keeps two
+    cores busy instead of one."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as side:
         probing = side.submit(_probe_all, plan, group, key_sets) if group < plan.probe_tasks else None
         done = work() if group < len(plan.groups) else None
-        if probing is not None:
-            probing.result()
-    return done
+        dead = probing.result() if probing is not None else {}
+    return done, dead
 
 
-def _probe_all(plan: RoundPlan, share: int, key_sets: KeySets) -> None:
+def _probe_all(plan: RoundPlan, share: int, key_sets: KeySets) -> dict[int, np.ndarray]:
     """:func:`probe` of share ``share`` against every group's new keys."""
-    probe(plan, share, [k for h in range(len(plan.groups)) if (k := key_sets(h)) is not None])
+    return probe(plan, share, [k for h in range(len(plan.groups)) if (k := key_sets(h)) is not None])
 
 
-def both_phases(spark: SparkSession, plan: RoundPlan) -> tuple[int, int, float]:
-    """Both phases in one job (one task per group): rows read, rows written, and the longest
-    phase one of a task in seconds."""
+def both_phases(spark: SparkSession, plan: RoundPlan) -> TaskResult:
+    """Both phases in one job (one task per group)."""
     plan.make_out_dir()
-    results = _per_group(spark, plan, group_round, plan.tasks)
-    return (
-        sum(r for r, _, _ in results),
-        sum(w for _, w, _ in results),
-        max((p for _, _, p in results), default=0.0),
-    )
+    return TaskResult.of(_per_group(spark, plan, group_round, plan.tasks))
 
 
 # ---------------------------------------------------------------------------- several rounds
@@ -1188,33 +1204,33 @@ class TaskFailed(Exception):
         self.__cause__ = RuntimeError(trace)
 
 
-def _timed_latest(plan: RoundPlan, group: int) -> tuple[int, float]:
+def _timed_latest(plan: RoundPlan, group: int) -> TaskResult:
     t0 = time.perf_counter()
-    return group_latest(plan, group), time.perf_counter() - t0
-
-
-def _round_read(plan: RoundPlan, group: int) -> tuple[int, float]:
-    read, _, phase_one_s = group_round(plan, group)
-    return read, phase_one_s
+    rows_read = group_latest(plan, group)
+    return TaskResult(rows_read=rows_read, phase_one_s=time.perf_counter() - t0)
 
 
 # What a task of a shared job runs, by kind: both phases; phase one; phase two.
-_SHARED_WORK: dict[str, Callable[[RoundPlan, int], object]] = {
-    "both": _round_read,
+_SHARED_WORK: dict[str, Callable[[RoundPlan, int], TaskResult]] = {
+    "both": group_round,
     "latest": _timed_latest,
     "write": group_write,
 }
 
 
+# A task's error as its driver reports it: the exception's type name, message and traceback.
+_TaskError = tuple[str, str, str]
+
+
 def _shared_job(
     spark: SparkSession, tasks: Sequence[tuple[int, int, str]], plans: dict[int, RoundPlan]
-) -> tuple[dict[int, list[object]], dict[int, Exception]]:
+) -> tuple[dict[int, TaskResult], dict[int, Exception]]:
     """For every ``(r, t, kind)`` of ``tasks``, the work ``kind`` names on ``plans[r]``'s task
     ``t``, one Spark task each, all in one job. A task that raises fails its round only: its
     error is returned, not raised, so the other rounds' tasks finish and their results stand.
-    Returns each round's results and the rounds that failed, with their first error."""
+    Returns each round's results (as one) and the rounds that failed, with their first error."""
 
-    def task(indexes: Iterable[int]) -> Iterator[tuple[int, int, object, tuple[str, str, str] | None]]:
+    def task(indexes: Iterable[int]) -> Iterator[tuple[int, int, TaskResult | None, _TaskError | None]]:
         import traceback
 
         for n in indexes:
@@ -1226,7 +1242,7 @@ def _shared_job(
 
     for plan in plans.values():
         plan.make_out_dir()
-    results: dict[int, list[object]] = {r: [] for r in plans}
+    results: dict[int, list[TaskResult]] = {r: [] for r in plans}
     failed: dict[int, Exception] = {}
     if tasks:
         for r, _, value, error in sorted(
@@ -1234,33 +1250,30 @@ def _shared_job(
         ):
             if error is not None:
                 failed.setdefault(r, TaskFailed(*error))
-            else:
+            elif value is not None:
                 results[r].append(value)
-    return {r: v for r, v in results.items() if r not in failed}, failed
+    return {r: TaskResult.of(v) for r, v in results.items() if r not in failed}, failed
 
 
 def many_rounds(
     spark: SparkSession, both: dict[int, RoundPlan], apart: dict[int, RoundPlan]
-) -> dict[int, tuple[int, float] | Exception]:
+) -> dict[int, TaskResult | Exception]:
     """One job for several rounds (the partitions of a topic): the tasks of
     :func:`both_phases` for the rounds in ``both``, and of :func:`phase_one` for those in
-    ``apart`` (whose phase two is :func:`many_writes`). Returns, by round, the rows read and
-    the longest phase one of a task in seconds, or the exception that failed the round."""
+    ``apart`` (whose phase two is :func:`many_writes`). Returns, by round, its tasks' result,
+    or the exception that failed the round."""
     tasks = [(r, t, "both") for r, p in both.items() for t in range(p.tasks)]
     tasks += [(r, t, "latest") for r, p in apart.items() for t in range(len(p.groups))]
     results, failed = _shared_job(spark, tasks, {**both, **apart})
-    out: dict[int, tuple[int, float] | Exception] = dict(failed)
-    for r, values in results.items():
-        pairs = [v for v in values if isinstance(v, tuple)]
-        out[r] = (sum(int(n) for n, _ in pairs), max((float(s) for _, s in pairs), default=0.0))
-    return out
+    return {**results, **failed}
 
 
-def many_writes(spark: SparkSession, plans: dict[int, RoundPlan]) -> dict[int, Exception]:
+def many_writes(spark: SparkSession, plans: dict[int, RoundPlan]) -> dict[int, TaskResult | Exception]:
     """Phase two of several rounds whose phase one :func:`many_rounds` ran, in one job;
-    returns the rounds that failed."""
+    returns, by round, its tasks' result or the exception that failed it."""
     tasks = [(r, t, "write") for r, p in plans.items() for t in range(p.tasks)]
-    return _shared_job(spark, tasks, plans)[1]
+    results, failed = _shared_job(spark, tasks, plans)
+    return {**results, **failed}
 
 
 # ---------------------------------------------------------------------------- delta rounds
@@ -1288,10 +1301,10 @@ def _probe_slices(plan: RoundPlan, share: int) -> Iterator[tuple[IndexedPart, in
         at += part.rows
 
 
-def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> None:
+def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> dict[int, np.ndarray]:
     """Runs in a task of a delta round: the rows of the older layers that die, within the
-    task's share of their key indexes (:func:`_probe_slices`), saved (as layer row numbers)
-    in the scratch directory for the driver to fold into deletion vectors (:func:`dead_rows`).
+    task's share of their key indexes (:func:`_probe_slices`), as layer row numbers by layer,
+    for the driver to fold into deletion vectors (see :class:`TaskResult`).
 
     A row dies when one of ``new_keys`` (every group's new keys, tombstones included) is its
     key: every new row of a key is newer than every older layer's row. Rows no longer kept
@@ -1301,7 +1314,7 @@ def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> None:
     """
     chunks = [k for k in new_keys if len(k)]
     wanted = pc.drop_null(pa.concat_arrays(chunks)) if chunks else pa.array([], pa.string())
-    found: dict[str, list[np.ndarray]] = {}
+    found: dict[int, list[np.ndarray]] = {}
     for part, first, stop in _probe_slices(plan, share):
         whole = key_index.read_cached(part.keys, rows=part.rows, checksum=part.checksum)
         index = whole.slice(first, stop - first)
@@ -1314,33 +1327,8 @@ def probe(plan: RoundPlan, share: int, new_keys: Sequence[pa.Array]) -> None:
             dead |= _bool_numpy(keys.is_null())
         rows = np.flatnonzero(dead)
         if len(rows):
-            found.setdefault(f"layer{part.layer}", []).append(rows + part.first_row + first)
-    died = {name: np.concatenate(rows) for name, rows in found.items()}
-    target = plan.dead_path(share)
-    local = target.local
-    if local is None:
-        with target.writer() as out:
-            np.savez(out, **died)  # type: ignore[arg-type]
-        return
-    tmp = _attempt_path(local, plan.scratch_dir)
-    with open(tmp, "wb") as f:
-        np.savez(f, **died)  # type: ignore[arg-type]
-    os.replace(tmp, local)  # scratch: no fsync, a crash discards the round
-
-
-def dead_rows(plan: RoundPlan) -> dict[int, np.ndarray]:
-    """On the driver, after a delta round's tasks: the rows that died, by layer (each share
-    probed its own rows, so no row is found twice; the driver need not sort them)."""
-    found: dict[int, list[np.ndarray]] = {}
-    for share in range(plan.probe_tasks):
-        path = plan.dead_path(share)
-        local = path.local
-        with np.load(
-            local if local is not None else io.BytesIO(path.read_bytes()), allow_pickle=False
-        ) as saved:
-            for name in saved.files:
-                found.setdefault(int(name.removeprefix("layer")), []).append(saved[name])
-    return {layer: rows[0] if len(rows) == 1 else np.concatenate(rows) for layer, rows in found.items()}
+            found.setdefault(part.layer, []).append(rows + part.first_row + first)
+    return {layer: np.concatenate(rows) for layer, rows in found.items()}
 
 
 def rows_frame(spark: SparkSession, segments: Sequence[Segment], columns: Sequence[str]) -> DataFrame:
@@ -1438,20 +1426,31 @@ class _ShuffledWrite:
         for label in np.unique(all_labels):
             g = group_of[int(label)]
             wanted = np.sort(all_ids[all_labels == label])
-            rows = write_part(self.plan, g, wanted)
+            written = write_part(self.plan, g, wanted)
+            described = [json.dumps(p.to_json()) for p in written.parts]
             yield pa.record_batch(
-                [pa.array([g], pa.int32()), pa.array([rows], pa.int64())], names=["part", "rows"]
+                [
+                    pa.array([g], pa.int32()),
+                    pa.array([written.rows_written], pa.int64()),
+                    pa.array([described[0] if described else None], pa.string()),
+                ],
+                names=["part", "rows", "described"],
             )
 
 
-def phase_two_from_ids(spark: SparkSession, keep: DataFrame, plan: RoundPlan, labels: tuple[int, ...]) -> int:
+def phase_two_from_ids(
+    spark: SparkSession, keep: DataFrame, plan: RoundPlan, labels: tuple[int, ...]
+) -> TaskResult:
     """Phase two when phase one ran in Spark SQL (the event-time and property strategies):
     ``keep`` holds ``(label, id)`` for every id to keep; each is shuffled to its group's task,
-    which writes the part (reading keys from the files). Returns the rows written."""
+    which writes the part (reading keys from the files)."""
     plan.make_out_dir()
     if not plan.groups:
-        return 0
+        return TaskResult()
     shuffled = keep.repartition(len(plan.groups), LABEL)
-    # One small row per part file comes back: counts, not data.
+    # One small row per part file comes back: counts and its manifest line, not data.
     written = shuffled.mapInArrow(_ShuffledWrite(plan, labels), WRITTEN_DDL).collect()
-    return sum(int(r["rows"]) for r in written)
+    return TaskResult(
+        rows_written=sum(int(r["rows"]) for r in written),
+        parts=tuple(PartInfo.from_json(json.loads(r["described"])) for r in written if r["described"]),
+    )

@@ -44,6 +44,9 @@ class CompactionJob:
     # Files of the previous compacted ledger (key indexes, deletion vectors) to read from a
     # local copy instead, by the object's name (``str``): the service's verified copies.
     local_copies: Mapping[str, StoragePath] = field(default_factory=dict)
+    # The previous compacted ledger's manifest, where the caller holds it (verified when it was
+    # read): the round does not read it again.
+    previous_manifest: Manifest | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Frozen: the coerced values are set as the dataclass's own __init__ sets them.

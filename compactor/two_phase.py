@@ -270,7 +270,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
     manifest: Manifest | None = None
     if job.previous_compacted is not None:
         directory = job.previous_compacted
-        manifest = Manifest.load(directory)
+        manifest = job.previous_manifest if job.previous_manifest is not None else Manifest.load(directory)
         previous = manifest.part_paths(directory.parent)
     bounds: list[IdBounds | None] = []
     derive: set[StoragePath] = set()
@@ -362,6 +362,8 @@ class _Round:
     entries_read: int = 0
     phase_one_ms: int = 0
     renamed: bool = False
+    # What the tasks handed back (the parts they described, the rows found dead).
+    written: arrow_phases.TaskResult = field(default_factory=arrow_phases.TaskResult)
 
     def read(self, entries: int, phase_one_ms: int) -> None:
         self.entries_read, self.phase_one_ms = entries, phase_one_ms
@@ -735,8 +737,8 @@ class TwoPhaseCompactor:
                 self._job_description(f"compaction {job.output_ledger_id}: both phases"),
                 self._tracked(f"compaction-{job.output_ledger_id}-both", [progress]),
             ):
-                entries_read, _, phase_one_s = arrow_phases.both_phases(self.spark, plan)  # type: ignore[arg-type]
-            r.read(entries_read, int(phase_one_s * 1000))
+                r.written = arrow_phases.both_phases(self.spark, plan)  # type: ignore[arg-type]
+            r.read(r.written.rows_read, int(r.written.phase_one_s * 1000))
             return
         self._fault("phase_one")
         r.t0 = time.perf_counter()
@@ -760,7 +762,7 @@ class TwoPhaseCompactor:
             self._job_description(f"compaction {job.output_ledger_id}: phase two"),
             self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
         ):
-            self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
+            r.written = self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
 
     def _shared_work(self, rounds: dict[int, _Round]) -> dict[int, Exception]:
         """The Arrow work of several rounds as tasks of one Spark job (two when a round needs
@@ -787,7 +789,8 @@ class TwoPhaseCompactor:
             if isinstance(outcome, Exception):
                 failed[i] = outcome
             else:
-                rounds[i].read(outcome[0], int(outcome[1] * 1000))
+                rounds[i].written = outcome
+                rounds[i].read(outcome.rows_read, int(outcome.phase_one_s * 1000))
         later = {i: p for i, p in apart.items() if i not in failed}
         if later:
             for i in later:
@@ -800,7 +803,11 @@ class TwoPhaseCompactor:
                 self._tracked(tag, [rounds[i].progress for i in later], own_group=True),
             ):
                 second = arrow_phases.many_writes(self.spark, later)  # type: ignore[arg-type]
-            failed.update(second)
+            for i, outcome in second.items():
+                if isinstance(outcome, Exception):
+                    failed[i] = outcome
+                else:
+                    rounds[i].written = outcome
         return failed
 
     def _finish_round(self, r: _Round) -> CompactionResult:
@@ -815,15 +822,16 @@ class TwoPhaseCompactor:
         if progress is not None:
             progress.set_totals(entries=entries_read)
             progress.enter(COMMIT)
-        dead = arrow_phases.dead_rows(r.plan) if r.delta else {}  # type: ignore[arg-type]
+        dead = r.written.dead if r.delta else {}
         local = work.local
         described = None  # on object storage, the parts as their tasks described them
         if local is not None:
             shutil.rmtree(local / SCRATCH_DIR, ignore_errors=True)
             local.mkdir(parents=True, exist_ok=True)
         else:
-            described = arrow_phases.described_parts(work / SCRATCH_DIR)
-            (work / SCRATCH_DIR).delete_tree()  # before the manifest: never part of a ledger
+            described = {p.name: p for p in r.written.parts}
+            if not r.one_job:  # only phase one apart leaves files there (its partials)
+                (work / SCRATCH_DIR).delete_tree()  # before the manifest: never part of a ledger
         below = self._fold_deletes(job, previous, dead, work) if r.delta else None  # type: ignore[arg-type]
         if local is not None:
             for path in sorted(local.iterdir()):
@@ -873,12 +881,12 @@ class TwoPhaseCompactor:
         summary: DataFrame | None,
         since: int | None,
         work: StoragePath,
-    ) -> None:
+    ) -> arrow_phases.TaskResult:
         """Phase two as its own job: the Arrow path's (``plan``) from its partials, or from
         the ids of a Spark SQL phase one (``summary``), or all in Spark SQL (into ``work``, on
         a local disk only: see :data:`NEEDS_ARROW`)."""
         if plan is not None and job.strategy == OFFSET:
-            arrow_phases.phase_two(self.spark, plan)
+            return arrow_phases.phase_two(self.spark, plan)
         elif plan is not None:
             labels = self._labels(len(plan.groups))
             ids = keep_ids(summary, keep_tombstones_since=since)  # type: ignore[arg-type]
@@ -888,20 +896,20 @@ class TwoPhaseCompactor:
                 ).alias(arrow_phases.LABEL),
                 ids[LATEST_ID].alias(arrow_phases.ID),
             )
-            arrow_phases.phase_two_from_ids(self.spark, keep, plan, labels)
-        else:
-            kept = phase_two(
-                self.read_input(job, inputs=inputs),
-                summary.where(F.col(KEY).isNotNull()),  # type: ignore[union-attr]
-                retain_null_key=job.retain_null_key,
-                keep_tombstones_since=since,
-            )
-            (
-                kept.write.mode("errorifexists")
-                .option("compression", "lz4_raw")  # as arrow_phases.PART_CODEC
-                .option("parquet.block.size", str(ROW_GROUP_BYTES))
-                .parquet(spark_path(work))
-            )
+            return arrow_phases.phase_two_from_ids(self.spark, keep, plan, labels)
+        kept = phase_two(
+            self.read_input(job, inputs=inputs),
+            summary.where(F.col(KEY).isNotNull()),  # type: ignore[union-attr]
+            retain_null_key=job.retain_null_key,
+            keep_tombstones_since=since,
+        )
+        (
+            kept.write.mode("errorifexists")
+            .option("compression", "lz4_raw")  # as arrow_phases.PART_CODEC
+            .option("parquet.block.size", str(ROW_GROUP_BYTES))
+            .parquet(spark_path(work))
+        )
+        return arrow_phases.TaskResult()  # local disk only: the driver reads the footers
 
     # ------------------------------------------------------------------ helpers
 

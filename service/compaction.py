@@ -564,6 +564,7 @@ class CompactionService:
                 max_deltas=self.broker.settings.compaction_max_deltas,
                 consolidation_ratio=self.broker.settings.compaction_consolidation_ratio,
                 local_copies=layer_copies,
+                previous_manifest=previous.ledger.manifest if previous else None,
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
             self._release_copies(copies)
@@ -685,8 +686,10 @@ class CompactionService:
     ) -> list[tuple[int, StoragePath]]:
         """The round's original ledgers as (ledger id, file to read), each file's whole-file
         CRC32C verified against the metadata's unless it was verified since the service started
-        (sealing reads every file back; a scrub or an earlier round's check), and the previous
-        compacted ledger's manifest against its checksum. Page checksums guard every page the
+        (sealing reads every file back; a scrub or an earlier round's check). The previous
+        compacted ledger's manifest is its view's, verified against its checksum when the view
+        was made (the round reads it from memory: a later damage to the file is the scrub's
+        to find, and the new ledger does not depend on it). Page checksums guard every page the
         round decodes either way; the whole-file check also covers footers and page headers.
         A damaged ledger whose loss no one accepted stops the round (``RoundDamaged``); one
         whose loss was accepted is read from the verified copy of its intact rows. The previous
@@ -694,7 +697,8 @@ class CompactionService:
         into ``leased``)."""
         if previous is not None:
             try:
-                manifest = Manifest.load(previous.directory, checksum=previous.checksum)
+                # Read and verified against its checksum when the view was made.
+                manifest = previous.ledger.manifest
                 layer_copies.update(self._verify_layer_files(previous, manifest, leased))
             except IntegrityError as e:
                 self._drop_damaged_view(topic, e, ledger_id=previous.ledger_id, view=previous)
