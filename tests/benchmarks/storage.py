@@ -12,6 +12,8 @@ server in turn, alternating which goes first, so that other load falls on all al
   (``COMPACTOR_FSYNC=always``);
 - **full round** of each topic, then **+1% rounds** (``increments`` of them) on the last one:
   the service's own ``durationMs`` (roll-over, sealing's wait, planning, both phases, commit);
+  the first +1% round of every server after the same pause, so that each starts on fresh
+  Python workers (``IDLE_WORKERS_RETIRED_S``);
 - **consume** the last topic from its earliest message, ``runs`` times each, readCompacted and
   the full log, through ``api.client`` (``batch_receive`` of 1,000, cumulative acknowledgement):
   messages/s. The first readCompacted consume after the last round (nothing of the compacted
@@ -84,6 +86,11 @@ BACKENDS: tuple[Backend, ...] = (
     Backend("S3", "s3"),
     Backend("S3, WAL in objects", "s3", wal="object"),
 )
+
+
+# Seconds after which Spark has retired a server's idle Python workers (PythonWorkerFactory
+# retires them after a minute without a task; its monitor looks every few seconds).
+IDLE_WORKERS_RETIRED_S = 75
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,11 @@ class StorageBench:
                 self._produce(s, path, bodies, p.messages)
                 self._round(s, path, s.figures.full_ms, "full")
         more = max(1, int(p.messages * p.increment))
+        # Every server's first +1% round in the same state: each has been idle for longer than
+        # Spark keeps idle Python workers (a minute), so each starts on fresh workers, as a
+        # service's round does after a quiet minute. (Without the pause the server whose full
+        # round came last would start warm and the others cold.)
+        time.sleep(IDLE_WORKERS_RETIRED_S)
         for i in range(p.increments):
             bodies = RandomBodies(p, seed=1000 + i).bodies(more)
             for s in self._turns(servers, i):
