@@ -6,36 +6,49 @@ import base64
 import binascii
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, with_config
+from typing_extensions import TypedDict
 
 from ledger.entry import Entry, Record
 from service.errors import InvalidInput
 
 
-class MessageIn(BaseModel):
-    """One message to produce; ``value`` is base64, null for a tombstone."""
+@with_config(ConfigDict(extra="forbid"))
+class MessageIn(TypedDict, total=False):
+    """One message to produce; ``value`` is base64, null for a tombstone. Every field may be
+    left out (a keyless message of no value)."""
 
-    model_config = ConfigDict(extra="forbid")
+    key: str | None
+    value: str | None
+    properties: dict[str, str]
+    eventTime: Annotated[int, Field(ge=0)] | None
 
-    key: str | None = None
-    value: str | None = None
-    properties: dict[str, str] = Field(default_factory=dict)
-    eventTime: int | None = Field(default=None, ge=0)
 
-    def to_record(self, index: int) -> Record:
+@with_config(ConfigDict(extra="forbid"))
+class ProduceRequest(TypedDict):
+    messages: list[MessageIn]
+
+
+# A produce request is parsed into plain dicts, not models: a batch of a thousand messages
+# then costs a fraction of the models' validation and of their garbage collection.
+PRODUCE_REQUEST: TypeAdapter[ProduceRequest] = TypeAdapter(ProduceRequest)
+
+
+def to_records(messages: list[MessageIn]) -> list[Record]:
+    """The records of a produce request's messages; ``InvalidInput`` naming the first value
+    that is not base64 (strict: the standard alphabet and padding, nothing else)."""
+    a2b = binascii.a2b_base64
+    records = []
+    for index, m in enumerate(messages):
         value: bytes | None = None
-        if self.value is not None:
+        text = m.get("value")
+        if text is not None:
             try:
-                value = base64.b64decode(self.value, validate=True)
+                value = a2b(text, strict_mode=True)
             except (binascii.Error, ValueError):
                 raise InvalidInput(f"messages[{index}].value is not valid base64") from None
-        return Record(key=self.key, value=value, properties=self.properties, event_time=self.eventTime)
-
-
-class ProduceRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    messages: list[MessageIn]
+        records.append(Record(m.get("key"), value, m.get("properties", {}), 0, m.get("eventTime")))
+    return records
 
 
 class ProduceResponse(BaseModel):

@@ -89,6 +89,20 @@ def test_produce_returns_ids_in_request_order_and_read_returns_them(client: Test
     assert latest["messages"] == [] and latest["nextMessageId"] == nxt
 
 
+def test_a_message_may_leave_every_field_out_and_the_reply_holds_only_the_ids(
+    client: TestClient, topic: str
+) -> None:
+    r = client.post(f"{TOPICS}/{topic}", json={"messages": [{}, {"key": "k", "value": ""}]})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert list(r.json()) == ["messageIds"] and len(r.json()["messageIds"]) == 2
+    first = r.json()["messageIds"][0]
+    read = client.get(f"{TOPICS}/{topic}/messages", params={"startMessageId": first}).json()["messages"]
+    assert [(m["key"], m["value"], m["properties"], m["eventTime"]) for m in read] == [
+        (None, None, {}, None),
+        ("k", "", {}, None),
+    ]
+
+
 def test_a_read_as_columns_holds_what_the_rows_hold(client: TestClient, topic: str) -> None:
     """``format=columns`` (what the Python reader asks for): the same page, one array per
     field, values cut from one base64 string, and the same ``nextMessageId``."""
@@ -147,6 +161,12 @@ def test_topic_create_conflict_list_delete(client: TestClient, topic: str) -> No
         ("get", f"{TOPICS}/%2E/messages", {}, 400),
         ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "not base64!"}]}}, 400),
         ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AAA"}]}}, 400),
+        # Strict base64: data after the padding, a space, a character outside ASCII.
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AA==AA=="}]}}, 400),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AA AA=="}]}}, 400),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "value": "AAé="}]}}, 400),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "properties": None}]}}, 422),
+        ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": "k", "extra": 1}]}}, 422),
         ("post", f"{TOPICS}/orders", {"json": {"messages": []}}, 400),
         ("post", f"{TOPICS}/orders", {"json": {"messages": [{"key": 5, "value": "AA=="}]}}, 422),
         (
