@@ -916,39 +916,62 @@ class _PartWriter:
             self._flush(final=True)
             while self._in_flight:
                 self._in_flight.popleft().result()
+            if self._writer is not None:
+                self._finish(self._writer)
         finally:
             self._encoder.shutdown()
-        if self._writer is not None:
-            try:
-                self._writer.add_key_value_metadata(null_columns_metadata(self._null))
-                self._writer.close()
-                keys_checksum = self._write_index()
-                described = self._described(keys_checksum)
-                self._put(self._tmp, self.path)
-            except BaseException:
-                unstage(Path(self._tmp))  # a staging file outside the round's directory too
-                raise
-            # After the part and its index: a description names only files that are there.
-            self.described = described
         return self.rows
 
-    def _described(self, keys_checksum: str | None) -> PartInfo | None:
+    def _finish(self, writer: pq.ParquetWriter) -> None:
+        """Close the part and put it and its key index in place. On object storage the part
+        uploads (on the encoding thread) while the index is built and uploaded: nothing in the
+        bucket is seen before the round's commit names it, so neither need wait for the other
+        (on a local disk the index is renamed into place first)."""
+        uploading: Future[None] | None = None
+        try:
+            writer.add_key_value_metadata(null_columns_metadata(self._null))
+            writer.close()
+            staged = self._staged_part()  # before the upload, which removes the staging file
+            if self.path.local is None:
+                uploading = self._encoder.submit(self._put, self._tmp, self.path)
+            keys_checksum = self._write_index()
+            if uploading is not None:
+                uploading.result()
+            else:
+                self._put(self._tmp, self.path)
+        except BaseException:
+            if uploading is not None:
+                with contextlib.suppress(BaseException):
+                    uploading.result()  # the staging file is the upload's until it is over
+            unstage(Path(self._tmp))  # a staging file outside the round's directory too
+            raise
+        # After the part and its index: a description names only files that are there.
+        self.described = self._described(staged, keys_checksum)
+
+    def _staged_part(self) -> tuple[int, str] | None:
+        """On object storage, the staged part's size and CRC32C (None on a local disk, and
+        where this process has no CRC32C library: see :meth:`_described`)."""
+        if self.path.local is not None:
+            return None
+        try:
+            return os.path.getsize(self._tmp), file_checksum(self._tmp)
+        except ImportError:
+            return None
+
+    def _described(self, staged: tuple[int, str] | None, keys_checksum: str | None) -> PartInfo | None:
         """On object storage, the part's manifest line, from its staging file (so that the
         driver need not download the part and its index again to describe them); None on a
         local disk (there the driver reads them from the page cache) and where this process has
         no CRC32C library (a cluster's executors may have only pyarrow, numpy and pandas)."""
-        if self.path.local is not None or keys_checksum is None or self._first is None or self._last is None:
+        if staged is None or keys_checksum is None or self._first is None or self._last is None:
             return None
-        try:
-            checksum = file_checksum(self._tmp)
-        except ImportError:
-            return None
+        size, checksum = staged
         return PartInfo(
             name=self.path.name,
             rows=self.rows,
             first=self._first,
             last=self._last,
-            size=os.path.getsize(self._tmp),
+            size=size,
             keys=key_index.index_name(self.path.name),
             checksum=checksum,
             keys_checksum=keys_checksum,
