@@ -209,10 +209,23 @@ def shapes_table(results: Sequence[ShapeResult]) -> Table:
     """One row per shape: the project's and DuckDB's median full round and their ratio."""
     t = Table(
         "Full round by shape of data: the project against DuckDB",
-        ["shape", "messages", "Parquet MB", "output rows", "project s", "DuckDB s", "project / DuckDB"],
+        [
+            "shape",
+            "messages",
+            "Parquet MB",
+            "output rows",
+            "project s",
+            "DuckDB s",
+            "project / DuckDB",
+            "CPU s, project / DuckDB",
+        ],
     )
     for r in results:
         proj, duck = r.median(PROJECT), r.median(DUCKDB)
+        cpu = "-"
+        if r.cpu_seconds.get(PROJECT) and r.cpu_seconds.get(DUCKDB) and r.median_cpu(DUCKDB) > 0:
+            p_cpu, d_cpu = r.median_cpu(PROJECT), r.median_cpu(DUCKDB)
+            cpu = f"{p_cpu:.2f} / {d_cpu:.2f} ({f_x(p_cpu / d_cpu)})"
         t.add(
             f"{r.shape.name}: {r.shape.describe}",
             f_int(r.messages),
@@ -221,6 +234,7 @@ def shapes_table(results: Sequence[ShapeResult]) -> Table:
             f"{f_s(proj)} ({' / '.join(f_s(x) for x in r.seconds[PROJECT])})",
             f"{f_s(duck)} ({' / '.join(f_s(x) for x in r.seconds[DUCKDB])})",
             f_x(proj / duck),
+            cpu,
         )
     if results:
         base = results[0].shape.spec
@@ -228,7 +242,8 @@ def shapes_table(results: Sequence[ShapeResult]) -> Table:
             f"every shape is {f_int(base.messages)} messages over {f_int(base.keys)} keys, "
             f"{base.value_bytes}-byte random values, {base.tombstone_share:.0%} tombstones, "
             "with the one change its name says; medians of the runs shown, the order of the two "
-            "alternating, after one unmeasured round of each; outputs checked equal every run"
+            "alternating, after one unmeasured round of each; outputs checked equal every run; CPU "
+            "seconds are medians too (the project's: its driver, JVM and Python workers)"
         )
     return t
 

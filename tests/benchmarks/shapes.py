@@ -37,9 +37,15 @@ class ShapeResult:
     parquet_bytes: int
     output_rows: int
     seconds: dict[str, list[float]]
+    # CPU seconds of each run (the project's: driver, JVM and Python workers; DuckDB's: its
+    # threads), steadier than the time on a machine whose cores are shared with others.
+    cpu_seconds: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     def median(self, name: str) -> float:
         return median(self.seconds[name])
+
+    def median_cpu(self, name: str) -> float:
+        return median(self.cpu_seconds[name])
 
 
 def workload(work_dir: Path, shape: Shape, log: Log) -> Workload:
@@ -97,21 +103,24 @@ def run(
         w = workload(bench.work_dir, shape, log)
         work = Round(w.topic_root, w.ledgers, w.horizon)
         seconds: dict[str, list[float]] = {c.name: [] for c in compactors}
+        cpu: dict[str, list[float]] = {c.name: [] for c in compactors}
         rows = 0
         for i in range(warmups + runs):
             order = list(compactors) if i % 2 == 0 else list(reversed(compactors))
             outs = []
             for c in order:
-                out, _ = bench.run_one(c, work, f"shape {shape.name} run {i}")
+                out, peak = bench.run_one(c, work, f"shape {shape.name} run {i}")
                 outs.append(out)
                 if i >= warmups:
                     seconds[c.name].append(out.seconds)
+                    cpu[c.name].append(peak.cpu_seconds)
                 what = "run" if i >= warmups else "warm-up"
-                log(f"shape {shape.name} {what} {i}: {c.name} {out.seconds:.2f} s")
+                cpu_s = peak.cpu_seconds
+                log(f"shape {shape.name} {what} {i}: {c.name} {out.seconds:.2f} s, CPU {cpu_s:.2f} s")
             rows = verify_same_output(outs)
             for o in outs:
                 remove_output(o)
-        results.append(ShapeResult(shape, w.messages, w.parquet_bytes, rows, seconds))
+        results.append(ShapeResult(shape, w.messages, w.parquet_bytes, rows, seconds, cpu))
         if not keep:
             shutil.rmtree(w.topic_root.parent, ignore_errors=True)
     return results
