@@ -672,23 +672,77 @@ def group_latest(plan: RoundPlan, group: int) -> int:
     """Runs in a task: write group ``group``'s partial (see :func:`_partial`) to the scratch
     directory. Returns how many rows it read."""
     partial, rows_read = _partial(plan, group)
+    _write_partial(plan, group, partial)
+    return rows_read
+
+
+def _write_partial(plan: RoundPlan, group: int, partial: pa.Table) -> None:
+    """``partial`` as group ``group``'s partial file, seen whole or not at all (a reader may
+    be waiting for it: see :func:`await_partial`)."""
     schema = partial.schema
     target = plan.partial_path(group)
     local = target.local
     if local is None:
         with target.writer() as out, pa.ipc.new_file(out, schema) as writer:
             writer.write_table(partial)
-        return rows_read
+        return
     tmp = _attempt_path(local, plan.scratch_dir)
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         writer.write_table(partial)
     os.replace(tmp, local)  # scratch: no fsync, a crash discards the round
-    return rows_read
 
 
-def phase_one(spark: SparkSession, plan: RoundPlan) -> int:
-    """Write every group's partial (one task per group); returns the rows read."""
-    return sum(_per_group(spark, plan, group_latest))
+def phase_one(spark: SparkSession, plan: RoundPlan, groups: int | None = None) -> int:
+    """Write the partial of every group, or of the first ``groups`` (one task per group);
+    returns the rows read."""
+    return sum(_per_group(spark, plan, group_latest, groups))
+
+
+def overlaps(plan: RoundPlan) -> bool:
+    """Whether the round's last group runs both its phases in a job of its own while the
+    other groups run phase one (:func:`last_group`). No group comes after the last, so its part
+    needs no other group's keys, and the others' phase two needs only its partial, written
+    first. Not with a delta round's probe, whose tasks read every group's keys."""
+    return len(plan.groups) > 1 and plan.probe_tasks == 0
+
+
+def _last_group_round(plan: RoundPlan, group: int) -> TaskResult:
+    """Runs in a task: both phases of the round's last group ``group``. Its partial is written
+    before its part (the other groups' phase two reads its keys); the part is written from the
+    partial in memory."""
+    t0 = time.perf_counter()
+    own, rows_read = _partial(plan, group)
+    _write_partial(plan, group, own)
+    phase_one_s = time.perf_counter() - t0
+    own_keys = own.column(P_KEY).combine_chunks()
+    written = _write_group(plan, group, own, lambda h: own_keys if h == group else None)
+    return replace(written, rows_read=rows_read, phase_one_s=phase_one_s)
+
+
+def last_group(spark: SparkSession, plan: RoundPlan) -> TaskResult:
+    """Both phases of the round's last group, as a job of one task (see :func:`overlaps`)."""
+    last = len(plan.groups) - 1
+    return _per_group(spark, plan, _last_group_round, 1, first=last)[0]
+
+
+# How often the driver looks for the last group's partial: a file on a local disk, a HEAD
+# request on object storage.
+_AWAIT_LOCAL_S = 0.002
+_AWAIT_OBJECT_S = 0.02
+
+
+def await_partial(plan: RoundPlan, group: int, job: Future[TaskResult]) -> None:
+    """Return once group ``group``'s partial is written by ``job`` (:func:`last_group`);
+    raise ``job``'s error if it fails first."""
+    path = plan.partial_path(group)
+    pause = _AWAIT_LOCAL_S if path.local is not None else _AWAIT_OBJECT_S
+    while not path.is_file():
+        if job.done():
+            job.result()  # raises what failed the job
+            if not path.is_file():
+                raise RuntimeError(f"the last group's job ended without its partial {path}")
+            return
+        time.sleep(pause)
 
 
 # Per SparkContext, an RDD of the group numbers ``0 .. n-1`` in ``n`` partitions, by ``n``:
@@ -707,14 +761,19 @@ def _group_rdd(spark: SparkSession, n: int) -> RDD[int]:
 
 
 def _per_group(
-    spark: SparkSession, plan: RoundPlan, work: Callable[[RoundPlan, int], T], tasks: int | None = None
+    spark: SparkSession,
+    plan: RoundPlan,
+    work: Callable[[RoundPlan, int], T],
+    tasks: int | None = None,
+    *,
+    first: int = 0,
 ) -> list[T]:
-    """``work(plan, t)`` for every task ``t`` (by default one per group), one Spark task each;
-    their results, in order."""
+    """``work(plan, first + t)`` for every task ``t`` (by default one per group), one Spark
+    task each; their results, in order."""
 
     def task(groups: Iterable[int]) -> Iterable[T]:
         for g in groups:
-            yield work(plan, g)
+            yield work(plan, first + g)
 
     n = len(plan.groups) if tasks is None else tasks
     if n == 0:
@@ -1129,12 +1188,13 @@ def group_write(plan: RoundPlan, group: int) -> TaskResult:
     return replace(written or TaskResult(), dead=dead)
 
 
-def phase_two(spark: SparkSession, plan: RoundPlan) -> TaskResult:
-    """Write every group's part (one task per group) from the partials. Tasks write only
-    their own part and read only partials (and, in a delta round, their share of the older
-    layers' key indexes)."""
+def phase_two(spark: SparkSession, plan: RoundPlan, groups: int | None = None) -> TaskResult:
+    """Write every group's part (one task per group), or the first ``groups``' (the last
+    group's written by :func:`last_group`), from the partials. Tasks write only their own part
+    and read only partials (and, in a delta round, their share of the older layers' key
+    indexes)."""
     plan.make_out_dir()
-    return TaskResult.of(_per_group(spark, plan, group_write, plan.tasks))
+    return TaskResult.of(_per_group(spark, plan, group_write, plan.tasks if groups is None else groups))
 
 
 # ---------------------------------------------------------------------------- one job

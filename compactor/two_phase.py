@@ -37,6 +37,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -740,6 +741,9 @@ class TwoPhaseCompactor:
                 r.written = arrow_phases.both_phases(self.spark, plan)  # type: ignore[arg-type]
             r.read(r.written.rows_read, int(r.written.phase_one_s * 1000))
             return
+        if plan is not None and job.strategy == OFFSET and arrow_phases.overlaps(plan):
+            self._overlapped(r, plan)
+            return
         self._fault("phase_one")
         r.t0 = time.perf_counter()
         with (
@@ -763,6 +767,55 @@ class TwoPhaseCompactor:
             self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
         ):
             r.written = self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
+
+    def _overlapped(self, r: _Round, plan: arrow_phases.RoundPlan) -> None:
+        """Phase one of every group but the last while a job of its own runs the last group's
+        both phases (:func:`arrow_phases.last_group`: the longest task of a full round, whose
+        part holds the latest rows); the other groups' phase two starts once their partials
+        and the last group's are written, instead of once every task of phase one is done."""
+        job, progress = r.job, r.progress
+        last = len(plan.groups) - 1
+        two = f"compaction-{job.output_ledger_id}-{PHASE_TWO}"
+        self._fault("phase_one")
+        r.t0 = time.perf_counter()
+        plan.make_out_dir()
+
+        def last_group() -> arrow_phases.TaskResult:
+            # Spark's job group and description are the calling thread's: its task counts in
+            # phase two's progress, where it ends.
+            with (
+                self._job_description(f"compaction {job.output_ledger_id}: the last group's both phases"),
+                job_group(self.spark, two),
+            ):
+                return arrow_phases.last_group(self.spark, plan)
+
+        side = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"compaction-{job.output_ledger_id}-last")
+        tail = side.submit(last_group)
+        try:
+            with (
+                self._job_description(f"compaction {job.output_ledger_id}: phase one"),
+                self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_ONE}", [progress]),
+            ):
+                entries_read = arrow_phases.phase_one(self.spark, plan, last)
+                arrow_phases.await_partial(plan, last, tail)
+            phase_one_ms = _ms_since(r.t0)
+            self._fault("phase_two")
+            if progress is not None:
+                progress.enter(PHASE_TWO)
+            with (
+                self._job_description(f"compaction {job.output_ledger_id}: phase two"),
+                self._tracked(two, [progress]),
+            ):
+                head = arrow_phases.phase_two(self.spark, plan, last)
+                written = tail.result()
+        finally:
+            # Never leave the last group's task writing into a round being abandoned.
+            wait([tail])
+            side.shutdown()
+        r.read(entries_read + written.rows_read, phase_one_ms)
+        if progress is not None:
+            progress.set_totals(entries=r.entries_read)
+        r.written = arrow_phases.TaskResult.of([head, written])
 
     def _shared_work(self, rounds: dict[int, _Round]) -> dict[int, Exception]:
         """The Arrow work of several rounds as tasks of one Spark job (two when a round needs

@@ -655,6 +655,78 @@ def test_fault_in_a_phase_leaves_nothing_behind(spark: SparkSession, topic: Topi
     ]
 
 
+def _three_ledgers(topic: Topic) -> list[Kept]:
+    """Three ledgers of one size (two groups on two cores: ledgers 1-2, then 3), updating keys
+    across all three; what their compaction keeps."""
+    latest: dict[str, tuple[Position, bytes]] = {}
+    for lid in (1, 2, 3):
+        messages = [(f"k{(lid * 7 + i) % 25}", f"{lid}:{i}".encode()) for i in range(20)]
+        topic.seal(lid, messages)
+        for i, (key, value) in enumerate(messages):
+            latest[key] = (P(lid, i), value)
+    return sorted((pos, key, value) for key, (pos, value) in latest.items())
+
+
+def test_the_last_group_runs_both_phases_beside_the_others_phase_one(
+    topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = _three_ledgers(topic)
+    ran: list[int] = []
+    real = arrow_phases.last_group
+
+    def spied(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
+        ran.append(len(plan.groups))
+        return real(spark, plan)
+
+    monkeypatch.setattr(arrow_phases, "last_group", spied)
+    result = compactor.compact(topic.job(4, horizon=P(3, 19)))
+    assert ran == [2]
+    assert kept(result) == expected
+    assert result.entries_read == 60 and result.records_kept == len(expected)
+
+
+@pytest.mark.parametrize("phase", ["phase_one", "phase_two"])
+def test_a_fault_while_the_last_group_runs_leaves_nothing_behind(
+    spark: SparkSession, topic: Topic, phase: str
+) -> None:
+    # The last group's job may still be writing its part when the driver fails: the round
+    # waits for it before abandoning the round's directory.
+    expected = _three_ledgers(topic)
+
+    def hook(name: str) -> None:
+        if name == phase:
+            raise RuntimeError(f"injected failure in {name}")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        TwoPhaseCompactor(spark, fault_hook=hook, min_part_bytes=0).compact(topic.job(4, horizon=P(3, 19)))
+    assert leftovers(topic) == []
+    retried = TwoPhaseCompactor(spark, min_part_bytes=0).compact(topic.job(4, horizon=P(3, 19)))
+    assert kept(retried) == expected
+
+
+@pytest.mark.parametrize("damaged", [1, 3])
+def test_a_damaged_page_in_either_job_fails_the_round_and_leaves_nothing(
+    topic: Topic, compactor: TwoPhaseCompactor, damaged: int
+) -> None:
+    # Ledger 3 is the last group's (its own job, both phases), ledger 1 the first group's:
+    # a damaged key page fails phase one in one job while the other job runs on.
+    _three_ledgers(topic)
+    path = topic.ledgers[damaged]
+    table = pq.read_table(path)
+    pq.write_table(table, path, write_page_checksum=True, compression="none", use_dictionary=False)
+    meta = pq.read_metadata(path)
+    key = next(i for i in range(meta.num_columns) if meta.row_group(0).column(i).path_in_schema == "key")
+    chunk = meta.row_group(0).column(key)
+    with open(path, "r+b") as f:  # a byte of the first key page's data, past its header
+        f.seek(chunk.data_page_offset + chunk.total_compressed_size - 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(Exception, match="CRC|checksum"):
+        compactor.compact(topic.job(4, horizon=P(3, 19)))
+    assert leftovers(topic) == []
+
+
 def test_failure_while_writing_removes_the_temporary_directory(
     topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
