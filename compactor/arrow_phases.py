@@ -706,17 +706,24 @@ def overlaps(plan: RoundPlan) -> bool:
     return len(plan.groups) > 1 and plan.probe_tasks == 0
 
 
-def _last_group_round(plan: RoundPlan, group: int) -> TaskResult:
-    """Runs in a task: both phases of the round's last group ``group``. Its partial is written
-    before its part (the other groups' phase two reads its keys); the part is written from the
-    partial in memory."""
+def _both_phases(plan: RoundPlan, group: int, later: KeySets, *, publish: bool = False) -> TaskResult:
+    """Both phases of group ``group`` in the calling task: its partial, kept in memory, then
+    its part, the later groups' key sets from ``later``. ``publish``: the partial is also
+    written, before the part, for other tasks to read its keys."""
     t0 = time.perf_counter()
     own, rows_read = _partial(plan, group)
-    _write_partial(plan, group, own)
-    phase_one_s = time.perf_counter() - t0
+    if publish:
+        _write_partial(plan, group, own)
     own_keys = own.column(P_KEY).combine_chunks()
-    written = _write_group(plan, group, own, lambda h: own_keys if h == group else None)
+    phase_one_s = time.perf_counter() - t0
+    written = _write_group(plan, group, own, lambda h: own_keys if h == group else later(h))
     return replace(written, rows_read=rows_read, phase_one_s=phase_one_s)
+
+
+def _last_group_round(plan: RoundPlan, group: int) -> TaskResult:
+    """Runs in a task: both phases of the round's last group ``group`` (no group comes after
+    it), its partial written before its part: the other groups' phase two reads its keys."""
+    return _both_phases(plan, group, lambda h: None, publish=True)
 
 
 def last_group(spark: SparkSession, plan: RoundPlan) -> TaskResult:
@@ -1235,16 +1242,7 @@ def group_round(plan: RoundPlan, group: int) -> TaskResult:
     from their new segments rather than from partials, beside the task's share of a delta
     round's probe (if any), which reads the new keys itself rather than wait for phase one."""
     new_keys = _cached(functools.partial(_new_keys, plan))  # shared by the task's two threads
-
-    def both() -> TaskResult:
-        t0 = time.perf_counter()
-        own, rows_read = _partial(plan, group)
-        own_keys = own.column(P_KEY).combine_chunks()
-        phase_one_s = time.perf_counter() - t0
-        written = _write_group(plan, group, own, lambda h: own_keys if h == group else new_keys(h))
-        return replace(written, rows_read=rows_read, phase_one_s=phase_one_s)
-
-    done, dead = _beside_probe(plan, group, new_keys, both)
+    done, dead = _beside_probe(plan, group, new_keys, lambda: _both_phases(plan, group, new_keys))
     return replace(done or TaskResult(), dead=dead)
 
 
