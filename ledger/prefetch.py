@@ -112,26 +112,50 @@ def coalesce(
 #: What to read of a file, decided from its footer: the columns and the row groups (None: all),
 #: or None when nothing of it is to be read.
 Select = Callable[[pq.FileMetaData], "tuple[Sequence[str], Sequence[int] | None] | None"]
+#: The column paths to decode as Arrow dictionaries (pyarrow's ``read_dictionary``), decided
+#: from the file's footer.
+Dictionaries = Callable[[pq.FileMetaData], "Sequence[str] | None"]
 
 
 def open_parquet(
-    path: StoragePath, select: Select, *, footer: pq.FileMetaData | None = None
+    path: StoragePath,
+    select: Select,
+    *,
+    footer: pq.FileMetaData | None = None,
+    dictionaries: Dictionaries | None = None,
 ) -> pq.ParquetFile | None:
     """``path`` opened with every page check (``READ_OPTIONS``) to read what ``select`` asks
     for once it has seen the footer; None when it asks for nothing. On object storage those
     column chunks are fetched first, in parallel (see the module's docstring); ``footer``, if
     known, saves a request. On a local disk ``select`` is not called: the file is opened as
-    pyarrow opens it, and the caller decides from its footer."""
+    pyarrow opens it, and the caller decides from its footer. ``dictionaries``, if given,
+    names the columns to read as dictionaries."""
     if path.local is not None:
-        return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=footer, **READ_OPTIONS)  # type: ignore[arg-type]
+        if dictionaries is None:
+            return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=footer, **READ_OPTIONS)  # type: ignore[arg-type]
+        meta = footer if footer is not None else pq.read_metadata(path.fs_path, filesystem=path.fs)
+        return pq.ParquetFile(
+            path.fs_path,
+            filesystem=path.fs,
+            metadata=meta,
+            read_dictionary=dictionaries(meta),
+            **READ_OPTIONS,  # type: ignore[arg-type]
+        )
     with path.open() as source:
         meta = footer if footer is not None else pq.read_metadata(source)
         chosen = select(meta)
         if chosen is None:
             return None
+        as_dictionaries = dictionaries(meta) if dictionaries is not None else None
         ranges = coalesce(chunk_ranges(meta, *chosen))
         if sum(n for _, n in ranges) > MAX_PREFETCH_BYTES:
-            return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=meta, **READ_OPTIONS)  # type: ignore[arg-type]
+            return pq.ParquetFile(
+                path.fs_path,
+                filesystem=path.fs,
+                metadata=meta,
+                read_dictionary=as_dictionaries,
+                **READ_OPTIONS,  # type: ignore[arg-type]
+            )
         image = mmap.mmap(-1, source.size())  # the reader is given the footer: not fetched
 
         def fetch(at: int, n: int) -> None:
@@ -143,16 +167,21 @@ def open_parquet(
         pa.BufferReader(pa.py_buffer(image)),
         metadata=meta,
         pre_buffer=False,
+        read_dictionary=as_dictionaries,
         **READ_OPTIONS,  # type: ignore[arg-type]
     )
 
 
 def opening(
-    path: StoragePath, select: Select, *, footer: pq.FileMetaData | None = None
+    path: StoragePath,
+    select: Select,
+    *,
+    footer: pq.FileMetaData | None = None,
+    dictionaries: Dictionaries | None = None,
 ) -> Future[pq.ParquetFile | None]:
     """:func:`open_parquet` on a thread of its own: a reader of several files in turn opens
     (fetches) the next ones while it decodes this one."""
-    return _openers().submit(open_parquet, path, select, footer=footer)
+    return _openers().submit(open_parquet, path, select, footer=footer, dictionaries=dictionaries)
 
 
 def each(fn: Callable[[U], T], items: Sequence[U], *, at_once: bool = True) -> list[T]:

@@ -113,14 +113,16 @@ def present(columns: Sequence[str], names: Sequence[str]) -> list[str]:
 
 
 def conform(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """``table`` with ``columns`` in that order, the ones an older file lacks added as nulls."""
+    """``table`` with ``columns`` in that order, the ones an older file lacks added as nulls.
+    The columns it has keep their type (a map read as dictionaries stays one: made into strings
+    here, every row of it would be, not only the rows its reader keeps)."""
     if table.column_names == list(columns):
         return table
     n = table.num_rows
     have = set(table.column_names)
     return pa.table(
         [table.column(c) if c in have else pa.nulls(n, ARROW_SCHEMA.field(c).type) for c in columns],
-        schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns]),
+        schema=pa.schema([table.schema.field(c) if c in have else ARROW_SCHEMA.field(c) for c in columns]),
     )
 
 

@@ -291,7 +291,9 @@ def test_a_reader_opens_files_ahead_within_its_bounds(
     segments = [arrow_phases.Segment(storage.at(f"t/{i:02d}.parquet"), 0, 1, size=100) for i in range(12)]
     opened: list[str] = []
 
-    def record(segment: arrow_phases.Segment, columns: list[str], only: object = None) -> None:
+    def record(
+        segment: arrow_phases.Segment, columns: list[str], only: object = None, *, dictionaries: bool = False
+    ) -> None:
         opened.append(segment.path.name)
 
     monkeypatch.setattr(arrow_phases, "_OPEN_AHEAD", ahead)

@@ -57,6 +57,25 @@ def test_the_columns_and_row_groups_selected_read_as_from_the_file(
     assert seen == ([] if sealed.local is not None else [ROWS])
 
 
+def test_the_columns_asked_for_as_dictionaries_read_as_such_with_the_same_values(sealed: StoragePath) -> None:
+    leaves = ["properties.key_value.key", "properties.key_value.value"]
+    seen: list[int] = []
+
+    def dictionaries(meta: pq.FileMetaData) -> list[str]:
+        seen.append(meta.num_rows)
+        return leaves
+
+    f = open_parquet(sealed, lambda meta: (["properties"], [1]), dictionaries=dictionaries)
+    assert f is not None
+    with f:
+        got = f.read_row_group(1, columns=["properties"]).column("properties")
+    assert pa.types.is_dictionary(got.type.key_type) and pa.types.is_dictionary(got.type.item_type)
+    assert got.cast(pa.map_(pa.string(), pa.string())).to_pylist() == (
+        direct(sealed, ["properties"], [1]).column("properties").to_pylist()
+    )
+    assert seen == [ROWS]  # decided from the footer, on a local disk as on object storage
+
+
 def test_nothing_selected_opens_nothing(sealed: StoragePath) -> None:
     if sealed.local is not None:
         pytest.skip("a local file is opened whatever is selected")
