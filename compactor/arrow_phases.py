@@ -190,6 +190,8 @@ class Segment:
     first_row: int = 0
     # The file's footer, where planning read it (a task then does not read it again).
     footer: pq.FileMetaData | None = field(default=None, compare=False)
+    # The file's whole-file CRC32C, where the round was given it (see ``prefetch.open_parquet``).
+    checksum: str | None = None
 
 
 def bound(ledger_id: int, entry_id: int) -> int:
@@ -433,6 +435,7 @@ def _open(
         _select(segment, columns, only),
         footer=segment.footer,
         dictionaries=_dictionary_properties if dictionaries else None,
+        checksum=segment.checksum,
     )
 
 
@@ -513,6 +516,7 @@ def _chunks(
                 _select(segment, columns, only),
                 footer=segment.footer,
                 dictionaries=_dictionary_properties if dictionaries else None,
+                checksum=segment.checksum,
             )
     except Exception as e:
         raise damage_of(segment.path, e, opening=True) or e from e

@@ -47,6 +47,10 @@ class CompactionJob:
     # The previous compacted ledger's manifest, where the caller holds it (verified when it was
     # read): the round does not read it again.
     previous_manifest: Manifest | None = field(default=None, compare=False, repr=False)
+    # The whole-file CRC32C (``"crc32c:xxxxxxxx"``) of input ledgers, by ledger id, where the
+    # caller knows it (recorded at sealing): a task that decodes most of such a file checks the
+    # whole file against it rather than every page it decodes (``ledger.prefetch``).
+    input_checksums: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Frozen: the coerced values are set as the dataclass's own __init__ sets them.

@@ -507,6 +507,7 @@ class TwoPhaseCompactor:
                     inputs.size(path),
                     derive_deletes=path in inputs.derive_deletes,
                     footer=inputs.footers.get(path),
+                    checksum=job.input_checksums.get(ledger),
                 )
             )
         return out

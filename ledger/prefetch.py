@@ -16,12 +16,19 @@ Invariants:
   loudly, never silently);
 * what pyarrow decodes is checked exactly as from the object (``READ_OPTIONS``);
 * on a local disk, and for reads larger than :data:`MAX_PREFETCH_BYTES`, it opens the file
-  as pyarrow would: the page cache (or pyarrow's own pre-buffering) serves them.
+  as pyarrow would: the page cache (or pyarrow's own pre-buffering) serves them;
+* a local file whose whole-file CRC32C the caller knows, read for most of its bytes (at least
+  :data:`WHOLE_FILE_SHARE`), is mapped into memory and checked whole against it, and then
+  decoded from those very bytes without page checks: the check covers every byte decoded
+  (and the footer and page headers besides), at the speed of CRC32C in hardware rather than
+  of pyarrow's CRC32 in software (a third of phase two's time on 4 KB values). A file that
+  fails it is opened page-checked as any other: a damaged page is then found where it is.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -30,7 +37,7 @@ from typing import TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger.checksums import READ_OPTIONS
+from ledger.checksums import READ_OPTIONS, crc32c_bytes
 from ledger.storage import StoragePath
 
 T = TypeVar("T")
@@ -48,6 +55,10 @@ FETCHERS = 16
 
 #: Files being opened (footer, then their chunks fetched) at once, over every reader.
 OPENERS = 8
+
+#: The share of a local file's bytes a read must cover for the file to be checked whole
+#: against its known CRC32C instead of page by page (see the module's docstring).
+WHOLE_FILE_SHARE = 0.5
 
 _pools: dict[str, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
@@ -123,22 +134,36 @@ def open_parquet(
     *,
     footer: pq.FileMetaData | None = None,
     dictionaries: Dictionaries | None = None,
+    checksum: str | None = None,
 ) -> pq.ParquetFile | None:
     """``path`` opened with every page check (``READ_OPTIONS``) to read what ``select`` asks
     for once it has seen the footer; None when it asks for nothing. On object storage those
     column chunks are fetched first, in parallel (see the module's docstring); ``footer``, if
-    known, saves a request. On a local disk ``select`` is not called: the file is opened as
-    pyarrow opens it, and the caller decides from its footer. ``dictionaries``, if given,
-    names the columns to read as dictionaries."""
-    if path.local is not None:
-        if dictionaries is None:
+    known, saves a request. On a local disk the file is opened as pyarrow opens it, and the
+    caller decides from its footer what to read (``select`` only tells whether the file is
+    read for most of its bytes: then, ``checksum`` given, it is checked whole, see the
+    module's docstring). ``dictionaries``, if given, names the columns to read as
+    dictionaries."""
+    local = path.local
+    if local is not None:
+        if dictionaries is None and checksum is None:
             return pq.ParquetFile(path.fs_path, filesystem=path.fs, metadata=footer, **READ_OPTIONS)  # type: ignore[arg-type]
         meta = footer if footer is not None else pq.read_metadata(path.fs_path, filesystem=path.fs)
+        as_dictionaries = dictionaries(meta) if dictionaries is not None else None
+        image = _mapped_if_intact(local, checksum, meta, select) if checksum is not None else None
+        if image is not None:
+            return pq.ParquetFile(
+                pa.BufferReader(pa.py_buffer(image)),
+                metadata=meta,
+                pre_buffer=False,
+                read_dictionary=as_dictionaries,
+                page_checksum_verification=False,  # every byte was checked whole
+            )
         return pq.ParquetFile(
             path.fs_path,
             filesystem=path.fs,
             metadata=meta,
-            read_dictionary=dictionaries(meta),
+            read_dictionary=as_dictionaries,
             **READ_OPTIONS,  # type: ignore[arg-type]
         )
     with path.open() as source:
@@ -172,16 +197,50 @@ def open_parquet(
     )
 
 
+def _mapped_if_intact(
+    path: os.PathLike[str], checksum: str, meta: pq.FileMetaData, select: Select
+) -> mmap.mmap | None:
+    """The local file at ``path`` mapped into memory, when what ``select`` reads of it covers
+    at least :data:`WHOLE_FILE_SHARE` of its bytes and its CRC32C is ``checksum``; else None
+    (and on a file system that maps no files, or where this process has no CRC32C library:
+    a cluster's executors may have only pyarrow, numpy and pandas)."""
+    chosen = select(meta)
+    if chosen is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not size or sum(n for _, n in chunk_ranges(meta, *chosen)) < WHOLE_FILE_SHARE * size:
+                return None
+            # Populated: the kernel maps the page cache's pages in one go, not a fault each.
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            image = mmap.mmap(f.fileno(), size, flags=flags, prot=mmap.PROT_READ)
+    except OSError:
+        return None
+    try:
+        with memoryview(image) as view:
+            intact = crc32c_bytes(view) == checksum
+    except ImportError:
+        intact = False
+    if not intact:
+        image.close()
+        return None
+    return image
+
+
 def opening(
     path: StoragePath,
     select: Select,
     *,
     footer: pq.FileMetaData | None = None,
     dictionaries: Dictionaries | None = None,
+    checksum: str | None = None,
 ) -> Future[pq.ParquetFile | None]:
     """:func:`open_parquet` on a thread of its own: a reader of several files in turn opens
     (fetches) the next ones while it decodes this one."""
-    return _openers().submit(open_parquet, path, select, footer=footer, dictionaries=dictionaries)
+    return _openers().submit(
+        open_parquet, path, select, footer=footer, dictionaries=dictionaries, checksum=checksum
+    )
 
 
 def each(fn: Callable[[U], T], items: Sequence[U], *, at_once: bool = True) -> list[T]:

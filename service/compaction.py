@@ -546,7 +546,10 @@ class CompactionService:
                 return None
             previous_horizon = previous.horizon if previous else None
             layer_copies: dict[str, StoragePath] = {}
-            sealed = self._verified_inputs(topic, previous, previous_horizon, horizon, layer_copies, copies)
+            checksums: dict[int, str] = {}
+            sealed = self._verified_inputs(
+                topic, previous, previous_horizon, horizon, layer_copies, copies, checksums
+            )
             sealed = self._local_copies(sealed, copies)
             new_ledger_id = self._allocate_ledger(topic)
             job = CompactionJob(
@@ -565,6 +568,7 @@ class CompactionService:
                 consolidation_ratio=self.broker.settings.compaction_consolidation_ratio,
                 local_copies=layer_copies,
                 previous_manifest=previous.ledger.manifest if previous else None,
+                input_checksums=checksums,
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
             self._release_copies(copies)
@@ -683,6 +687,7 @@ class CompactionService:
         horizon: Position,
         layer_copies: dict[str, StoragePath],
         leased: list[StoragePath],
+        checksums: dict[int, str],
     ) -> list[tuple[int, StoragePath]]:
         """The round's original ledgers as (ledger id, file to read), each file's whole-file
         CRC32C verified against the metadata's unless it was verified since the service started
@@ -694,7 +699,9 @@ class CompactionService:
         A damaged ledger whose loss no one accepted stops the round (``RoundDamaged``); one
         whose loss was accepted is read from the verified copy of its intact rows. The previous
         ledger's files verified from local copies go into ``layer_copies`` (the copies leased
-        into ``leased``)."""
+        into ``leased``); each file's expected CRC32C, where known, into ``checksums`` by
+        ledger id (the round's tasks check a file whole against it rather than page by page
+        where they decode most of it)."""
         if previous is not None:
             try:
                 # Read and verified against its checksum when the view was made.
@@ -727,6 +734,8 @@ class CompactionService:
                         f"({skip_damaged_path(topic.name, info.ledger_id)})"
                     ) from e
                 topic.ledger.mark_verified(info.ledger_id)
+            if expected is not None:
+                checksums[info.ledger_id] = expected
             out.append((info.ledger_id, path))
         return out
 

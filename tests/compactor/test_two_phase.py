@@ -19,6 +19,7 @@ from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor, arrow_
 from compactor.phases import NARROW_COLUMNS, phase_one
 from compactor.spark import explain_string, get_spark, local_cores, spark_conf
 from compactor.two_phase import shared_group
+from ledger.checksums import file_checksum
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, write_manifest
 from ledger.entry import Position, is_delete
 from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
@@ -725,6 +726,59 @@ def test_a_damaged_page_in_either_job_fails_the_round_and_leaves_nothing(
     with pytest.raises(Exception, match="CRC|checksum"):
         compactor.compact(topic.job(4, horizon=P(3, 19)))
     assert leftovers(topic) == []
+
+
+def _value_page_damaged(path: Path, back: int = 0) -> str:
+    """Rewrite the ledger at ``path`` uncompressed and plain (so that a flipped byte stays a
+    value's), then flip a byte of the value ``back`` values before its last (values of 2,000
+    bytes, each after its 4-byte length); the CRC32C of the file before the damage, as sealing
+    recorded it."""
+    table = pq.read_table(path)
+    pq.write_table(table, path, write_page_checksum=True, compression="none", use_dictionary=False)
+    before = file_checksum(path)
+    meta = pq.read_metadata(path)
+    value = next(i for i in range(meta.num_columns) if meta.row_group(0).column(i).path_in_schema == "value")
+    chunk = meta.row_group(0).column(value)
+    with open(path, "r+b") as f:
+        f.seek(chunk.data_page_offset + chunk.total_compressed_size - 2 - back * (4 + 2_000))
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    return before
+
+
+@pytest.mark.parametrize("told", ["sealed", "damaged"])
+def test_phase_two_checks_a_ledger_it_reads_mostly_against_its_whole_file_checksum(
+    topic: Topic, compactor: TwoPhaseCompactor, told: str
+) -> None:
+    # Values of 2 KB: phase two decodes most of each ledger's bytes, so a task checks the whole
+    # file against the CRC32C the round was given (as the service gives the one it recorded at
+    # sealing) instead of each page. Ledger 2 holds winners: entries 2-6 (keys k16-k20, which
+    # ledger 3 does not update); entry 6's value is damaged, 13 values before the last.
+    latest: dict[str, tuple[Position, bytes]] = {}
+    for lid in (1, 2, 3):
+        messages = [(f"k{(lid * 7 + i) % 25}", bytes([lid, i]) * 1_000) for i in range(20)]
+        topic.seal(lid, messages)
+        latest.update((key, (P(lid, i), value)) for i, (key, value) in enumerate(messages))
+    sealed = _value_page_damaged(topic.ledgers[2], back=13)
+    damaged = file_checksum(topic.ledgers[2])
+    checksums = {lid: file_checksum(path) for lid, path in topic.ledgers.items()}
+    checksums[2] = sealed if told == "sealed" else damaged
+    job = dataclasses.replace(topic.job(4, horizon=P(3, 19)), input_checksums=checksums)
+    if told == "sealed":
+        # The file is not the one sealed: it is read page-checked, and the damaged page found.
+        with pytest.raises(Exception, match="CRC|checksum"):
+            compactor.compact(job)
+        assert leftovers(topic) == []
+        return
+    # Told the damaged file's own checksum (as if it had been sealed so), the task takes the
+    # whole-file check for the pages' and decodes the bytes it checked: entry 6's value comes
+    # out with the flipped byte, where a page check would have refused it.
+    result = compactor.compact(job)
+    got = {key: (position, value) for position, key, value in kept(result)}
+    assert got.keys() == latest.keys()
+    assert [key for key, (_, value) in latest.items() if got[key][1] != value] == ["k20"]
+    assert got["k20"][0] == P(2, 6)
 
 
 def test_failure_while_writing_removes_the_temporary_directory(

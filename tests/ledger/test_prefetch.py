@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ledger.checksums import READ_OPTIONS
+from ledger.checksums import READ_OPTIONS, crc32c_bytes, file_checksum
 from ledger.entry import Entry
 from ledger.parquet_store import seal
 from ledger.prefetch import chunk_ranges, coalesce, open_parquet
@@ -101,6 +101,62 @@ def test_a_damaged_chunk_is_refused_by_its_page_checksum(sealed: StoragePath) ->
     assert f is not None
     with f, pytest.raises(OSError, match="(?i)checksum|corrupt"):
         f.read_row_groups([1], columns=["value"])
+
+
+ALL_BUT_KEY = ["value", "is_tombstone", "properties", "publish_time"]
+
+
+def _damaged(sealed: StoragePath, column: str) -> str:
+    """Flip a byte inside a page of row group 1's ``column``; the damaged file's CRC32C."""
+    data = bytearray(sealed.read_bytes())
+    meta = pq.read_metadata(pa.BufferReader(bytes(data)))
+    (start, length), *_ = chunk_ranges(meta, [column], [1])
+    data[start + length // 2] ^= 0xFF
+    sealed.write_bytes(bytes(data))
+    return crc32c_bytes(bytes(data))
+
+
+def test_a_local_file_read_for_most_of_its_bytes_is_checked_whole_against_its_checksum(
+    sealed: StoragePath,
+) -> None:
+    if sealed.local is None:
+        pytest.skip("an object's chunks are fetched and checked page by page")
+    intact = direct(sealed, ALL_BUT_KEY)
+    f = open_parquet(sealed, lambda meta: (ALL_BUT_KEY, None), checksum=file_checksum(sealed))
+    assert f is not None
+    with f:
+        assert f.read(columns=ALL_BUT_KEY).equals(intact)
+    # A file that fails the whole-file check is read page-checked: the damaged page is found.
+    original = file_checksum(sealed)
+    _damaged(sealed, "value")
+    f = open_parquet(sealed, lambda meta: (ALL_BUT_KEY, None), checksum=original)
+    assert f is not None
+    with f, pytest.raises(OSError, match="(?i)checksum|corrupt"):
+        f.read(columns=ALL_BUT_KEY)
+
+
+def test_only_the_whole_file_check_stands_between_a_read_of_most_of_a_file_and_its_bytes(
+    sealed: StoragePath,
+) -> None:
+    # Told the damaged file's own CRC32C, the reader takes the file as checked: its pages are
+    # not checked again (the check it skips is the one the whole-file check replaces).
+    if sealed.local is None:
+        pytest.skip("an object's chunks are fetched and checked page by page")
+    claimed = _damaged(sealed, "value")
+    f = open_parquet(sealed, lambda meta: (ALL_BUT_KEY, None), checksum=claimed)
+    assert f is not None
+    with f:
+        f.read(columns=ALL_BUT_KEY)  # no page check fails
+
+
+def test_a_read_of_a_small_share_of_a_file_is_checked_page_by_page_whatever_its_checksum(
+    sealed: StoragePath,
+) -> None:
+    claimed = _damaged(sealed, "key")
+    f = open_parquet(sealed, lambda meta: (["key"], None), checksum=claimed)
+    assert f is not None
+    with f, pytest.raises(OSError, match="(?i)checksum|corrupt"):
+        f.read(columns=["key"])
 
 
 def test_ranges_close_together_are_one_request_and_long_ones_several() -> None:
