@@ -32,6 +32,9 @@ AVAILABLE = "available"
 # Warm-up off: Java was found, Spark starts with the first round.
 ON_DEMAND = "on demand"
 UNAVAILABLE = "unavailable"
+# How long a stopping service waits for its warm-up to finish the Spark job it runs (an empty
+# job takes milliseconds; the warm-up round, once Spark is up, a few seconds).
+STOP_WAIT_SECONDS = 30.0
 
 
 class SparkEngine:
@@ -73,8 +76,10 @@ class SparkEngine:
     def _start(self) -> None:
         try:
             if self.settings.spark_warmup:
-                warm_up(self.session(), self._warm_up_under())
-                warm_up_jit(self.session(), self.settings.spark_warmup_jobs, stop=self._stopping)
+                session = self.session()
+                if not self._stopping.is_set():
+                    warm_up(session, self._warm_up_under())
+                warm_up_jit(session, self.settings.spark_warmup_jobs, stop=self._stopping)
             else:
                 with self._lock:
                     if self._session is None:
@@ -98,9 +103,15 @@ class SparkEngine:
         storage = self.settings.ledger_storage()
         return storage.at() if self.is_cluster or not storage.local else self.settings.data_dir
 
-    def stop(self) -> None:
-        """The service stops: no more warm-up jobs (one running finishes)."""
+    def stop(self, timeout: float = STOP_WAIT_SECONDS) -> None:
+        """The service stops: no more warm-up jobs; the one running (or the warm-up round) is
+        given ``timeout`` seconds to finish. Otherwise the process would go with a Spark job
+        running, and the JVM would log the Python side's going as errors, with Java stack
+        traces, on the console of a user who pressed Ctrl-C in the first seconds."""
         self._stopping.set()
+        starting = self._starting
+        if starting is not None and starting is not threading.current_thread():
+            starting.join(timeout)
 
     def session(self) -> SparkSession:
         """The started, checked session; raises :class:`CompactionUnavailable`."""

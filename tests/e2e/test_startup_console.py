@@ -82,3 +82,32 @@ def test_start_up_idle_workers_and_ctrl_c_print_no_traceback(server_factory, tmp
     assert srv.proc.wait(60) == 0
     console = srv.log.read_text()
     assert not [line for line in console.splitlines() if FAILURE.search(line)], console
+
+
+def test_ctrl_c_while_the_warm_up_runs_spark_jobs_prints_nothing_and_stops_promptly(
+    server_factory, tmp_path: Path
+) -> None:
+    # A user who presses Ctrl-C in the first seconds stops the service while its warm-up runs
+    # Spark jobs: the JVM logged "Failed to update accumulator" (Connection reset, Broken pipe)
+    # with Java stack traces as the Python side went away under a running job.
+    srv = server_factory(
+        tmp_path / "data",
+        # Empty jobs for far longer than the test: one is running when Ctrl-C comes.
+        env={"COMPACTOR_SPARK_WARMUP": "true", "COMPACTOR_SPARK_WARMUP_JOBS": "100000"},
+    )
+    srv.start()
+    assert srv.proc is not None
+    deadline = time.monotonic() + 180
+    while True:
+        health = httpx.get(f"{srv.url}/health", timeout=5).json()
+        if health["compaction"] == "available" and "warmingUp" in health:
+            break  # Spark is up and the warm-up runs its jobs
+        assert time.monotonic() < deadline, health
+        time.sleep(0.25)
+    time.sleep(3)
+    srv.proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    assert srv.proc.wait(60) == 0
+    assert time.monotonic() - t0 < 30
+    console = srv.log.read_text()
+    assert not [line for line in console.splitlines() if FAILURE.search(line) or " ERROR " in line], console
