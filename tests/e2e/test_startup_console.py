@@ -7,7 +7,9 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -49,6 +51,17 @@ def python_workers(server_pid: int) -> list[int]:
     return sorted(pid for pid in daemons if parents.get(pid) in daemons)
 
 
+def _health_once(url: str, reached: Callable[[dict[str, Any]], bool], within: float = 180) -> dict[str, Any]:
+    """The server's ``/health`` answer, polled until ``reached`` says yes (within ``within`` s)."""
+    deadline = time.monotonic() + within
+    while True:
+        health: dict[str, Any] = httpx.get(f"{url}/health", timeout=5).json()
+        if reached(health):
+            return health
+        assert time.monotonic() < deadline, health
+        time.sleep(0.25)
+
+
 def test_start_up_idle_workers_and_ctrl_c_print_no_traceback(server_factory, tmp_path: Path) -> None:
     # Issue 28: a minute after the warm-up, Spark retires its idle Python workers by closing
     # their sockets, and PySpark's worker printed "BrokenPipeError: [Errno 32] Broken pipe" with
@@ -60,13 +73,7 @@ def test_start_up_idle_workers_and_ctrl_c_print_no_traceback(server_factory, tmp
     )
     srv.start()
     assert srv.proc is not None
-    deadline = time.monotonic() + 180
-    while True:
-        health = httpx.get(f"{srv.url}/health", timeout=5).json()
-        if health["compaction"] != "starting" and "warmingUp" not in health:
-            break
-        assert time.monotonic() < deadline, health
-        time.sleep(0.25)
+    health = _health_once(srv.url, lambda h: h["compaction"] != "starting" and "warmingUp" not in h)
     assert health == {"status": "ok", "compaction": "available", "brokerServiceUrl": srv.pulsar_url}
     assert python_workers(srv.proc.pid), "the warm-up's workers wait for their next task"
 
@@ -97,13 +104,8 @@ def test_ctrl_c_while_the_warm_up_runs_spark_jobs_prints_nothing_and_stops_promp
     )
     srv.start()
     assert srv.proc is not None
-    deadline = time.monotonic() + 180
-    while True:
-        health = httpx.get(f"{srv.url}/health", timeout=5).json()
-        if health["compaction"] == "available" and "warmingUp" in health:
-            break  # Spark is up and the warm-up runs its jobs
-        assert time.monotonic() < deadline, health
-        time.sleep(0.25)
+    # Spark is up and the warm-up runs its jobs.
+    _health_once(srv.url, lambda h: h["compaction"] == "available" and "warmingUp" in h)
     time.sleep(3)
     srv.proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
