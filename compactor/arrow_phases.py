@@ -28,6 +28,15 @@ by key: unless a new row of the key exists.
 The only data moving between tasks is the partials' key columns, through files a task reads
 directly: no shuffle, no collect of rows to the driver.
 
+A full round (:func:`overlaps`): the last group needs no other group's keys, so a job of its
+own runs both its phases at once (:func:`last_group`), its partial written first; each other
+group's task writes its partial, waits in the task for the later groups' partials (phase one
+of the others, in parallel, takes about as long) and runs its phase two then
+(:func:`phase_one_then_two`): a second Spark job would cost a round trip through the driver
+before any of its work. A task whose later partials do not come in time (their tasks not
+running: fewer cores than tasks) leaves its phase two to a job the driver starts once they are
+there.
+
 One job (:func:`both_phases`): a Spark job costs tens of milliseconds before any work, which
 is most of an incremental round that adds 1% to a compacted ledger. When the new rows are a
 small share of the round (:func:`fits_one_job`), each task runs both phases itself: its
@@ -54,6 +63,7 @@ import contextlib
 import functools
 import json
 import os
+import pickle
 import threading
 import time
 import uuid
@@ -80,6 +90,7 @@ from ledger.checksums import damage_of, file_checksum
 from ledger.entry import Position
 from ledger.layers import PartInfo
 from ledger.parquet_store import LEDGER_WRITER_OPTIONS
+from ledger.paths import fsync_path
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,
@@ -167,6 +178,31 @@ _KEY_INDEX = ARROW_SCHEMA.get_field_index(KEY)
 _ALL_BUT_KEY = [name for name in ARROW_SCHEMA.names if name != KEY]
 
 
+class ShippedFooter:
+    """A file's footer as a round's plan carries it into tasks. It pickles as the footer's
+    bytes, made once however many jobs ship the plan, and is parsed only where a task opens
+    the file: each task opens only its own group's files, and parsing every footer of a
+    round of forty ledgers took each task about 10 ms before its work began."""
+
+    __slots__ = ("_meta", "_pickled")
+
+    def __init__(self, meta: pq.FileMetaData | None, pickled: bytes | None = None) -> None:
+        self._meta = meta
+        self._pickled = pickled
+
+    @property
+    def meta(self) -> pq.FileMetaData:
+        if self._meta is None:
+            # Two threads of a task may both parse it: the same footer either way.
+            self._meta = pickle.loads(self._pickled)  # type: ignore[arg-type]
+        return self._meta
+
+    def __reduce__(self) -> tuple[type[ShippedFooter], tuple[None, bytes]]:
+        if self._pickled is None:
+            self._pickled = pickle.dumps(self._meta, protocol=pickle.HIGHEST_PROTOCOL)
+        return ShippedFooter, (None, self._pickled)
+
+
 @dataclass(frozen=True)
 class Segment:
     """Rows of one Parquet file with packed ids in ``(lo, hi]``, stored in id order."""
@@ -189,7 +225,7 @@ class Segment:
     deletes_rows: int = 0
     first_row: int = 0
     # The file's footer, where planning read it (a task then does not read it again).
-    footer: pq.FileMetaData | None = field(default=None, compare=False)
+    footer: ShippedFooter | None = field(default=None, compare=False)
     # The file's whole-file CRC32C, where the round was given it (see ``prefetch.open_parquet``).
     checksum: str | None = None
 
@@ -433,7 +469,7 @@ def _open(
     return prefetch.opening(
         segment.path,
         _select(segment, columns, only),
-        footer=segment.footer,
+        footer=segment.footer.meta if segment.footer is not None else None,
         dictionaries=_dictionary_properties if dictionaries else None,
         checksum=segment.checksum,
     )
@@ -514,7 +550,7 @@ def _chunks(
             f = prefetch.open_parquet(
                 segment.path,
                 _select(segment, columns, only),
-                footer=segment.footer,
+                footer=segment.footer.meta if segment.footer is not None else None,
                 dictionaries=_dictionary_properties if dictionaries else None,
                 checksum=segment.checksum,
             )
@@ -628,6 +664,8 @@ class TaskResult:
     phase_one_s: float = 0.0
     parts: tuple[PartInfo, ...] = ()
     dead: dict[int, np.ndarray] = field(default_factory=dict)
+    # The groups whose phase two a task of :func:`phase_one_then_two` ran (their parts written).
+    written: tuple[int, ...] = ()
 
     @staticmethod
     def of(results: Iterable[TaskResult]) -> TaskResult:
@@ -643,6 +681,7 @@ class TaskResult:
             phase_one_s=max((r.phase_one_s for r in done), default=0.0),
             parts=tuple(p for r in done for p in r.parts),
             dead={layer: np.concatenate(rows) if len(rows) > 1 else rows[0] for layer, rows in found.items()},
+            written=tuple(g for r in done for g in r.written),
         )
 
 
@@ -787,6 +826,58 @@ def phase_one(spark: SparkSession, plan: RoundPlan, groups: int | None = None) -
     return sum(_per_group(spark, plan, group_latest, groups))
 
 
+# How long a task of :func:`phase_one_then_two` waits for the later groups' partials, at
+# least; and at most as long again as its own phase one took, which theirs should take too.
+_IN_TASK_WAIT_MIN_S = 0.5
+
+
+def _await_files(paths: Sequence[StoragePath], seconds: float) -> bool:
+    """Whether every one of ``paths`` is there within ``seconds``."""
+    if not paths:
+        return True
+    deadline = time.monotonic() + seconds
+    pause = _AWAIT_LOCAL_S if all(p.local is not None for p in paths) else _AWAIT_OBJECT_S
+    waiting = list(paths)
+    while True:
+        waiting = [p for p in waiting if not p.is_file()]
+        if not waiting:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+
+
+def _latest_then_write(plan: RoundPlan, group: int) -> TaskResult:
+    """Runs in a task: group ``group``'s partial, written for the earlier groups, then its
+    phase two in the same task once every later group's partial is there (``written`` names
+    the group then; not when they do not come in time -- see :func:`phase_one_then_two`)."""
+    t0 = time.perf_counter()
+    own, rows_read = _partial(plan, group)
+    _write_partial(plan, group, own)
+    phase_one_s = time.perf_counter() - t0
+    later = [plan.partial_path(h) for h in range(group + 1, len(plan.groups))]
+    if not _await_files(later, max(_IN_TASK_WAIT_MIN_S, phase_one_s)):
+        return TaskResult(rows_read=rows_read, phase_one_s=phase_one_s)
+    own_keys = own.column(P_KEY).combine_chunks()
+    others = _partial_keys(plan)
+    written = _write_group(plan, group, own, lambda h: own_keys if h == group else others(h))
+    return replace(written, rows_read=rows_read, phase_one_s=phase_one_s, written=(group,))
+
+
+def phase_one_then_two(spark: SparkSession, plan: RoundPlan, groups: int) -> TaskResult:
+    """Both phases of each of the first ``groups`` groups, one task each, while
+    :func:`last_group` runs the last group's (see :func:`overlaps`). A task writes its partial
+    and then waits for the later groups' before its phase two: each of those is written by a
+    task that does not wait (the last group's) or waits only for groups after its own, so
+    every wait ends while the tasks run at once. With fewer cores than tasks, a later group's
+    task may not be running yet: a task waits at most as long as its own phase one took (half
+    a second at least) and then leaves its phase two to :func:`phase_two` (the result's
+    ``written`` lists the groups done)."""
+    if plan.probe_tasks:
+        raise ValueError("a delta round's probe needs its own job: see overlaps()")
+    return TaskResult.of(_per_group(spark, plan, _latest_then_write, groups))
+
+
 def overlaps(plan: RoundPlan) -> bool:
     """Whether the round's last group runs both its phases in a job of its own while the
     other groups run phase one (:func:`last_group`). No group comes after the last, so its part
@@ -863,15 +954,17 @@ def _per_group(
     tasks: int | None = None,
     *,
     first: int = 0,
+    groups: Sequence[int] | None = None,
 ) -> list[T]:
-    """``work(plan, first + t)`` for every task ``t`` (by default one per group), one Spark
-    task each; their results, in order."""
+    """``work(plan, first + t)`` for every task ``t`` (by default one per group), or
+    ``work(plan, groups[t])``, one Spark task each; their results, in order."""
+    chosen = tuple(groups) if groups is not None else None
 
-    def task(groups: Iterable[int]) -> Iterable[T]:
-        for g in groups:
-            yield work(plan, first + g)
+    def task(numbers: Iterable[int]) -> Iterable[T]:
+        for t in numbers:
+            yield work(plan, chosen[t] if chosen is not None else first + t)
 
-    n = len(plan.groups) if tasks is None else tasks
+    n = len(chosen) if chosen is not None else len(plan.groups) if tasks is None else tasks
     if n == 0:
         return []
     return _group_rdd(spark, n).mapPartitions(task).collect()
@@ -939,8 +1032,12 @@ def _winners(plan: RoundPlan, group: int, own: pa.Table, key_sets: KeySets) -> p
         keep |= published >= plan.keep_tombstones_since
     # A key in a later group has a later row there.
     keep &= ~_in_any(own.column(P_KEY), key_sets, range(group + 1, len(plan.groups)))
-    kept = own.select([P_KEY, P_ID]).filter(pa.array(keep))
-    return kept.take(pc.sort_indices(kept.column(P_ID)))
+    # One gather of the kept rows in id order (with long keys, copying keys is the cost: a
+    # filter before the sort would copy them twice). Ids are unique, so a sort that is not
+    # stable orders them exactly, at a quarter of a stable sort's cost.
+    rows = np.flatnonzero(keep)
+    ids = np.asarray(own.column(P_ID).to_numpy(), dtype=np.int64)[rows]
+    return own.select([P_KEY, P_ID]).take(pa.array(rows[np.argsort(ids)]))
 
 
 def _kept_mask(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -1069,8 +1166,6 @@ class _PartWriter:
     def close(self) -> int:
         try:
             self._flush(final=True)
-            while self._in_flight:
-                self._in_flight.popleft().result()
             if self._writer is not None:
                 self._finish(self._writer)
         finally:
@@ -1078,26 +1173,38 @@ class _PartWriter:
         return self.rows
 
     def _finish(self, writer: pq.ParquetWriter) -> None:
-        """Close the part and put it and its key index in place. On object storage the part
-        uploads (on the encoding thread) while the index is built and uploaded: nothing in the
-        bucket is seen before the round's commit names it, so neither need wait for the other
-        (on a local disk the index is renamed into place first)."""
-        uploading: Future[None] | None = None
-        try:
+        """Close the part and put it and its key index in place. The encoding thread ends the
+        part (its last row groups, its footer, and its fsync on a local disk or its upload to
+        object storage) while this thread builds the index and puts it in place: the index
+        and the part's last bytes are written and made durable at the same time. On a local
+        disk the part is renamed into place after its index (a part is never without it); in
+        a bucket nothing is seen before the round's commit names it."""
+        in_flight = list(self._in_flight)
+        self._in_flight.clear()
+
+        def end_part() -> tuple[int, str] | None:
+            for pending in in_flight:  # done: this thread ran them first
+                pending.result()  # raises what the encoder raised
             writer.add_key_value_metadata(null_columns_metadata(self._null))
             writer.close()
             staged = self._staged_part()  # before the upload, which removes the staging file
-            if self.path.local is None:
-                uploading = self._encoder.submit(self._put, self._tmp, self.path)
-            keys_checksum = self._write_index()
-            if uploading is not None:
-                uploading.result()
+            local = self.path.local
+            if local is None:
+                self.path.publish(Path(self._tmp))
             else:
-                self._put(self._tmp, self.path)
+                fsync_path(Path(self._tmp))
+            return staged
+
+        ending = self._encoder.submit(end_part)
+        try:
+            keys_checksum = self._write_index()
+            staged = ending.result()
+            local = self.path.local
+            if local is not None:
+                os.replace(self._tmp, local)  # the round's directory is fsynced by the driver
         except BaseException:
-            if uploading is not None:
-                with contextlib.suppress(BaseException):
-                    uploading.result()  # the staging file is the upload's until it is over
+            with contextlib.suppress(BaseException):
+                ending.result()  # the staging file is the encoding thread's until it is done
             unstage(Path(self._tmp))  # a staging file outside the round's directory too
             raise
         # After the part and its index: a description names only files that are there.
@@ -1287,13 +1394,15 @@ def group_write(plan: RoundPlan, group: int) -> TaskResult:
     return replace(written or TaskResult(), dead=dead)
 
 
-def phase_two(spark: SparkSession, plan: RoundPlan, groups: int | None = None) -> TaskResult:
-    """Write every group's part (one task per group), or the first ``groups``' (the last
-    group's written by :func:`last_group`), from the partials. Tasks write only their own part
-    and read only partials (and, in a delta round, their share of the older layers' key
-    indexes)."""
+def phase_two(spark: SparkSession, plan: RoundPlan, groups: Sequence[int] | None = None) -> TaskResult:
+    """Write every group's part (one task per group), or those of ``groups`` (the others'
+    written already: by :func:`last_group`, :func:`phase_one_then_two`), from the partials.
+    Tasks write only their own part and read only partials (and, in a delta round, their
+    share of the older layers' key indexes)."""
     plan.make_out_dir()
-    return TaskResult.of(_per_group(spark, plan, group_write, plan.tasks if groups is None else groups))
+    if groups is None:
+        return TaskResult.of(_per_group(spark, plan, group_write, plan.tasks))
+    return TaskResult.of(_per_group(spark, plan, group_write, groups=groups))
 
 
 # ---------------------------------------------------------------------------- one job

@@ -498,6 +498,7 @@ class TwoPhaseCompactor:
         ids = dict(zip(job.inputs, job.input_ledger_ids, strict=True))
         for path in sorted(inputs.originals, key=lambda p: ids[p]):
             ledger = ids[path]
+            footer = inputs.footers.get(path)
             first, last = arrow_phases.bound(ledger, -1), arrow_phases.bound(ledger, MAX_PACKED_ENTRY_ID)
             out.append(
                 arrow_phases.Segment(
@@ -506,7 +507,7 @@ class TwoPhaseCompactor:
                     min(hi, last),
                     inputs.size(path),
                     derive_deletes=path in inputs.derive_deletes,
-                    footer=inputs.footers.get(path),
+                    footer=arrow_phases.ShippedFooter(footer) if footer is not None else None,
                     checksum=job.input_checksums.get(ledger),
                 )
             )
@@ -770,10 +771,11 @@ class TwoPhaseCompactor:
             r.written = self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
 
     def _overlapped(self, r: _Round, plan: arrow_phases.RoundPlan) -> None:
-        """Phase one of every group but the last while a job of its own runs the last group's
-        both phases (:func:`arrow_phases.last_group`: the longest task of a full round, whose
-        part holds the latest rows); the other groups' phase two starts once their partials
-        and the last group's are written, instead of once every task of phase one is done."""
+        """Both phases of every group but the last, each in one task that waits for the later
+        groups' partials between them (:func:`arrow_phases.phase_one_then_two`), while a job
+        of its own runs the last group's (:func:`arrow_phases.last_group`: its part holds the
+        latest rows). A group whose task could not wait runs its phase two in a job of its
+        own once the last group's partial is written."""
         job, progress = r.job, r.progress
         last = len(plan.groups) - 1
         two = f"compaction-{job.output_ledger_id}-{PHASE_TWO}"
@@ -797,9 +799,10 @@ class TwoPhaseCompactor:
                 self._job_description(f"compaction {job.output_ledger_id}: phase one"),
                 self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_ONE}", [progress]),
             ):
-                entries_read = arrow_phases.phase_one(self.spark, plan, last)
+                head = arrow_phases.phase_one_then_two(self.spark, plan, last)
                 arrow_phases.await_partial(plan, last, tail)
-            phase_one_ms = _ms_since(r.t0)
+            # Phase one's tasks ran on into phase two: the longest of their phase ones.
+            phase_one_ms = int(head.phase_one_s * 1000)
             self._fault("phase_two")
             if progress is not None:
                 progress.enter(PHASE_TWO)
@@ -807,13 +810,15 @@ class TwoPhaseCompactor:
                 self._job_description(f"compaction {job.output_ledger_id}: phase two"),
                 self._tracked(two, [progress]),
             ):
-                head = arrow_phases.phase_two(self.spark, plan, last)
+                left = [g for g in range(last) if g not in head.written]
+                if left:
+                    head = arrow_phases.TaskResult.of([head, arrow_phases.phase_two(self.spark, plan, left)])
                 written = tail.result()
         finally:
             # Never leave the last group's task writing into a round being abandoned.
             wait([tail])
             side.shutdown()
-        r.read(entries_read + written.rows_read, phase_one_ms)
+        r.read(head.rows_read + written.rows_read, phase_one_ms)
         if progress is not None:
             progress.set_totals(entries=r.entries_read)
         r.written = arrow_phases.TaskResult.of([head, written])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -682,6 +683,77 @@ def test_the_last_group_runs_both_phases_beside_the_others_phase_one(
     monkeypatch.setattr(arrow_phases, "last_group", spied)
     result = compactor.compact(topic.job(4, horizon=P(3, 19)))
     assert ran == [2]
+    assert kept(result) == expected
+    assert result.entries_read == 60 and result.records_kept == len(expected)
+
+
+def _parts_read(plan: arrow_phases.RoundPlan) -> list[Kept]:
+    """The rows of a plan's part files, in part order, as (position, key, value)."""
+    out: list[Kept] = []
+    for g in range(len(plan.groups)):
+        local = plan.part_path(g).local
+        assert local is not None and local.is_file(), f"part {g} not written"
+        t = pq.read_table(local, columns=["ledger_id", "entry_id", "key", "value"])
+        out += [(P(r["ledger_id"], r["entry_id"]), r["key"], r["value"]) for r in t.to_pylist()]
+    return out
+
+
+def test_the_other_groups_run_phase_two_in_their_phase_one_task(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    # The last group's partial is there when the first group's partial is written (here: its
+    # job ran first), so that task writes its part too: no second job for it.
+    expected = _three_ledgers(topic)
+    plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
+    assert plan is not None and len(plan.groups) == 2
+    plan.make_out_dir()
+    arrow_phases.last_group(compactor.spark, plan)
+    head = arrow_phases.phase_one_then_two(compactor.spark, plan, 1)
+    assert head.written == (0,)
+    assert head.rows_read == 40 and head.rows_written == len([k for k in expected if k[0].ledger_id < 3])
+    assert _parts_read(plan) == expected
+
+
+def test_a_task_whose_later_partial_does_not_come_leaves_its_phase_two_to_a_job(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    # The last group's task is not running (as with fewer cores than tasks): the first
+    # group's task gives up waiting and writes no part; phase two then runs as its own job.
+    expected = _three_ledgers(topic)
+    plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
+    assert plan is not None and len(plan.groups) == 2
+    plan.make_out_dir()
+    head = arrow_phases.phase_one_then_two(compactor.spark, plan, 1)
+    assert head.written == () and head.rows_read == 40 and head.rows_written == 0
+    assert plan.partial_path(0).is_file() and not plan.part_path(0).is_file()
+    arrow_phases.last_group(compactor.spark, plan)
+    arrow_phases.phase_two(compactor.spark, plan, [0])
+    assert _parts_read(plan) == expected
+
+
+def test_a_round_whose_last_group_starts_late_still_writes_every_part(
+    topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The last group's job starts after the first group's task has given up waiting for its
+    # partial: the driver runs that group's phase two as a job once the partial is written.
+    expected = _three_ledgers(topic)
+    late: list[list[int]] = []
+    real_last, real_two = arrow_phases.last_group, arrow_phases.phase_two
+
+    def slow_last(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
+        time.sleep(2)  # beyond the half second a task of tiny groups waits
+        return real_last(spark, plan)
+
+    def spied_two(
+        spark: SparkSession, plan: arrow_phases.RoundPlan, groups: Sequence[int] | None = None
+    ) -> arrow_phases.TaskResult:
+        late.append(list(groups) if groups is not None else [])
+        return real_two(spark, plan, groups)
+
+    monkeypatch.setattr(arrow_phases, "last_group", slow_last)
+    monkeypatch.setattr(arrow_phases, "phase_two", spied_two)
+    result = compactor.compact(topic.job(4, horizon=P(3, 19)))
+    assert late == [[0]]
     assert kept(result) == expected
     assert result.entries_read == 60 and result.records_kept == len(expected)
 
