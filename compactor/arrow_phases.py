@@ -650,6 +650,21 @@ class RoundPlan:
             local.mkdir(parents=True, exist_ok=True)
 
 
+def _for_tasks_of(plan: RoundPlan, groups: Iterable[int]) -> RoundPlan:
+    """``plan`` as a job whose tasks open only the files of ``groups`` should ship it: the
+    other groups' footers left out. A job's closure goes to every one of its tasks through the
+    JVM, and with forty ledgers the footers are about 430 KB: measured, each such job cost the
+    JVM ~20 ms more CPU, and its tasks started ~14 ms later, than a job without them."""
+    keep = set(groups)
+    return replace(
+        plan,
+        groups=tuple(
+            g if i in keep else tuple(replace(s, footer=None) if s.footer is not None else s for s in g)
+            for i, g in enumerate(plan.groups)
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class TaskResult:
     """What the tasks of a round hand back to the driver, through Spark's own task results:
@@ -823,7 +838,8 @@ def _write_partial(plan: RoundPlan, group: int, partial: pa.Table) -> None:
 def phase_one(spark: SparkSession, plan: RoundPlan, groups: int | None = None) -> int:
     """Write the partial of every group, or of the first ``groups`` (one task per group);
     returns the rows read."""
-    return sum(_per_group(spark, plan, group_latest, groups))
+    shipped = plan if groups is None else _for_tasks_of(plan, range(groups))
+    return sum(_per_group(spark, shipped, group_latest, groups))
 
 
 # How long a task of :func:`phase_one_then_two` waits for the later groups' partials, at
@@ -875,7 +891,7 @@ def phase_one_then_two(spark: SparkSession, plan: RoundPlan, groups: int) -> Tas
     ``written`` lists the groups done)."""
     if plan.probe_tasks:
         raise ValueError("a delta round's probe needs its own job: see overlaps()")
-    return TaskResult.of(_per_group(spark, plan, _latest_then_write, groups))
+    return TaskResult.of(_per_group(spark, _for_tasks_of(plan, range(groups)), _latest_then_write, groups))
 
 
 def overlaps(plan: RoundPlan) -> bool:
@@ -909,7 +925,7 @@ def _last_group_round(plan: RoundPlan, group: int) -> TaskResult:
 def last_group(spark: SparkSession, plan: RoundPlan) -> TaskResult:
     """Both phases of the round's last group, as a job of one task (see :func:`overlaps`)."""
     last = len(plan.groups) - 1
-    return _per_group(spark, plan, _last_group_round, 1, first=last)[0]
+    return _per_group(spark, _for_tasks_of(plan, [last]), _last_group_round, 1, first=last)[0]
 
 
 # How often the driver looks for the last group's partial: a file on a local disk, a HEAD
@@ -1402,7 +1418,7 @@ def phase_two(spark: SparkSession, plan: RoundPlan, groups: Sequence[int] | None
     plan.make_out_dir()
     if groups is None:
         return TaskResult.of(_per_group(spark, plan, group_write, plan.tasks))
-    return TaskResult.of(_per_group(spark, plan, group_write, groups=groups))
+    return TaskResult.of(_per_group(spark, _for_tasks_of(plan, groups), group_write, groups=groups))
 
 
 # ---------------------------------------------------------------------------- one job

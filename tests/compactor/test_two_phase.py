@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -756,6 +757,24 @@ def test_a_round_whose_last_group_starts_late_still_writes_every_part(
     assert late == [[0]]
     assert kept(result) == expected
     assert result.entries_read == 60 and result.records_kept == len(expected)
+
+
+def test_a_job_ships_only_the_footers_of_the_groups_its_tasks_open(
+    topic: Topic, compactor: TwoPhaseCompactor
+) -> None:
+    # Every task of a job gets the job's closure: the last group's job need not carry the
+    # first group's footers, nor the others' job the last group's.
+    _three_ledgers(topic)
+    plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
+    assert plan is not None and len(plan.groups) == 2
+    assert all(s.footer is not None for g in plan.groups for s in g)
+    shipped = arrow_phases._for_tasks_of(plan, [1])
+    assert [[s.footer is not None for s in g] for g in shipped.groups] == [[False, False], [True]]
+    assert [[s.path for s in g] for g in shipped.groups] == [[s.path for s in g] for g in plan.groups]
+    assert len(pickle.dumps(shipped)) < len(pickle.dumps(plan))
+    # What a task does with it: the footer it was given, read from the bytes shipped.
+    footer = pickle.loads(pickle.dumps(shipped)).groups[1][0].footer
+    assert footer is not None and footer.meta.num_rows == 20
 
 
 @pytest.mark.parametrize("phase", ["phase_one", "phase_two"])
