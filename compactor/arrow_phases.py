@@ -229,6 +229,11 @@ class Segment:
     # The file's whole-file CRC32C, where the round was given it (see ``prefetch.open_parquet``).
     checksum: str | None = None
 
+    @property
+    def footer_meta(self) -> pq.FileMetaData | None:
+        """The footer planning read (parsed here, in the task that opens the file), or None."""
+        return self.footer.meta if self.footer is not None else None
+
 
 def bound(ledger_id: int, entry_id: int) -> int:
     """A position as a packed bound; unlike ``packed`` it allows entry -1 ("before entry 0")."""
@@ -469,7 +474,7 @@ def _open(
     return prefetch.opening(
         segment.path,
         _select(segment, columns, only),
-        footer=segment.footer.meta if segment.footer is not None else None,
+        footer=segment.footer_meta,
         dictionaries=_dictionary_properties if dictionaries else None,
         checksum=segment.checksum,
     )
@@ -550,7 +555,7 @@ def _chunks(
             f = prefetch.open_parquet(
                 segment.path,
                 _select(segment, columns, only),
-                footer=segment.footer.meta if segment.footer is not None else None,
+                footer=segment.footer_meta,
                 dictionaries=_dictionary_properties if dictionaries else None,
                 checksum=segment.checksum,
             )
@@ -679,7 +684,7 @@ class TaskResult:
     phase_one_s: float = 0.0
     parts: tuple[PartInfo, ...] = ()
     dead: dict[int, np.ndarray] = field(default_factory=dict)
-    # The groups whose phase two a task of :func:`phase_one_then_two` ran (their parts written).
+    # The groups whose part a task that ran both phases wrote (see :func:`phase_one_then_two`).
     written: tuple[int, ...] = ()
 
     @staticmethod
@@ -835,11 +840,9 @@ def _write_partial(plan: RoundPlan, group: int, partial: pa.Table) -> None:
     os.replace(tmp, local)  # scratch: no fsync, a crash discards the round
 
 
-def phase_one(spark: SparkSession, plan: RoundPlan, groups: int | None = None) -> int:
-    """Write the partial of every group, or of the first ``groups`` (one task per group);
-    returns the rows read."""
-    shipped = plan if groups is None else _for_tasks_of(plan, range(groups))
-    return sum(_per_group(spark, shipped, group_latest, groups))
+def phase_one(spark: SparkSession, plan: RoundPlan) -> int:
+    """Write the partial of every group (one task per group); returns the rows read."""
+    return sum(_per_group(spark, plan, group_latest))
 
 
 # How long a task of :func:`phase_one_then_two` waits for the later groups' partials, at
@@ -865,19 +868,16 @@ def _await_files(paths: Sequence[StoragePath], seconds: float) -> bool:
 
 def _latest_then_write(plan: RoundPlan, group: int) -> TaskResult:
     """Runs in a task: group ``group``'s partial, written for the earlier groups, then its
-    phase two in the same task once every later group's partial is there (``written`` names
-    the group then; not when they do not come in time -- see :func:`phase_one_then_two`)."""
-    t0 = time.perf_counter()
-    own, rows_read = _partial(plan, group)
-    _write_partial(plan, group, own)
-    phase_one_s = time.perf_counter() - t0
+    phase two in the same task once every later group's partial is there (not when they do
+    not come in time: see :func:`phase_one_then_two`)."""
     later = [plan.partial_path(h) for h in range(group + 1, len(plan.groups))]
-    if not _await_files(later, max(_IN_TASK_WAIT_MIN_S, phase_one_s)):
-        return TaskResult(rows_read=rows_read, phase_one_s=phase_one_s)
-    own_keys = own.column(P_KEY).combine_chunks()
-    others = _partial_keys(plan)
-    written = _write_group(plan, group, own, lambda h: own_keys if h == group else others(h))
-    return replace(written, rows_read=rows_read, phase_one_s=phase_one_s, written=(group,))
+    return _both_phases(
+        plan,
+        group,
+        _partial_keys(plan),
+        publish=True,
+        ready=lambda phase_one_s: _await_files(later, max(_IN_TASK_WAIT_MIN_S, phase_one_s)),
+    )
 
 
 def phase_one_then_two(spark: SparkSession, plan: RoundPlan, groups: int) -> TaskResult:
@@ -902,18 +902,29 @@ def overlaps(plan: RoundPlan) -> bool:
     return len(plan.groups) > 1 and plan.probe_tasks == 0
 
 
-def _both_phases(plan: RoundPlan, group: int, later: KeySets, *, publish: bool = False) -> TaskResult:
+def _both_phases(
+    plan: RoundPlan,
+    group: int,
+    later: KeySets,
+    *,
+    publish: bool = False,
+    ready: Callable[[float], bool] | None = None,
+) -> TaskResult:
     """Both phases of group ``group`` in the calling task: its partial, kept in memory, then
     its part, the later groups' key sets from ``later``. ``publish``: the partial is also
-    written, before the part, for other tasks to read its keys."""
+    written, before the part, for other tasks to read its keys. ``ready(phase one's
+    seconds)``, when given, decides whether phase two runs at all: if not, the result counts
+    the rows read and names no group in ``written``."""
     t0 = time.perf_counter()
     own, rows_read = _partial(plan, group)
     if publish:
         _write_partial(plan, group, own)
     own_keys = own.column(P_KEY).combine_chunks()
     phase_one_s = time.perf_counter() - t0
+    if ready is not None and not ready(phase_one_s):
+        return TaskResult(rows_read=rows_read, phase_one_s=phase_one_s)
     written = _write_group(plan, group, own, lambda h: own_keys if h == group else later(h))
-    return replace(written, rows_read=rows_read, phase_one_s=phase_one_s)
+    return replace(written, rows_read=rows_read, phase_one_s=phase_one_s, written=(group,))
 
 
 def _last_group_round(plan: RoundPlan, group: int) -> TaskResult:

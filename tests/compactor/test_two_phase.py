@@ -699,15 +699,22 @@ def _parts_read(plan: arrow_phases.RoundPlan) -> list[Kept]:
     return out
 
 
+def _two_group_plan(topic: Topic, compactor: TwoPhaseCompactor) -> arrow_phases.RoundPlan:
+    """The plan of a round over :func:`_three_ledgers` (two groups: ledgers 1-2, then 3), its
+    output directory made, nothing run yet."""
+    plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
+    assert plan is not None and len(plan.groups) == 2
+    plan.make_out_dir()
+    return plan
+
+
 def test_the_other_groups_run_phase_two_in_their_phase_one_task(
     topic: Topic, compactor: TwoPhaseCompactor
 ) -> None:
     # The last group's partial is there when the first group's partial is written (here: its
     # job ran first), so that task writes its part too: no second job for it.
     expected = _three_ledgers(topic)
-    plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
-    assert plan is not None and len(plan.groups) == 2
-    plan.make_out_dir()
+    plan = _two_group_plan(topic, compactor)
     arrow_phases.last_group(compactor.spark, plan)
     head = arrow_phases.phase_one_then_two(compactor.spark, plan, 1)
     assert head.written == (0,)
@@ -721,9 +728,7 @@ def test_a_task_whose_later_partial_does_not_come_leaves_its_phase_two_to_a_job(
     # The last group's task is not running (as with fewer cores than tasks): the first
     # group's task gives up waiting and writes no part; phase two then runs as its own job.
     expected = _three_ledgers(topic)
-    plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
-    assert plan is not None and len(plan.groups) == 2
-    plan.make_out_dir()
+    plan = _two_group_plan(topic, compactor)
     head = arrow_phases.phase_one_then_two(compactor.spark, plan, 1)
     assert head.written == () and head.rows_read == 40 and head.rows_written == 0
     assert plan.partial_path(0).is_file() and not plan.part_path(0).is_file()
@@ -765,8 +770,7 @@ def test_a_job_ships_only_the_footers_of_the_groups_its_tasks_open(
     # Every task of a job gets the job's closure: the last group's job need not carry the
     # first group's footers, nor the others' job the last group's.
     _three_ledgers(topic)
-    plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
-    assert plan is not None and len(plan.groups) == 2
+    plan = _two_group_plan(topic, compactor)
     assert all(s.footer is not None for g in plan.groups for s in g)
     shipped = arrow_phases._for_tasks_of(plan, [1])
     assert [[s.footer is not None for s in g] for g in shipped.groups] == [[False, False], [True]]
