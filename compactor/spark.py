@@ -38,6 +38,7 @@ import re
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,7 +224,7 @@ def get_spark(
 
 # The thread-local property that puts the thread's Spark jobs in a job group (as
 # ``SparkContext.setJobGroup`` does), which the UI and the status tracker show.
-_JOB_GROUP = "spark.jobGroup.id"
+JOB_GROUP = "spark.jobGroup.id"
 
 
 @contextlib.contextmanager
@@ -231,12 +232,39 @@ def job_group(spark: SparkSession, group: str) -> Iterator[None]:
     """The calling thread's Spark jobs in job group ``group`` while the body runs; the
     thread's previous group (if any) afterwards."""
     sc = spark.sparkContext
-    previous = sc.getLocalProperty(_JOB_GROUP)
-    sc.setLocalProperty(_JOB_GROUP, group)
+    previous = sc.getLocalProperty(JOB_GROUP)
+    sc.setLocalProperty(JOB_GROUP, group)
     try:
         yield
     finally:
-        sc.setLocalProperty(_JOB_GROUP, previous)  # type: ignore[arg-type]
+        sc.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]
+
+
+# How long a failed job's other tasks get to end before the caller goes on anyway: Spark
+# destroys a killed task's Python worker after spark.python.task.killTimeout (2 s) past its
+# monitor's check (every 2 s).
+TASKS_END_WITHIN_S = 30.0
+
+
+def await_group_tasks(spark: SparkSession, group: str, timeout_s: float = TASKS_END_WITHIN_S) -> bool:
+    """Wait until no task of job group ``group``'s jobs is running; whether none is within
+    ``timeout_s``. A job fails as soon as one of its tasks does, and Spark then kills the
+    others: a Python task runs on until it ends or its worker is destroyed, seconds later,
+    and what it writes meanwhile must not outlive the caller's clean-up."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                running += stage.numActiveTasks if stage is not None else 0
+        if running == 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def stop_spark() -> None:

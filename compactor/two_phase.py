@@ -37,7 +37,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -63,7 +62,7 @@ from compactor.phases import (
 )
 from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
-from compactor.spark import job_group
+from compactor.spark import JOB_GROUP, await_group_tasks, job_group
 from ledger import deletion_vectors, prefetch
 from ledger.compacted_store import Manifest, write_manifest
 from ledger.entry import Position
@@ -738,19 +737,19 @@ class TwoPhaseCompactor:
                 progress.enter(PHASE_ONE, BOTH_PHASES_BAND)
             with (
                 self._job_description(f"compaction {job.output_ledger_id}: both phases"),
-                self._tracked(f"compaction-{job.output_ledger_id}-both", [progress]),
+                self._jobs(f"compaction-{job.output_ledger_id}-both", [progress]),
             ):
                 r.written = arrow_phases.both_phases(self.spark, plan)  # type: ignore[arg-type]
             r.read(r.written.rows_read, int(r.written.phase_one_s * 1000))
             return
-        if plan is not None and job.strategy == OFFSET and arrow_phases.overlaps(plan):
-            self._overlapped(r, plan)
+        if plan is not None and job.strategy == OFFSET and arrow_phases.full_round_fits(plan):
+            self._full_round(r, plan)
             return
         self._fault("phase_one")
         r.t0 = time.perf_counter()
         with (
             self._job_description(f"compaction {job.output_ledger_id}: phase one"),
-            self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_ONE}", [progress]),
+            self._jobs(f"compaction-{job.output_ledger_id}-{PHASE_ONE}", [progress]),
         ):
             if plan is not None and job.strategy == OFFSET:
                 entries_read = arrow_phases.phase_one(self.spark, plan)
@@ -766,62 +765,39 @@ class TwoPhaseCompactor:
             progress.enter(PHASE_TWO)
         with (
             self._job_description(f"compaction {job.output_ledger_id}: phase two"),
-            self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
+            self._jobs(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
         ):
             r.written = self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
 
-    def _overlapped(self, r: _Round, plan: arrow_phases.RoundPlan) -> None:
-        """Both phases of every group but the last, each in one task that waits for the later
-        groups' partials between them (:func:`arrow_phases.phase_one_then_two`), while a job
-        of its own runs the last group's (:func:`arrow_phases.last_group`: its part holds the
-        latest rows). A group whose task could not wait runs its phase two in a job of its
-        own once the last group's partial is written."""
+    def _full_round(self, r: _Round, plan: arrow_phases.RoundPlan) -> None:
+        """Both phases of every group in one job (:func:`arrow_phases.full_round`); the
+        groups whose tasks could not wait for the later groups' partials then run their phase
+        two in a job of their own."""
         job, progress = r.job, r.progress
-        last = len(plan.groups) - 1
-        two = f"compaction-{job.output_ledger_id}-{PHASE_TWO}"
         self._fault("phase_one")
         r.t0 = time.perf_counter()
         plan.make_out_dir()
-
-        def last_group() -> arrow_phases.TaskResult:
-            # Spark's job group and description are the calling thread's: its task counts in
-            # phase two's progress, where it ends.
-            with (
-                self._job_description(f"compaction {job.output_ledger_id}: the last group's both phases"),
-                job_group(self.spark, two),
-            ):
-                return arrow_phases.last_group(self.spark, plan)
-
-        side = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"compaction-{job.output_ledger_id}-last")
-        tail = side.submit(last_group)
-        try:
-            with (
-                self._job_description(f"compaction {job.output_ledger_id}: phase one"),
-                self._tracked(f"compaction-{job.output_ledger_id}-{PHASE_ONE}", [progress]),
-            ):
-                head = arrow_phases.phase_one_then_two(self.spark, plan, last)
-                arrow_phases.await_partial(plan, last, tail)
-            # Phase one's tasks ran on into phase two: the longest of their phase ones.
-            phase_one_ms = int(head.phase_one_s * 1000)
-            self._fault("phase_two")
+        if progress is not None:
+            progress.enter(PHASE_ONE, BOTH_PHASES_BAND)
+        with (
+            self._job_description(f"compaction {job.output_ledger_id}: both phases"),
+            self._jobs(f"compaction-{job.output_ledger_id}-both", [progress]),
+        ):
+            written = arrow_phases.full_round(self.spark, plan)
+        r.read(written.rows_read, int(written.phase_one_s * 1000))
+        self._fault("phase_two")
+        left = [g for g in range(len(plan.groups)) if g not in written.written]
+        if left:
             if progress is not None:
+                progress.set_totals(entries=r.entries_read)
                 progress.enter(PHASE_TWO)
             with (
                 self._job_description(f"compaction {job.output_ledger_id}: phase two"),
-                self._tracked(two, [progress]),
+                self._jobs(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
             ):
-                left = [g for g in range(last) if g not in head.written]
-                if left:
-                    head = arrow_phases.TaskResult.of([head, arrow_phases.phase_two(self.spark, plan, left)])
-                written = tail.result()
-        finally:
-            # Never leave the last group's task writing into a round being abandoned.
-            wait([tail])
-            side.shutdown()
-        r.read(head.rows_read + written.rows_read, phase_one_ms)
-        if progress is not None:
-            progress.set_totals(entries=r.entries_read)
-        r.written = arrow_phases.TaskResult.of([head, written])
+                rest = arrow_phases.phase_two(self.spark, plan, left)
+            written = arrow_phases.TaskResult.of([written, rest])
+        r.written = written
 
     def _shared_work(self, rounds: dict[int, _Round]) -> dict[int, Exception]:
         """The Arrow work of several rounds as tasks of one Spark job (two when a round needs
@@ -840,7 +816,7 @@ class TwoPhaseCompactor:
         tag = shared_group(first.topic_root, first.output_ledger_id, len(rounds))
         with (
             self._job_description(f"compaction {ids}: {len(rounds)} rounds"),
-            self._tracked(tag, [r.progress for r in rounds.values()], own_group=True),
+            self._jobs(tag, [r.progress for r in rounds.values()], own_group=True),
         ):
             outcomes = arrow_phases.many_rounds(self.spark, both, apart)  # type: ignore[arg-type]
         failed: dict[int, Exception] = {}
@@ -859,7 +835,7 @@ class TwoPhaseCompactor:
                     p.enter(PHASE_TWO)
             with (
                 self._job_description(f"compaction {ids}: phase two"),
-                self._tracked(tag, [rounds[i].progress for i in later], own_group=True),
+                self._jobs(tag, [rounds[i].progress for i in later], own_group=True),
             ):
                 second = arrow_phases.many_writes(self.spark, later)  # type: ignore[arg-type]
             for i, outcome in second.items():
@@ -983,6 +959,24 @@ class TwoPhaseCompactor:
         if not watching:
             return job_group(self.spark, group) if own_group else nullcontext()
         return SparkJobTracker(self.spark, group, watching).tracking()
+
+    @contextmanager
+    def _jobs(
+        self, group: str, progresses: Sequence[RoundProgress | None], *, own_group: bool = False
+    ) -> Iterator[None]:
+        """The body's Spark jobs, tracked as :meth:`_tracked` does them (in job group
+        ``group`` when no caller's group is to be kept). If the body fails, it returns only
+        once no task of the jobs' group runs: a failed job's other tasks may still be writing
+        into the round's directory, which the caller is about to remove."""
+        caller = self.spark.sparkContext.getLocalProperty(JOB_GROUP)
+        if caller is None or own_group or any(p is not None for p in progresses):
+            caller, own_group = group, True
+        try:
+            with self._tracked(group, progresses, own_group=own_group):
+                yield
+        except BaseException:
+            await_group_tasks(self.spark, caller)
+            raise
 
     def _fault(self, phase: str) -> None:
         if self.fault_hook is not None:

@@ -2,7 +2,7 @@
 
 With ``--spark-profile`` the benchmark starts Spark with ``spark.eventLog.enabled`` and reads
 the log after the session stops: per compaction (found by the job description the compactor
-sets, ``compaction {ledger_id}: phase one|two``), per stage: tasks, wall time, summed task
+sets, ``compaction {ledger_id}: both phases|phase one|phase two``), per stage: tasks, wall time, summed task
 run time and CPU time, input read, shuffle written and read, memory and disk spill, peak
 execution memory, GC time. The figures are Spark's own task metrics summed over the stage.
 The final (adaptive) physical plans are written next to it for reading.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.benchmarks.report import Table, f_mb
 
-_DESC = re.compile(r"^compaction (\d+): (phase one|phase two)$")
+_DESC = re.compile(r"^compaction (\d+): (both phases|phase one|phase two)$")
 
 _METRICS = {
     "internal.metrics.executorRunTime": "run_ms",
@@ -125,7 +125,7 @@ def profile_table(profile: CompactionProfile, label: str) -> Table:
             "peak exec mem MB",
         ],
     )
-    for phase in ("phase one", "phase two"):
+    for phase in ("both phases", "phase one", "phase two"):
         for s in profile.stages.get(phase, []):
             m = s.metrics
             t.add(

@@ -670,20 +670,26 @@ def _three_ledgers(topic: Topic) -> list[Kept]:
     return sorted((pos, key, value) for key, (pos, value) in latest.items())
 
 
-def test_the_last_group_runs_both_phases_beside_the_others_phase_one(
+def test_a_full_round_is_one_spark_job(
     topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Every group's both phases in one job, the last group's task first: no phase-two job.
     expected = _three_ledgers(topic)
-    ran: list[int] = []
-    real = arrow_phases.last_group
+    rounds: list[int] = []
+    real = arrow_phases.full_round
 
     def spied(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
-        ran.append(len(plan.groups))
+        rounds.append(len(plan.groups))
         return real(spark, plan)
 
-    monkeypatch.setattr(arrow_phases, "last_group", spied)
+    def no_job(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a full round ran a job of its phases apart")
+
+    monkeypatch.setattr(arrow_phases, "full_round", spied)
+    monkeypatch.setattr(arrow_phases, "phase_one", no_job)
+    monkeypatch.setattr(arrow_phases, "phase_two", no_job)
     result = compactor.compact(topic.job(4, horizon=P(3, 19)))
-    assert ran == [2]
+    assert rounds == [2]
     assert kept(result) == expected
     assert result.entries_read == 60 and result.records_kept == len(expected)
 
@@ -708,31 +714,31 @@ def _two_group_plan(topic: Topic, compactor: TwoPhaseCompactor) -> arrow_phases.
     return plan
 
 
-def test_the_other_groups_run_phase_two_in_their_phase_one_task(
-    topic: Topic, compactor: TwoPhaseCompactor
-) -> None:
-    # The last group's partial is there when the first group's partial is written (here: its
-    # job ran first), so that task writes its part too: no second job for it.
+def test_every_task_of_a_full_round_writes_its_part(topic: Topic, compactor: TwoPhaseCompactor) -> None:
+    # The last group's task runs first and waits for nothing; the first group's task writes
+    # its part once the last group's partial is there.
     expected = _three_ledgers(topic)
     plan = _two_group_plan(topic, compactor)
-    arrow_phases.last_group(compactor.spark, plan)
-    head = arrow_phases.phase_one_then_two(compactor.spark, plan, 1)
-    assert head.written == (0,)
-    assert head.rows_read == 40 and head.rows_written == len([k for k in expected if k[0].ledger_id < 3])
+    result = arrow_phases.full_round(compactor.spark, plan)
+    assert sorted(result.written) == [0, 1]
+    assert result.rows_read == 60 and result.rows_written == len(expected)
     assert _parts_read(plan) == expected
 
 
 def test_a_task_whose_later_partial_does_not_come_leaves_its_phase_two_to_a_job(
     topic: Topic, compactor: TwoPhaseCompactor
 ) -> None:
-    # The last group's task is not running (as with fewer cores than tasks): the first
-    # group's task gives up waiting and writes no part; phase two then runs as its own job.
+    # The first group's task of a full round runs while the last group's is not running (as
+    # with fewer cores than tasks): it gives up waiting and writes no part; phase two then
+    # runs as its own job.
     expected = _three_ledgers(topic)
     plan = _two_group_plan(topic, compactor)
-    head = arrow_phases.phase_one_then_two(compactor.spark, plan, 1)
-    assert head.written == () and head.rows_read == 40 and head.rows_written == 0
+    run = arrow_phases._latest_then_write
+    (first,) = arrow_phases._per_group(compactor.spark, plan, run, groups=[0])
+    assert first.written == () and first.rows_read == 40 and first.rows_written == 0
     assert plan.partial_path(0).is_file() and not plan.part_path(0).is_file()
-    arrow_phases.last_group(compactor.spark, plan)
+    (last,) = arrow_phases._per_group(compactor.spark, plan, run, groups=[1])
+    assert last.written == (1,)
     arrow_phases.phase_two(compactor.spark, plan, [0])
     assert _parts_read(plan) == expected
 
@@ -740,15 +746,22 @@ def test_a_task_whose_later_partial_does_not_come_leaves_its_phase_two_to_a_job(
 def test_a_round_whose_last_group_starts_late_still_writes_every_part(
     topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The last group's job starts after the first group's task has given up waiting for its
-    # partial: the driver runs that group's phase two as a job once the partial is written.
+    # The last group's task starts after the first group's task has given up waiting for its
+    # partial: the driver runs that group's phase two as a job once the round's job ends.
     expected = _three_ledgers(topic)
     late: list[list[int]] = []
-    real_last, real_two = arrow_phases.last_group, arrow_phases.phase_two
+    real_two = arrow_phases.phase_two
 
-    def slow_last(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
-        time.sleep(2)  # beyond the half second a task of tiny groups waits
-        return real_last(spark, plan)
+    def late_last(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
+        last = len(plan.groups) - 1
+
+        def work(p: arrow_phases.RoundPlan, group: int) -> arrow_phases.TaskResult:
+            if group == last:
+                time.sleep(2)  # beyond the half second a task of tiny groups waits
+            return arrow_phases._latest_then_write(p, group)
+
+        order = range(last, -1, -1)
+        return arrow_phases.TaskResult.of(arrow_phases._per_group(spark, plan, work, groups=order))
 
     def spied_two(
         spark: SparkSession, plan: arrow_phases.RoundPlan, groups: Sequence[int] | None = None
@@ -756,7 +769,7 @@ def test_a_round_whose_last_group_starts_late_still_writes_every_part(
         late.append(list(groups) if groups is not None else [])
         return real_two(spark, plan, groups)
 
-    monkeypatch.setattr(arrow_phases, "last_group", slow_last)
+    monkeypatch.setattr(arrow_phases, "full_round", late_last)
     monkeypatch.setattr(arrow_phases, "phase_two", spied_two)
     result = compactor.compact(topic.job(4, horizon=P(3, 19)))
     assert late == [[0]]
@@ -779,14 +792,21 @@ def test_a_job_ships_only_the_footers_of_the_groups_its_tasks_open(
     # What a task does with it: the footer it was given, read from the bytes shipped.
     footer = pickle.loads(pickle.dumps(shipped)).groups[1][0].footer
     assert footer is not None and footer.meta.num_rows == 20
+    # A job carries the plan compressed (footers are much alike), and its tasks get it whole.
+    packed = arrow_phases._Packed.of(plan)
+    assert len(packed.data) < len(pickle.dumps(plan)) / 2
+    unpacked = packed.unpack()
+    assert unpacked.groups == plan.groups and unpacked.out_dir == plan.out_dir
+    metas = [s.footer_meta for g in unpacked.groups for s in g]
+    assert metas == [s.footer_meta for g in plan.groups for s in g] and None not in metas
 
 
 @pytest.mark.parametrize("phase", ["phase_one", "phase_two"])
-def test_a_fault_while_the_last_group_runs_leaves_nothing_behind(
+def test_a_fault_around_a_full_rounds_job_leaves_nothing_behind(
     spark: SparkSession, topic: Topic, phase: str
 ) -> None:
-    # The last group's job may still be writing its part when the driver fails: the round
-    # waits for it before abandoning the round's directory.
+    # Before the job nothing is written; after it, every group's partial and part are: the
+    # round removes them all, and a retry at the same ledger id succeeds.
     expected = _three_ledgers(topic)
 
     def hook(name: str) -> None:
@@ -800,12 +820,40 @@ def test_a_fault_while_the_last_group_runs_leaves_nothing_behind(
     assert kept(retried) == expected
 
 
+def test_a_failed_round_waits_for_its_other_tasks_before_removing_its_files(
+    topic: Topic, compactor: TwoPhaseCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One task of the round's job fails while another is still at work: Spark fails the job
+    # at once, but the other task writes on (a Python task ends when it ends, or when Spark
+    # kills its worker seconds later). The round removes its files only after that task.
+    expected = _three_ledgers(topic)
+
+    def failing_first(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
+        def work(p: arrow_phases.RoundPlan, group: int) -> arrow_phases.TaskResult:
+            if group == 0:
+                raise OSError("injected: the first group's input is unreadable")
+            time.sleep(1)
+            return arrow_phases._latest_then_write(p, group)
+
+        order = range(len(plan.groups) - 1, -1, -1)
+        return arrow_phases.TaskResult.of(arrow_phases._per_group(spark, plan, work, groups=order))
+
+    monkeypatch.setattr(arrow_phases, "full_round", failing_first)
+    with pytest.raises(Exception, match="injected"):
+        compactor.compact(topic.job(4, horizon=P(3, 19)))
+    assert leftovers(topic) == []
+    time.sleep(1.5)  # when the other task would have written, had the round not waited
+    assert leftovers(topic) == []
+    monkeypatch.undo()
+    assert kept(compactor.compact(topic.job(4, horizon=P(3, 19)))) == expected
+
+
 @pytest.mark.parametrize("damaged", [1, 3])
-def test_a_damaged_page_in_either_job_fails_the_round_and_leaves_nothing(
+def test_a_damaged_page_in_either_task_fails_the_round_and_leaves_nothing(
     topic: Topic, compactor: TwoPhaseCompactor, damaged: int
 ) -> None:
-    # Ledger 3 is the last group's (its own job, both phases), ledger 1 the first group's:
-    # a damaged key page fails phase one in one job while the other job runs on.
+    # Ledger 3 is the last group's (the job's first task), ledger 1 the first group's: a
+    # damaged key page fails phase one in one task while the other task runs on.
     _three_ledgers(topic)
     path = topic.ledgers[damaged]
     table = pq.read_table(path)
