@@ -948,34 +948,27 @@ class TwoPhaseCompactor:
 
     # ------------------------------------------------------------------ helpers
 
-    def _tracked(
-        self, group: str, progresses: Sequence[RoundProgress | None], *, own_group: bool = False
-    ) -> AbstractContextManager[None]:
-        """The body's Spark jobs in job group ``group``, their progress polled into every one
-        of ``progresses`` (the rounds that share them). With no progress to poll, the jobs stay
-        in the caller's group, unless ``own_group`` (rounds that share a job are always in
-        their ``shared_group``, where their jobs can be counted)."""
-        watching = [p for p in progresses if p is not None]
-        if not watching:
-            return job_group(self.spark, group) if own_group else nullcontext()
-        return SparkJobTracker(self.spark, group, watching).tracking()
-
     @contextmanager
     def _jobs(
         self, group: str, progresses: Sequence[RoundProgress | None], *, own_group: bool = False
     ) -> Iterator[None]:
-        """The body's Spark jobs, tracked as :meth:`_tracked` does them (in job group
-        ``group`` when no caller's group is to be kept). If the body fails, it returns only
-        once no task of the jobs' group runs: a failed job's other tasks may still be writing
-        into the round's directory, which the caller is about to remove."""
-        caller = self.spark.sparkContext.getLocalProperty(JOB_GROUP)
-        if caller is None or own_group or any(p is not None for p in progresses):
-            caller, own_group = group, True
+        """The body's Spark jobs in job group ``group``, their progress polled into every one
+        of ``progresses`` (the rounds that share them). With no progress to poll, the jobs stay
+        in the caller's group if it set one, unless ``own_group`` (rounds that share a job are
+        always in their ``shared_group``, where their jobs can be counted). If the body fails,
+        it returns only once no task of the jobs' group runs: a failed job's other tasks may
+        still be writing into the round's directory, which the caller is about to remove."""
+        watching = [p for p in progresses if p is not None]
+        caller = None if watching or own_group else self.spark.sparkContext.getLocalProperty(JOB_GROUP)
+        if watching:
+            scope: AbstractContextManager[None] = SparkJobTracker(self.spark, group, watching).tracking()
+        else:
+            scope = nullcontext() if caller is not None else job_group(self.spark, group)
         try:
-            with self._tracked(group, progresses, own_group=own_group):
+            with scope:
                 yield
         except BaseException:
-            await_group_tasks(self.spark, caller)
+            await_group_tasks(self.spark, caller if caller is not None else group)
             raise
 
     def _fault(self, phase: str) -> None:
