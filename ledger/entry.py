@@ -76,6 +76,44 @@ class Record:
         return is_delete(self.key, self.value)
 
 
+@dataclass(slots=True)
+class StoredBatch:
+    """A Pulsar batch as its producer sent it, stored as one write-ahead record that covers
+    ``count`` consecutive entries (member ``i`` of the batch at entry ``E`` is entry ``E + i``,
+    see :func:`message_id`). Its members are decoded only where rows are needed (sealing, a
+    read of entries): the produce path's work for a batch does not grow with its members.
+
+    ``metadata`` and ``payload`` are the bytes the producer sent (the payload compressed as
+    ``compression`` says, Pulsar's ``CompressionType`` numbers); the other fields are the
+    batch-level values of that metadata which its members inherit. ``size`` is the sum of the
+    members' :func:`record_size`, counted when the batch was checked. Only the broker writes
+    ``publish_time``, as it stores the batch.
+    """
+
+    metadata: bytes
+    payload: bytes
+    count: int
+    size: int
+    compression: int = 0
+    uncompressed_size: int = 0
+    producer_name: str = ""
+    sequence_id: int = 0
+    deliver_at_time: int | None = None
+    ordering_key: bytes | None = None
+    schema_version: bytes | None = None
+    publish_time: int = 0
+
+
+#: What a ledger takes in one append: a message (a REST produce, a Pulsar message sent alone)
+#: or a whole Pulsar batch.
+Appended = Record | StoredBatch
+
+
+def entry_count(item: Record | StoredBatch) -> int:
+    """Entries ``item`` takes in a ledger."""
+    return item.count if type(item) is StoredBatch else 1
+
+
 class Entry(NamedTuple):
     """A record stored in a ledger under its message id.
 

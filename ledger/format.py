@@ -3,13 +3,16 @@
 All integers are little-endian. A file is a header followed by zero or more frames::
 
     file header (HEADER_FORMAT, 16 bytes)
-        8 bytes   magic            MAGIC = b"CLWAL\\x00\\x00\\x01" (the last byte is the version)
+        8 bytes   magic            MAGIC = b"CLWAL\\x00\\x00\\x02" (the last byte is the version;
+                                   version 1 files, which hold no batch frames, read the same)
         u64       ledger_id        the ledger this file belongs to
 
-    frame (one per entry, entry ids 0, 1, 2, ... in file order)
-        u32       length           number of body bytes that follow the frame header
+    frame (one per entry, or one per Pulsar batch; entry ids 0, 1, 2, ... in file order)
+        u32       length           number of body bytes that follow the frame header; its top
+                                   bit (BATCH_FRAME) marks a batch frame, whose body is laid
+                                   out as "batch body" below
         u32       crc              crc32c(body)
-        body      `length` bytes, laid out below
+        body      `length & ~BATCH_FRAME` bytes, laid out below
 
     body
         fixed part (BODY_HEADER_FORMAT, 37 bytes)
@@ -40,6 +43,26 @@ All integers are little-endian. A file is a header followed by zero or more fram
 
 The flag byte has no bit left: a further field needs a new format version (MAGIC's last byte).
 
+    batch body (a Pulsar batch as its producer sent it: entries first_entry_id ..
+    first_entry_id + count - 1, see ``ledger.entry.StoredBatch``)
+        fixed part (BATCH_HEADER_FORMAT, 50 bytes)
+            u64   first_entry_id   recovery checks that ids are consecutive
+            i64   publish_time     ms since the epoch, every member's
+            u32   count            members (entries) the frame covers, at least 1
+            u64   size             the members' payload bytes (``ledger.entry.record_size``)
+            u8    compression      Pulsar's CompressionType of the payload
+            u32   uncompressed_size
+            u64   sequence_id      the batch's first sequence id
+            u8    batch_flags      BATCH_DELIVER_AT | BATCH_ORDERING_KEY | BATCH_SCHEMA_VERSION
+            i64   deliver_at_time  0 when BATCH_DELIVER_AT is clear
+        u32 x 4                    lengths of the producer name, ordering key, schema version
+                                   and metadata
+        those four, in that order  (the metadata: Pulsar's MessageMetadata as sent)
+        the rest                   the payload as sent (compressed as ``compression`` says)
+
+Version 2 added batch frames: a version 1 reader would take one for a torn tail, so files that
+may hold them carry version 2, which it refuses to open.
+
 The flags tell an absent key (``None``) from an empty one (``""``), and a tombstone
 (``value is None``) from an empty value (``b""``). A body must be consumed exactly: trailing
 bytes, unknown flag bits or a length field that does not fit make it malformed.
@@ -57,10 +80,12 @@ from pathlib import Path
 
 import crc32c
 
-from ledger.entry import Entry, Record
+from ledger.entry import Entry, Record, StoredBatch
 
-MAGIC = b"CLWAL\x00\x00\x01"
+MAGIC = b"CLWAL\x00\x00\x02"
 assert len(MAGIC) == 8
+# Files written before batch frames: read as ever, and appended to as files of today.
+MAGIC_V1 = b"CLWAL\x00\x00\x01"
 
 HEADER_FORMAT = "<8sQ"  # magic, ledger_id
 HEADER_SIZE = 16
@@ -82,6 +107,12 @@ BATCH_FORMAT = "<II"  # batch index, batch size
 BATCH_SIZE = 8
 assert struct.calcsize(BATCH_FORMAT) == BATCH_SIZE
 
+BATCH_HEADER_FORMAT = "<QqIQBIQBq"  # see "batch body" above
+BATCH_HEADER_SIZE = 50
+assert struct.calcsize(BATCH_HEADER_FORMAT) == BATCH_HEADER_SIZE
+# The top bit of a frame's length: the body is a batch body.
+BATCH_FRAME = 0x8000_0000
+
 PRODUCER_FORMAT = "<IQ"  # producer name length, sequence id
 PRODUCER_SIZE = 12
 assert struct.calcsize(PRODUCER_FORMAT) == PRODUCER_SIZE
@@ -95,6 +126,13 @@ _PRODUCER = struct.Struct(PRODUCER_FORMAT)
 _DELIVER_AT = struct.Struct("<q")
 _LENGTH = struct.Struct("<I")
 _ENTRY_ID = struct.Struct("<Q")  # the first field of a body
+_BATCH_HEADER = struct.Struct(BATCH_HEADER_FORMAT)
+_FOUR_LENGTHS = struct.Struct("<IIII")
+
+BATCH_DELIVER_AT = 0x01
+BATCH_ORDERING_KEY = 0x02
+BATCH_SCHEMA_VERSION = 0x04
+_KNOWN_BATCH_FLAGS = BATCH_DELIVER_AT | BATCH_ORDERING_KEY | BATCH_SCHEMA_VERSION
 
 FLAG_HAS_KEY = 0x01
 FLAG_HAS_VALUE = 0x02
@@ -162,7 +200,7 @@ def decode_header(data: Buffer, path: Path | str) -> int:
     if len(data) < HEADER_SIZE:
         raise CorruptRecordError(path, 0, f"file header is {len(data)} bytes, expected {HEADER_SIZE}")
     magic, ledger_id = _HEADER.unpack_from(data, 0)
-    if magic != MAGIC:
+    if magic != MAGIC and magic != MAGIC_V1:
         raise CorruptRecordError(path, 0, f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     return int(ledger_id)
 
@@ -176,26 +214,125 @@ def encode_record(entry_id: int, record: Record) -> bytes:
     return bytes(encode_frames(entry_id, [encode_body(entry_id, record)]))
 
 
-def encode_frames(first_entry_id: int, bodies: Sequence[Buffer]) -> bytearray:
-    """The frames of consecutive entries ``first_entry_id, first_entry_id + 1, ...``.
+def encode_frames(
+    first_entry_id: int, bodies: Sequence[Buffer], counts: Sequence[int] | None = None
+) -> bytearray:
+    """The frames of consecutive entries from ``first_entry_id`` on: body ``i`` is one entry
+    (a record body), or ``counts[i]`` entries (a batch body, when ``counts`` is given and
+    ``counts[i]`` is not 0).
 
-    Each body's entry-id field is overwritten with its entry's id, so a writer can encode the
-    (costly) bodies before it knows the ids and only number and checksum them under its lock.
-    Frame ``i`` is ``FRAME_HEADER_SIZE + len(bodies[i])`` bytes long.
+    Each body's entry-id field is overwritten with its (first) entry's id, so a writer can
+    encode the (costly) bodies before it knows the ids and only number and checksum them under
+    its lock. Frame ``i`` is ``FRAME_HEADER_SIZE + len(bodies[i])`` bytes long.
     """
-    if first_entry_id < 0 or first_entry_id + len(bodies) > 2**64:
-        raise ValueError(f"entry ids out of range: {first_entry_id} + {len(bodies)}")
+    total = sum(counts or ()) + (len(bodies) if counts is None else counts.count(0))
+    if first_entry_id < 0 or first_entry_id + total > 2**64:
+        raise ValueError(f"entry ids out of range: {first_entry_id} + {total}")
     buf = bytearray(sum(FRAME_HEADER_SIZE + len(b) for b in bodies))
     view = memoryview(buf)
     pos = 0
+    entry_id = first_entry_id
     for i, body in enumerate(bodies):
         start = pos + FRAME_HEADER_SIZE
         end = start + len(body)
         view[start:end] = body
-        _ENTRY_ID.pack_into(buf, start, first_entry_id + i)
-        _FRAME_HEADER.pack_into(buf, pos, len(body), crc32c.crc32c(view[start:end]))
+        _ENTRY_ID.pack_into(buf, start, entry_id)
+        n = counts[i] if counts is not None else 0
+        length = len(body) | BATCH_FRAME if n else len(body)
+        _FRAME_HEADER.pack_into(buf, pos, length, crc32c.crc32c(view[start:end]))
+        entry_id += n or 1
         pos = end
     return buf
+
+
+def encode_batch_body(entry_id: int, batch: StoredBatch) -> bytes:
+    """The body of a batch frame (see "batch body" in the module docstring)."""
+    flags = 0
+    deliver_at = 0
+    if batch.deliver_at_time is not None:
+        flags |= BATCH_DELIVER_AT
+        deliver_at = batch.deliver_at_time
+    ordering = b""
+    if batch.ordering_key is not None:
+        flags |= BATCH_ORDERING_KEY
+        ordering = bytes(batch.ordering_key)
+    version = b""
+    if batch.schema_version is not None:
+        flags |= BATCH_SCHEMA_VERSION
+        version = bytes(batch.schema_version)
+    producer = batch.producer_name.encode("utf-8")
+    if batch.count < 1:
+        raise ValueError(f"a batch of {batch.count} messages")
+    try:
+        head = _BATCH_HEADER.pack(
+            entry_id,
+            batch.publish_time,
+            batch.count,
+            batch.size,
+            batch.compression,
+            batch.uncompressed_size,
+            batch.sequence_id,
+            flags,
+            deliver_at,
+        )
+        lengths = _FOUR_LENGTHS.pack(len(producer), len(ordering), len(version), len(batch.metadata))
+    except struct.error as e:
+        raise ValueError(f"batch for entry {entry_id} does not fit the format: {e}") from e
+    body = b"".join((head, lengths, producer, ordering, version, batch.metadata, batch.payload))
+    if len(body) > MAX_BODY_SIZE:
+        raise ValueError(f"batch for entry {entry_id} is {len(body)} bytes, above {MAX_BODY_SIZE}")
+    return body
+
+
+def decode_batch_body(body: Buffer) -> tuple[int, StoredBatch]:
+    """``(first_entry_id, batch)`` of a batch frame's body; :class:`MalformedBodyError` if it
+    does not decode exactly (its members are checked when they are decoded, not here: they
+    were checked before the frame was written, and the frame's CRC covers them)."""
+    view = memoryview(body)
+    size = len(view)
+    fixed = BATCH_HEADER_SIZE + _FOUR_LENGTHS.size
+    if size < fixed:
+        raise MalformedBodyError(f"batch body is {size} bytes, shorter than its fixed part ({fixed})")
+    entry_id, publish_time, count, total, compression, uncompressed, sequence_id, flags, deliver_at = (
+        _BATCH_HEADER.unpack_from(view, 0)
+    )
+    if flags & ~_KNOWN_BATCH_FLAGS:
+        raise MalformedBodyError(f"unknown batch flag bits {flags:#04x}")
+    if count < 1:
+        raise MalformedBodyError(f"a batch of {count} messages")
+    if not flags & BATCH_DELIVER_AT and deliver_at:
+        raise MalformedBodyError("delivery time set on a batch without one")
+    lengths = _FOUR_LENGTHS.unpack_from(view, BATCH_HEADER_SIZE)
+    pos = fixed
+    parts: list[bytes] = []
+    for n in lengths:
+        if n > size - pos:
+            raise MalformedBodyError(f"a field of {n} bytes overruns the batch body at {pos}/{size}")
+        parts.append(bytes(view[pos : pos + n]))
+        pos += n
+    producer, ordering, version, metadata = parts
+    if not flags & BATCH_ORDERING_KEY and ordering:
+        raise MalformedBodyError("ordering key set on a batch without one")
+    if not flags & BATCH_SCHEMA_VERSION and version:
+        raise MalformedBodyError("schema version set on a batch without one")
+    try:
+        producer_name = str(producer, "utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedBodyError(f"invalid UTF-8: {e}") from e
+    return int(entry_id), StoredBatch(
+        metadata=metadata,
+        payload=bytes(view[pos:]),
+        count=int(count),
+        size=int(total),
+        compression=int(compression),
+        uncompressed_size=int(uncompressed),
+        producer_name=producer_name,
+        sequence_id=int(sequence_id),
+        deliver_at_time=int(deliver_at) if flags & BATCH_DELIVER_AT else None,
+        ordering_key=ordering if flags & BATCH_ORDERING_KEY else None,
+        schema_version=version if flags & BATCH_SCHEMA_VERSION else None,
+        publish_time=int(publish_time),
+    )
 
 
 def encode_body(entry_id: int, record: Record) -> bytes:
@@ -271,7 +408,7 @@ def decode_frame_header(data: Buffer, offset: int = 0) -> tuple[int, int]:
 
 
 def body_length_is_sane(length: int) -> bool:
-    """Whether a frame's length field could belong to a real frame."""
+    """Whether a frame's length field (its batch bit cleared) could belong to a real frame."""
     return MIN_BODY_SIZE <= length <= MAX_BODY_SIZE
 
 

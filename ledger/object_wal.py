@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ledger import format as fmt
-from ledger.entry import Entry, Record, record_size
+from ledger.entry import Appended, Entry, StoredBatch
 from ledger.format import CorruptRecordError
-from ledger.wal import FramedEntries, LedgerClosedError, Recovery, check_frame
+from ledger.wal import FramedEntries, FrameIndex, LedgerClosedError, Recovery, check_frame, encode_appended
 
 if TYPE_CHECKING:
     from ledger.storage import Storage
@@ -94,17 +94,11 @@ class ObjectLog(FramedEntries):
         *,
         owner: Any = None,
         frames: bytearray | None = None,
-        bounds: array[int] | None = None,
-        cum_sizes: array[int] | None = None,
-        publish_times: array[int] | None = None,
+        index: FrameIndex | None = None,
     ) -> None:
         """Use :meth:`GroupCommitter.create` or :meth:`GroupCommitter.recover`."""
-        super().__init__(
-            ledger_id,
-            bounds if bounds is not None else array("q", [0]),
-            cum_sizes if cum_sizes is not None else array("q", [0]),
-            publish_times if publish_times is not None else array("q"),
-        )
+        index = index if index is not None else FrameIndex(array("q", [0]))
+        super().__init__(ledger_id, index.bounds, index.cum_sizes, index.publish_times, index.ends)
         self._committer = committer
         self.owner = owner
         """What the commit callback checks before it records this ledger's chunks (a fence)."""
@@ -119,19 +113,18 @@ class ObjectLog(FramedEntries):
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> tuple[int, int]:
-        """Add ``records`` as consecutive entries; return ``(first_entry_id, token)``; pass the
-        token to :meth:`sync` before answering the producer."""
-        bodies = [fmt.encode_body(0, r) for r in records]
-        if sizes is None:
-            sizes = [record_size(r.key, r.value, r.properties) for r in records]
+    def append(self, records: Sequence[Appended], sizes: Sequence[int] | None = None) -> tuple[int, int]:
+        """Add ``records`` (messages, and whole Pulsar batches: one frame each) as consecutive
+        entries; return ``(first_entry_id, token)``; pass the token to :meth:`sync` before
+        answering the producer."""
+        bodies, counts, sizes = encode_appended(records, sizes)
         with self._write_lock:
             with self._cond:
                 self._check_writable()
                 first = self._written
                 if not bodies:
                     return first, self._written
-            data = fmt.encode_frames(first, bodies)
+            data = fmt.encode_frames(first, bodies, counts)
             with self._cond:
                 offset = len(self._buf)
                 self._buf += data
@@ -227,13 +220,24 @@ class ObjectLog(FramedEntries):
             stop = min(self._entries, start_entry + max_entries)
             if start_entry >= stop:
                 return []
-            lo, hi = self._bounds[start_entry], self._bounds[stop]
+            first, lo, hi = self._span(start_entry, stop)
             data = bytes(memoryview(self._buf)[lo:hi])
         # A bad frame here is memory gone bad: nothing a retry mends.
-        return self._decode_frames(data, lo, start_entry, stop, f"ledger {self._ledger_id} (in memory)")
+        where = f"ledger {self._ledger_id} (in memory)"
+        return self._decode_frames(data, lo, first, start_entry, stop, where)
 
     def read_all(self) -> list[Entry]:
         return self.read(0, self.entries)
+
+    def read_appended(self) -> list[Appended]:
+        """Every durable entry, as appended: entries, and whole batches (what sealing writes)."""
+        with self._cond:
+            stop = self._entries
+            if not stop:
+                return []
+            lo, hi = self._bounds[0], self._bounds[stop]
+            data = bytes(memoryview(self._buf)[lo:hi])
+        return self._decode_appended(data, lo, 0, stop, f"ledger {self._ledger_id} (in memory)")
 
     # ------------------------------------------------------------------ state
 
@@ -303,9 +307,7 @@ class GroupCommitter:
         durable. Raises ``CorruptRecordError`` naming the object when a chunk is missing,
         out of order, or its bytes are not the frames it should hold."""
         buf = bytearray()
-        bounds = array("q", [0])
-        cum_sizes = array("q", [0])
-        publish_times = array("q")
+        index = FrameIndex(array("q", [0]))
         ordered = sorted(chunks, key=lambda c: c.first_entry)
         needed: list[Chunk] = []
         covered = 0
@@ -324,16 +326,8 @@ class GroupCommitter:
         with ThreadPoolExecutor(max_workers=RECOVERY_READERS, thread_name_prefix="wal-recovery") as pool:
             for chunk, data in zip(needed, pool.map(self._read_chunk, needed), strict=True):
                 where = self.storage.path(chunk.key)
-                _scan_chunk(data, chunk, ledger_id, where, buf, bounds, cum_sizes, publish_times)
-        return ObjectLog(
-            ledger_id,
-            self,
-            owner=owner,
-            frames=buf,
-            bounds=bounds,
-            cum_sizes=cum_sizes,
-            publish_times=publish_times,
-        )
+                _scan_chunk(data, chunk, ledger_id, where, buf, index)
+        return ObjectLog(ledger_id, self, owner=owner, frames=buf, index=index)
 
     def _read_chunk(self, chunk: Chunk) -> bytes:
         try:
@@ -465,9 +459,7 @@ def _scan_chunk(
     ledger_id: int,
     where: str,
     buf: bytearray,
-    bounds: array[int],
-    cum_sizes: array[int],
-    publish_times: array[int],
+    index: FrameIndex,
 ) -> None:
     """Append the frames of ``chunk`` (``data``) that come after those already in ``buf``."""
     if len(data) != chunk.length:
@@ -475,22 +467,25 @@ def _scan_chunk(
             where, chunk.offset, f"chunk of {chunk.length} bytes, the object ends after {len(data)}"
         )
     view, pos = memoryview(data), 0
-    for entry_id in range(chunk.first_entry, chunk.first_entry + chunk.entries):
+    entry_id, stop = chunk.first_entry, chunk.first_entry + chunk.entries
+    while entry_id < stop:
         if pos + fmt.FRAME_HEADER_SIZE > len(data):
             raise CorruptRecordError(where, chunk.offset + pos, "chunk ends inside a frame header")
         length, crc = fmt.decode_frame_header(view, pos)
-        end = pos + fmt.FRAME_HEADER_SIZE + length
-        if not fmt.body_length_is_sane(length) or end > len(data):
+        real = length & ~fmt.BATCH_FRAME
+        end = pos + fmt.FRAME_HEADER_SIZE + real
+        if not fmt.body_length_is_sane(real) or end > len(data):
             raise CorruptRecordError(where, chunk.offset + pos, f"implausible frame length {length}")
         body = view[pos + fmt.FRAME_HEADER_SIZE : end]
         checked = check_frame(body, length, crc, ledger_id, entry_id)
         if isinstance(checked, str):
             raise CorruptRecordError(where, chunk.offset + pos, f"ledger {ledger_id}: {checked}")
-        if entry_id >= len(publish_times):  # past the overlap with a chunk recorded before
+        if entry_id >= index.entries:  # past the overlap with a chunk recorded before
             buf += view[pos:end]
-            bounds.append(len(buf))
-            cum_sizes.append(cum_sizes[-1] + checked.size())
-            publish_times.append(checked.publish_time)
+            index.add(len(buf), checked)
+        entry_id += checked.count if type(checked) is StoredBatch else 1
         pos = end
+    if entry_id != stop:
+        raise CorruptRecordError(where, chunk.offset + pos, "a batch runs past the chunk's entries")
     if pos != len(data):
         raise CorruptRecordError(where, chunk.offset + pos, "bytes after the chunk's last frame")

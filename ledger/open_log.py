@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ledger.entry import Entry, Record
+from ledger.entry import Appended, Entry, StoredBatch
 from ledger.wal import Recovery
 
 
@@ -21,7 +21,7 @@ class OpenLog(Protocol):
 
     recovery: Recovery
 
-    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> tuple[int, int]: ...
+    def append(self, records: Sequence[Appended], sizes: Sequence[int] | None = None) -> tuple[int, int]: ...
 
     def sync(self, token: int) -> None: ...
 
@@ -34,6 +34,10 @@ class OpenLog(Protocol):
     def read(self, start_entry: int, max_entries: int) -> list[Entry]: ...
 
     def read_all(self) -> list[Entry]: ...
+
+    def read_appended(self) -> list[Appended]: ...
+
+    def stored_batch(self, first_entry: int) -> StoredBatch | None: ...
 
     def first_entry_at_or_after(self, publish_time: int) -> int: ...
 

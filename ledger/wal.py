@@ -24,18 +24,21 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, get_args
 
 from ledger import format as fmt
-from ledger.entry import Entry, Record, record_size
+from ledger.batches import batch_entries
+from ledger.entry import Appended, Entry, StoredBatch, record_size
 from ledger.format import CorruptRecordError
 from ledger.paths import QUARANTINE_SUFFIX, TMP_SUFFIX, fsync_dir
 
 __all__ = [
     "CorruptRecordError",
+    "FrameIndex",
     "FramedEntries",
     "FsyncPolicy",
     "LedgerClosedError",
@@ -43,6 +46,7 @@ __all__ = [
     "WalFailedError",
     "WriteAheadLog",
     "check_frame",
+    "encode_appended",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,8 @@ _POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _COPY_CHUNK = 1 << 20
+# Batches an open ledger keeps as sent for the consumers that follow it (``stored_batch``).
+RECENT_BATCHES = 1024
 # fdatasync also flushes the file size, which is all an append changes besides data; it
 # skips the mtime update a full fsync would force.
 _datasync = getattr(os, "fdatasync", os.fsync)
@@ -97,54 +103,131 @@ class FramedEntries:
     module's file, or :mod:`ledger.object_wal`'s memory): what its readers and its roll-over
     ask of it, and the decoding of a run of frames.
 
-    Invariants, all under ``_cond``: ``entries <= written_entries``; ``_bounds[i]`` is where
-    frame ``i`` starts and ``_bounds[written]`` where the last one ends; ``_cum_sizes[i]`` is
-    the payload size (record_size) of entries ``[0, i)``; ``_publish_times[i]`` is entry
-    ``i``'s, stamped in append order.
+    A frame holds one entry, or a whole Pulsar batch (entries ``E .. E+n-1``). The index is by
+    entry all the same, so that every question about entries is one array look-up; a batch's
+    entries are added in C (``array.extend`` over ``repeat``), never one Python step per member.
+
+    Invariants, all under ``_cond``: ``entries <= written_entries``; both are at frame
+    boundaries; ``_bounds[i]`` is where the frame holding entry ``i`` starts and
+    ``_bounds[written]`` where the last one ends; ``_ends[i]`` is where the frame holding entry
+    ``i`` ends; ``_cum_sizes[i]`` is the payload size (record_size) of entries ``[0, i)`` (a
+    batch's whole size counted at its last entry); ``_publish_times[i]`` is entry ``i``'s,
+    stamped in append order.
     """
 
     def __init__(
-        self, ledger_id: int, bounds: array[int], cum_sizes: array[int], publish_times: array[int]
+        self,
+        ledger_id: int,
+        bounds: array[int],
+        cum_sizes: array[int],
+        publish_times: array[int],
+        ends: array[int] | None = None,
     ) -> None:
         self._ledger_id = ledger_id
         # Guards the index, and wakes the log's waiters.
         self._cond = threading.Condition(threading.Lock())
         self._bounds = bounds
+        self._ends = ends if ends is not None else array("q", bounds[1:])
         self._cum_sizes = cum_sizes
         self._publish_times = publish_times
         self._written = len(publish_times)
         self._entries = self._written
+        # The batches appended last, by first entry, as their producers sent them: a consumer
+        # that follows the log receives them so (``stored_batch``), not rebuilt from members.
+        self._recent: dict[int, StoredBatch] = {}
+
+    def stored_batch(self, first_entry: int) -> StoredBatch | None:
+        """The batch whose first entry is ``first_entry``, as stored, if it is readable and
+        among the last :data:`RECENT_BATCHES` appended."""
+        with self._cond:
+            if first_entry >= self._entries:
+                return None
+            return self._recent.get(first_entry)
 
     def _index_frames(
-        self, offset: int, bodies: Sequence[bytes], sizes: Sequence[int], records: Sequence[Record]
+        self, offset: int, bodies: Sequence[bytes], sizes: Sequence[int], items: Sequence[Appended]
     ) -> int:
         """Count the frames of ``bodies`` written from ``offset`` on as entries; returns where
         they end. The caller holds ``_cond``."""
         end = offset
         total = self._cum_sizes[-1]
-        for body, size, record in zip(bodies, sizes, records, strict=True):
+        bounds, ends, cum_sizes, times = self._bounds, self._ends, self._cum_sizes, self._publish_times
+        written = 0
+        for body, size, item in zip(bodies, sizes, items, strict=True):
+            start = end
             end += fmt.FRAME_HEADER_SIZE + len(body)
+            n = item.count if type(item) is StoredBatch else 1
+            if n > 1:
+                bounds.extend(repeat(start, n - 1))
+                cum_sizes.extend(repeat(total, n - 1))
+                times.extend(repeat(item.publish_time, n - 1))
             total += size
-            self._bounds.append(end)
-            self._cum_sizes.append(total)
-            self._publish_times.append(record.publish_time)
-        self._written += len(bodies)
+            bounds.append(end)
+            ends.extend(repeat(end, n))
+            cum_sizes.append(total)
+            times.append(item.publish_time)
+            if type(item) is StoredBatch:
+                recent = self._recent
+                recent[self._written + written] = item  # type: ignore[assignment]
+                if len(recent) > RECENT_BATCHES:
+                    del recent[next(iter(recent))]
+            written += n
+        self._written += written
         return end
 
-    def _decode_frames(self, data: bytes, base: int, start: int, stop: int, where: Path | str) -> list[Entry]:
-        """Entries ``start..stop-1`` from their frames ``data`` (found at ``base`` of ``where``),
-        each checked again (CRC, entry id): ``CorruptRecordError`` for the first bad one."""
+    def _span(self, start: int, stop: int) -> tuple[int, int, int]:
+        """``(first, lo, hi)`` of the frames holding entries ``start..stop-1``: the first entry
+        of the first of them, where they start and where they end. The caller holds ``_cond``."""
+        lo = self._bounds[start]
+        first = start if not start or self._bounds[start - 1] != lo else bisect.bisect_left(self._bounds, lo)
+        return first, lo, self._ends[stop - 1]
+
+    def _decode_frames(
+        self, data: bytes, base: int, first: int, start: int, stop: int, where: Path | str
+    ) -> list[Entry]:
+        """Entries ``start..stop-1`` from their frames ``data`` (found at ``base`` of ``where``;
+        the first frame's first entry is ``first``), each frame checked again (CRC, entry id):
+        ``CorruptRecordError`` for the first bad one."""
         view = memoryview(data)
         out: list[Entry] = []
         pos = 0
-        for entry_id in range(start, stop):
+        entry_id = first
+        while entry_id < stop:
             length, crc = fmt.decode_frame_header(view, pos)
-            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + length]
+            real = length & ~fmt.BATCH_FRAME
+            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + real]
             checked = check_frame(body, length, crc, self._ledger_id, entry_id)
             if isinstance(checked, str):
                 raise CorruptRecordError(where, base + pos, checked)
-            out.append(checked)
-            pos += fmt.FRAME_HEADER_SIZE + length
+            if type(checked) is StoredBatch:
+                members = batch_entries(self._ledger_id, entry_id, checked)
+                out.extend(members[max(0, start - entry_id) : stop - entry_id])
+                entry_id += checked.count
+            else:
+                out.append(checked)  # type: ignore[arg-type]
+                entry_id += 1
+            pos += fmt.FRAME_HEADER_SIZE + real
+        return out
+
+    def _decode_appended(
+        self, data: bytes, base: int, first: int, stop: int, where: Path | str
+    ) -> list[Appended]:
+        """Whole frames ``data`` (entries ``first..stop-1``) as they were appended: an entry per
+        message frame, a :class:`StoredBatch` per batch frame (sealing decodes those in bulk)."""
+        view = memoryview(data)
+        out: list[Appended] = []
+        pos = 0
+        entry_id = first
+        while entry_id < stop:
+            length, crc = fmt.decode_frame_header(view, pos)
+            real = length & ~fmt.BATCH_FRAME
+            body = view[pos + fmt.FRAME_HEADER_SIZE : pos + fmt.FRAME_HEADER_SIZE + real]
+            checked = check_frame(body, length, crc, self._ledger_id, entry_id)
+            if isinstance(checked, str):
+                raise CorruptRecordError(where, base + pos, checked)
+            out.append(checked)  # type: ignore[arg-type]
+            entry_id += checked.count if type(checked) is StoredBatch else 1
+            pos += fmt.FRAME_HEADER_SIZE + real
         return out
 
     @property
@@ -214,12 +297,10 @@ class WriteAheadLog(FramedEntries):
         policy: FsyncPolicy,
         fsync_interval_ms: int,
         recovery: Recovery,
-        bounds: array[int],
-        cum_sizes: array[int],
-        publish_times: array[int],
+        index: FrameIndex,
     ) -> None:
         """Use :meth:`open`; this only assembles a log whose file was already checked."""
-        super().__init__(ledger_id, bounds, cum_sizes, publish_times)
+        super().__init__(ledger_id, index.bounds, index.cum_sizes, index.publish_times, index.ends)
         self._path = path
         self._fd = fd
         self._policy: FsyncPolicy = policy
@@ -234,7 +315,7 @@ class WriteAheadLog(FramedEntries):
         # ``_cond`` (the base's) guards all the state below too, and wakes sync() waiters and
         # close(). Lock order: _write_lock before _cond, never the other way round.
         # bounds[written] is the end of the file.
-        self._write_end = bounds[-1]
+        self._write_end = index.bounds[-1]
         self._durable_end = self._write_end
         self._syncing = False  # one thread at a time holds the fsync "baton"
         self._closing = False  # set under _write_lock: no append may start after it
@@ -306,7 +387,7 @@ class WriteAheadLog(FramedEntries):
 
             scan = _scan(fd, path, ledger_id, size)
             quarantine: Path | None = None
-            good_end = scan.bounds[-1]
+            good_end = scan.index.bounds[-1]
             if scan.reason is not None:
                 quarantine = _quarantine(fd, path, good_end, size)
                 os.ftruncate(fd, good_end)
@@ -315,7 +396,7 @@ class WriteAheadLog(FramedEntries):
                     path,
                     good_end,
                     scan.reason,
-                    len(scan.publish_times),
+                    scan.index.entries,
                     size - good_end,
                     quarantine,
                 )
@@ -323,7 +404,7 @@ class WriteAheadLog(FramedEntries):
             # under "never" may have left them in the page cache only.
             os.fsync(fd)
             recovery = Recovery(
-                entries=len(scan.publish_times),
+                entries=scan.index.entries,
                 truncated_bytes=size - good_end if scan.reason is not None else 0,
                 quarantine_path=quarantine,
                 truncated_at=good_end if scan.reason is not None else None,
@@ -338,9 +419,7 @@ class WriteAheadLog(FramedEntries):
                 fsync,
                 fsync_interval_ms,
                 recovery,
-                scan.bounds,
-                scan.cum_sizes,
-                scan.publish_times,
+                scan.index,
             )
         except BaseException:
             if fd >= 0:
@@ -349,24 +428,23 @@ class WriteAheadLog(FramedEntries):
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> tuple[int, int]:
-        """Write ``records`` as consecutive entries; return ``(first_entry_id, token)``.
+    def append(self, records: Sequence[Appended], sizes: Sequence[int] | None = None) -> tuple[int, int]:
+        """Write ``records`` (messages, and whole Pulsar batches: one frame each) as consecutive
+        entries; return ``(first_entry_id, token)``.
 
-        The batch goes to the file in one write. The entries are not acknowledged yet: pass
+        They go to the file in one write. The entries are not acknowledged yet: pass
         ``token`` to :meth:`sync` before replying to a producer. Raises
         :class:`LedgerClosedError` after :meth:`close`, ``ValueError`` for a record the format
         cannot hold (then nothing of the batch is written).
         """
         # Encoding is the costly part and needs no ids: do it before taking the lock.
-        bodies = [fmt.encode_body(0, r) for r in records]
-        if sizes is None:
-            sizes = [record_size(r.key, r.value, r.properties) for r in records]
+        bodies, counts, sizes = encode_appended(records, sizes)
         with self._write_lock:
             self._check_writable()
             first = self._written
             if not bodies:
                 return first, self._write_end
-            data = fmt.encode_frames(first, bodies)
+            data = fmt.encode_frames(first, bodies, counts)
             offset = self._write_end
             try:
                 _pwrite_all(self._fd, data, offset)
@@ -411,7 +489,7 @@ class WriteAheadLog(FramedEntries):
             end, n = self._write_end, self._written
         self._fsync_as_leader(end, n)
 
-    def append_and_sync(self, records: Sequence[Record]) -> int:
+    def append_and_sync(self, records: Sequence[Appended]) -> int:
         """Append ``records`` and wait until they are acknowledged; return the first entry id."""
         first, token = self.append(records)
         self.sync(token)
@@ -563,7 +641,22 @@ class WriteAheadLog(FramedEntries):
             stop = min(self._entries, start_entry + max_entries)
             if start_entry >= stop:
                 return []
-            lo, hi = self._bounds[start_entry], self._bounds[stop]
+            first, lo, hi = self._span(start_entry, stop)
+        data = self._pread(lo, hi)
+        return self._decode_frames(data, lo, first, start_entry, stop, self._path)
+
+    def read_appended(self) -> list[Appended]:
+        """Every readable entry, as appended: entries, and whole batches (what sealing writes)."""
+        with self._cond:
+            stop = self._entries
+            if not stop:
+                return []
+            lo, hi = self._bounds[0], self._bounds[stop]
+        return self._decode_appended(self._pread(lo, hi), lo, 0, stop, self._path)
+
+    def _pread(self, lo: int, hi: int) -> bytes:
+        """Bytes ``lo..hi`` of the file, through its descriptor while it is open."""
+        with self._cond:
             fd = self._fd
             if fd >= 0:
                 self._active_reads += 1
@@ -583,7 +676,7 @@ class WriteAheadLog(FramedEntries):
                         self._cond.notify_all()
         if len(data) < hi - lo:
             raise CorruptRecordError(self._path, lo + len(data), "file ends before the entries it holds")
-        return self._decode_frames(data, lo, start_entry, stop, self._path)
+        return data
 
     def read_all(self) -> list[Entry]:
         """Every readable entry, in order (what sealing the ledger writes out)."""
@@ -621,20 +714,46 @@ class WriteAheadLog(FramedEntries):
 
 
 @dataclass(slots=True)
-class _Scan:
+class FrameIndex:
+    """The per-entry arrays of :class:`FramedEntries` as a scan of frames builds them (recovery
+    of a file here, of a ledger's chunks in :mod:`ledger.object_wal`)."""
+
     bounds: array[int]
-    cum_sizes: array[int]
-    publish_times: array[int]
+    cum_sizes: array[int] = field(default_factory=lambda: array("q", [0]))
+    publish_times: array[int] = field(default_factory=lambda: array("q"))
+    ends: array[int] = field(default_factory=lambda: array("q"))
+
+    @property
+    def entries(self) -> int:
+        return len(self.publish_times)
+
+    def add(self, end: int, item: Entry | StoredBatch) -> None:
+        """Count the frame that ends at ``end`` and holds ``item`` (checked by :func:`check_frame`)."""
+        start = self.bounds[-1]
+        if isinstance(item, StoredBatch):
+            n, size = item.count, item.size
+        else:
+            n, size = 1, item.size()
+        total = self.cum_sizes[-1]
+        if n > 1:
+            self.bounds.extend(repeat(start, n - 1))
+            self.cum_sizes.extend(repeat(total, n - 1))
+        self.bounds.append(end)
+        self.cum_sizes.append(total + size)
+        self.publish_times.extend(repeat(item.publish_time, n))
+        self.ends.extend(repeat(end, n))
+
+
+@dataclass(slots=True)
+class _Scan:
+    index: FrameIndex
     reason: str | None  # why the frame at bounds[-1] was rejected; None if the file ended cleanly
 
 
 def _scan(fd: int, path: Path, ledger_id: int, size: int) -> _Scan:
     """Walk the frames after the header; stop at the end of the file or the first bad frame."""
-    bounds = array("q", [fmt.HEADER_SIZE])
-    cum_sizes = array("q", [0])
-    publish_times = array("q")
+    index = FrameIndex(array("q", [fmt.HEADER_SIZE]))
     offset = fmt.HEADER_SIZE
-    total = 0
     reason: str | None = None
     with open(fd, "rb", buffering=_COPY_CHUNK, closefd=False) as f:
         f.seek(offset)
@@ -644,38 +763,68 @@ def _scan(fd: int, path: Path, ledger_id: int, size: int) -> _Scan:
                 reason = f"torn frame header ({len(head)} of {fmt.FRAME_HEADER_SIZE} bytes)"
                 break
             length, crc = fmt.decode_frame_header(head)
-            if not fmt.body_length_is_sane(length):
+            real = length & ~fmt.BATCH_FRAME
+            if not fmt.body_length_is_sane(real):
                 reason = f"implausible frame length {length}"
                 break
-            if offset + fmt.FRAME_HEADER_SIZE + length > size:
-                reason = f"frame of {length} bytes runs past the end of the file ({size})"
+            if offset + fmt.FRAME_HEADER_SIZE + real > size:
+                reason = f"frame of {real} bytes runs past the end of the file ({size})"
                 break
-            body = f.read(length)
-            checked = check_frame(body, length, crc, ledger_id, len(publish_times))
+            body = f.read(real)
+            checked = check_frame(body, length, crc, ledger_id, index.entries)
             if isinstance(checked, str):
                 reason = checked
                 break
-            offset += fmt.FRAME_HEADER_SIZE + length
-            total += checked.size()
-            bounds.append(offset)
-            cum_sizes.append(total)
-            publish_times.append(checked.publish_time)
-    return _Scan(bounds, cum_sizes, publish_times, reason)
+            offset += fmt.FRAME_HEADER_SIZE + real
+            index.add(offset, checked)
+    return _Scan(index, reason)
 
 
-def check_frame(body: fmt.Buffer, length: int, crc: int, ledger_id: int, entry_id: int) -> Entry | str:
-    """The entry a frame holds, or why it is bad (also used by :mod:`ledger.object_wal`)."""
-    if len(body) != length:
-        return f"frame body is {len(body)} bytes, header says {length}"
+def check_frame(
+    body: fmt.Buffer, length: int, crc: int, ledger_id: int, entry_id: int
+) -> Entry | StoredBatch | str:
+    """What a frame holds (an entry, or a batch whose first entry is ``entry_id``), or why it
+    is bad (also used by :mod:`ledger.object_wal`). ``length`` is the frame header's field,
+    batch bit included."""
+    real = length & ~fmt.BATCH_FRAME
+    if len(body) != real:
+        return f"frame body is {len(body)} bytes, header says {real}"
     if fmt.body_crc(body) != crc:
         return "CRC mismatch"
     try:
+        if length & fmt.BATCH_FRAME:
+            first, batch = fmt.decode_batch_body(body)
+            if first != entry_id:
+                return f"entry id {first} where {entry_id} was expected"
+            return batch
         entry = fmt.decode_body(body, ledger_id)
     except fmt.MalformedBodyError as e:
         return f"undecodable record: {e}"
     if entry.entry_id != entry_id:
         return f"entry id {entry.entry_id} where {entry_id} was expected"
     return entry
+
+
+def encode_appended(
+    items: Sequence[Appended], sizes: Sequence[int] | None = None
+) -> tuple[list[bytes], list[int], Sequence[int]]:
+    """The frame bodies of ``items`` (entry ids left for :func:`ledger.format.encode_frames`),
+    each one's entry count for it (0: a message), and each one's payload size."""
+    bodies: list[bytes] = []
+    counts: list[int] = []
+    for item in items:
+        if type(item) is StoredBatch:
+            bodies.append(fmt.encode_batch_body(0, item))
+            counts.append(item.count)
+        else:
+            bodies.append(fmt.encode_body(0, item))  # type: ignore[arg-type]
+            counts.append(0)
+    if sizes is None:
+        sizes = [
+            i.size if type(i) is StoredBatch else record_size(i.key, i.value, i.properties)  # type: ignore[union-attr]
+            for i in items
+        ]
+    return bodies, counts, sizes
 
 
 def _create_file(path: Path, header: bytes) -> None:

@@ -47,14 +47,14 @@ from sqlalchemy.orm import Session
 
 from compactor.spark import local_cores
 from ledger import paths
+from ledger.batches import appended_table
 from ledger.checksums import IntegrityError
-from ledger.entry import Entry, Position, Record
+from ledger.entry import Appended, Entry, Position, StoredBatch, entry_count
 from ledger.file_cache import FileCache
 from ledger.local_copies import LocalCopies
 from ledger.open_log import OpenLog
 from ledger.parquet_store import ROW_GROUP_SIZE, SealedLedger, SealInfo, SealWriter
 from ledger.salvage import LostRanges, write_salvage
-from ledger.schema import records_to_table
 from ledger.storage import StoragePath, as_storage_path
 from ledger.wal import WriteAheadLog
 from service import models
@@ -203,15 +203,18 @@ class ManagedLedger:
         self._seal_attempts: dict[int, int] = {}
         self._sealer = shared.sealer
         self._sealed_cv = threading.Condition(self._lock)
-        # The open ledger's records as appended, so sealing need not decode the file again;
-        # their bytes are charged to the shared seal-cache budget.
-        self._cache: list[Record] | None = [] if not wal.written_entries else None
+        # The open ledger's records and batches as appended, so sealing need not decode the
+        # file again; their bytes are charged to the shared seal-cache budget. ``_cache_entries``
+        # counts the entries they hold (a batch holds several).
+        self._cache: list[Appended] | None = [] if not wal.written_entries else None
         self._cache_bytes = 0
+        self._cache_entries = 0
         # The open ledger's sealed file, written while it is open: whenever a whole row group of
         # records is cached, the sealer encodes it (``_preseal``) and the records leave the
         # cache, so the sealing at roll-over (which a compaction round waits for) encodes only
-        # the last of them. ``_cache[0]`` is entry ``_cache_start``; entries below
-        # ``_presealed`` are written or being written by the one preseal in flight.
+        # the last of them. ``_cache[0]`` starts at entry ``_cache_start``; entries below
+        # ``_presealed`` are written or being written by the one preseal in flight (a batch
+        # that a row group ends inside stays cached until the next one has it all).
         self._seal_writer: SealWriter | None = None
         self._cache_start = 0
         self._presealed = 0
@@ -302,7 +305,7 @@ class ManagedLedger:
                             store,
                             info,
                             wal,
-                            wal.read_all(),
+                            wal.read_appended(),
                             fence=fence,
                             epoch=epoch,
                             keep=_keeper(shared),
@@ -356,9 +359,10 @@ class ManagedLedger:
 
     # ---------------------------------------------------------------- writing
 
-    def append(self, records: Sequence[Record], sizes: Sequence[int] | None = None) -> list[Position]:
-        """Append a batch; returns its ids once every record is acknowledged (durable).
-        ``sizes``: each record's ``record_size``, when the caller has them.
+    def append(self, records: Sequence[Appended], sizes: Sequence[int] | None = None) -> list[Position]:
+        """Append records (and whole Pulsar batches); returns each one's id (a batch's first
+        entry) once every one is acknowledged (durable). ``sizes``: each one's payload bytes
+        (``record_size``; a batch's ``size``), when the caller has them.
 
         A batch that fills ledgers first reserves room for their sealing; if the seal backlog
         stays full for ``seal_wait_ms`` it raises ``SealBacklogFull`` with nothing written.
@@ -369,7 +373,7 @@ class ManagedLedger:
                 with self._lock:
                     self._check_open()
                     # More roll-overs than a topic may have waiting are counted when they happen.
-                    wanted = min(self._roll_overs_for(len(records)), self._backlog.per_topic)
+                    wanted = min(self._roll_overs_for(records), self._backlog.per_topic)
                     if wanted <= reserved[0]:
                         wal, token, positions = self._append_locked(records, reserved, sizes)
                         break
@@ -389,9 +393,9 @@ class ManagedLedger:
         return positions
 
     def _append_locked(
-        self, records: Sequence[Record], reserved: list[int], sizes: Sequence[int] | None = None
+        self, records: Sequence[Appended], reserved: list[int], sizes: Sequence[int] | None = None
     ) -> tuple[OpenLog, int, list[Position]]:
-        """Write the batch, rolling over full ledgers (each spends a place of ``reserved[0]``);
+        """Write the records, rolling over full ledgers (each spends a place of ``reserved[0]``);
         returns the last write-ahead log written, the token to sync, and the ids."""
         positions: list[Position] = []
         if self._current.entries and now_ms() - self._current.created_at >= self._settings.max_ledger_age_ms:
@@ -402,21 +406,27 @@ class ManagedLedger:
             if self._full():  # a roll-over after the last batch failed: the ledger is still full
                 self._roll_over_counted(reserved)
             room = self._settings.max_entries_per_ledger - self._wal.written_entries
-            end = i + room
-            # A Pulsar batch's members are one entry to the client: never split over two
-            # ledgers (the ledger takes the rest of the batch beyond its entry limit).
-            while end < len(records) and records[end].batch_index:
+            # A Pulsar batch is one entry to the client: never split over two ledgers (the
+            # ledger takes the whole batch beyond its entry limit).
+            end, counts = i, []
+            while end < len(records) and (room > 0 or end == i):
+                n = entry_count(records[end])
+                counts.append(n)
+                room -= n
                 end += 1
             chunk = records[i:end]
             size_before = self._wal.written_size_bytes
             first, token = self._wal.append(chunk, None if sizes is None else sizes[i:end])
-            self.entries_added += len(chunk)
+            added = sum(counts)
+            self.entries_added += added
             self.bytes_added += self._wal.written_size_bytes - size_before
-            self._remember(chunk)
+            self._remember(chunk, added)
             wal = self._wal
             ledger_id = self._current.ledger_id
-            positions.extend(Position(ledger_id, first + j) for j in range(len(chunk)))
-            i += len(chunk)
+            for n in counts:
+                positions.append(Position(ledger_id, first))
+                first += n
+            i = end
             if self._full():
                 try:
                     self._roll_over_counted(reserved)
@@ -433,9 +443,10 @@ class ManagedLedger:
             or self._wal.written_size_bytes >= self._settings.max_ledger_size_bytes
         )
 
-    def _roll_overs_for(self, n: int) -> int:
-        """How many ledgers a batch of ``n`` records fills (by entries; size and age are not
-        foreseen, and are counted when they happen)."""
+    def _roll_overs_for(self, records: Sequence[Appended]) -> int:
+        """How many ledgers ``records`` fill (by entries; size and age are not foreseen, and
+        are counted when they happen)."""
+        n = sum(map(entry_count, records))
         room = self._settings.max_entries_per_ledger - self._wal.written_entries
         if n < room:
             return 0
@@ -483,17 +494,21 @@ class ManagedLedger:
                 except Exception:  # noqa: BLE001 - one waiter's failure must not fail an append
                     log.exception("waking a waiter of %s failed", self.name)
 
-    def _remember(self, records: Sequence[Record]) -> None:
+    def _remember(self, records: Sequence[Appended], entries: int) -> None:
         if self._cache is None:
             return
-        n = sum(len(r.value or b"") + len(r.key or "") for r in records)
+        n = sum(
+            len(r.payload) if isinstance(r, StoredBatch) else len(r.value or b"") + len(r.key or "")
+            for r in records
+        )
         if not self._backlog.charge_cache(n):
             # Over the shared budget: this ledger's sealing reads it back from the file instead.
             self._backlog.refund_cache(self._cache_bytes)
-            self._cache, self._cache_bytes = None, 0
+            self._cache, self._cache_bytes, self._cache_entries = None, 0, 0
             return
         self._cache.extend(records)
         self._cache_bytes += n
+        self._cache_entries += entries
         self._preseal_next_locked()
 
     def _preseal_next_locked(self) -> None:
@@ -504,7 +519,7 @@ class ManagedLedger:
             return
         if self._seal_writer is not None and not self._seal_writer.usable:
             return  # writing ahead failed for this ledger: its roll-over seals it from the start
-        ready = (self._cache_start + len(cache) - self._presealed) // ROW_GROUP_SIZE * ROW_GROUP_SIZE
+        ready = (self._cache_start + self._cache_entries - self._presealed) // ROW_GROUP_SIZE * ROW_GROUP_SIZE
         if not ready:
             return
         info = self._current
@@ -512,22 +527,34 @@ class ManagedLedger:
             self._seal_writer = SealWriter(
                 paths.sealed_path(self.store, info.ledger_id, self.epoch), keep=self._keep_copy
             )
-        first = self._presealed - self._cache_start
-        records = cache[first : first + ready]
+        # The cached items that hold entries presealed .. presealed + ready - 1.
+        at, i = self._cache_start, 0
+        while at + entry_count(cache[i]) <= self._presealed:
+            at += entry_count(cache[i])
+            i += 1
+        j, end = i, at
+        while end < self._presealed + ready:
+            end += entry_count(cache[j])
+            j += 1
         try:
-            self._sealer.submit(self._preseal, info.ledger_id, self._seal_writer, records, self._presealed)
+            self._sealer.submit(
+                self._preseal, info.ledger_id, self._seal_writer, cache[i:j], at, self._presealed, ready
+            )
         except RuntimeError:  # the sealer was shut down: the service stops
             return
         self._presealing = True
         self._presealed += ready
 
-    def _preseal(self, ledger_id: int, writer: SealWriter, records: list[Record], first_entry: int) -> None:
-        """Write entries ``first_entry``.. of the open ledger (whole row groups) to its sealed
-        file ahead of the roll-over; on failure the writer is dropped and the roll-over's
-        sealing writes the file from the start, as it would have anyway."""
+    def _preseal(
+        self, ledger_id: int, writer: SealWriter, items: list[Appended], items_first: int, first: int, n: int
+    ) -> None:
+        """Write entries ``first .. first + n - 1`` of the open ledger (whole row groups), which
+        ``items`` hold from entry ``items_first`` on, to its sealed file ahead of the roll-over;
+        on failure the writer is dropped and the roll-over's sealing writes the file from the
+        start, as it would have anyway."""
         try:
             if writer.usable and not self._closed:
-                writer.write(records_to_table(ledger_id, records, first_entry))
+                writer.write(appended_table(ledger_id, items, items_first).slice(first - items_first, n))
         except Exception as e:  # noqa: BLE001 - sealing at roll-over does the work instead
             if is_descriptor_exhaustion(e):
                 self._shared.exhaustion.note(f"writing ledger {ledger_id} ahead of its sealing", e)
@@ -541,10 +568,15 @@ class ManagedLedger:
             if not writer.usable:
                 return  # no more ahead of the roll-over for this ledger
             cache = self._cache
-            if cache is not None and writer.rows > self._cache_start:
-                # Written: the roll-over's sealing needs only what comes after.
-                del cache[: writer.rows - self._cache_start]
-                self._cache_start = writer.rows
+            if cache is not None:
+                # Written: the roll-over's sealing needs only what comes after (a batch the
+                # written rows end inside stays).
+                k = 0
+                while k < len(cache) and self._cache_start + entry_count(cache[k]) <= writer.rows:
+                    self._cache_start += entry_count(cache[k])
+                    self._cache_entries -= entry_count(cache[k])
+                    k += 1
+                del cache[:k]
             self._preseal_next_locked()
 
     def roll_over(self, timeout: float = 600.0) -> Position | None:
@@ -597,12 +629,12 @@ class ManagedLedger:
         wal.close()
         _refresh_open(old, wal)
         cache, cache_bytes = self._cache, self._cache_bytes
-        ahead = _Ahead(self._seal_writer, self._cache_start)
+        ahead = _Ahead(self._seal_writer, self._cache_start, self._cache_entries)
         old.state = SEALING
         self._sealing[old.ledger_id] = wal
         self._ledgers.append(successor)
         self._wal = new_wal
-        self._cache, self._cache_bytes = [], 0
+        self._cache, self._cache_bytes, self._cache_entries = [], 0, 0
         self._seal_writer, self._cache_start, self._presealed, self._presealing = None, 0, 0, False
         self._sealer.submit(self._seal_in_background, old, wal, cache, cache_bytes, ahead)
 
@@ -621,7 +653,7 @@ class ManagedLedger:
         self,
         info: LedgerInfo,
         wal: OpenLog,
-        cache: list[Record] | None,
+        cache: list[Appended] | None,
         cache_bytes: int = 0,
         ahead: _Ahead | None = None,
     ) -> None:
@@ -642,10 +674,11 @@ class ManagedLedger:
             # The cache serves if it holds every entry the writer does not (records leave it only
             # once written, so a live writer always covers the ones that left).
             written = writer.rows if writer is not None else 0
-            if cache is not None and start + len(cache) == wal.written_entries and start <= written:
-                entries: Sequence[Record] | Sequence[Entry] = cache
+            cached = ahead.cache_entries if ahead is not None else -1
+            if cache is not None and start + cached == wal.written_entries and start <= written:
+                entries: Sequence[Appended] = cache
             else:
-                entries, start = wal.read_all(), 0
+                entries, start = wal.read_appended(), 0
             finished = _seal_file(
                 self.store,
                 info,
@@ -764,6 +797,16 @@ class ManagedLedger:
                 if info.entries:
                     return Position(info.ledger_id, info.entries - 1)
             return None
+
+    def stored_batch(self, at: Position) -> StoredBatch | None:
+        """The Pulsar batch whose first entry is at ``at`` as its producer sent it, while its
+        ledger's write-ahead log has it at hand (the open ledger's recent batches); else None."""
+        with self._lock:
+            if at.ledger_id == self._current.ledger_id:
+                wal: OpenLog | None = self._wal
+            else:
+                wal = self._sealing.get(at.ledger_id)
+            return wal.stored_batch(at.entry_id) if wal is not None else None
 
     def read(self, start: Position, max_entries: int) -> tuple[list[Entry], Position]:
         """Acknowledged entries from ``start`` (inclusive) in id order, and where to go on from.
@@ -1060,7 +1103,7 @@ class ManagedLedger:
                 wal.discard()  # its chunks stay: the next owner reads the ledger back from them
             self._backlog.forget(self.topic_id)
             self._backlog.refund_cache(self._cache_bytes)
-            self._cache, self._cache_bytes = None, 0
+            self._cache, self._cache_bytes, self._cache_entries = None, 0, 0
             writer, self._seal_writer = self._seal_writer, None
         if writer is not None:
             writer.abandon()  # its ledger stays OPEN: the next start seals it from its file
@@ -1073,7 +1116,7 @@ def _seal(
     store: StoragePath,
     info: LedgerInfo,
     wal: OpenLog,
-    entries: Sequence[Record] | Sequence[Entry],
+    entries: Sequence[Appended],
     *,
     first_entry: int = 0,
     writer: SealWriter | None = None,
@@ -1106,7 +1149,7 @@ class _Finished:
 def _seal_file(
     store: StoragePath,
     info: LedgerInfo,
-    entries: Sequence[Record] | Sequence[Entry],
+    entries: Sequence[Appended],
     *,
     first_entry: int = 0,
     writer: SealWriter | None = None,
@@ -1119,10 +1162,8 @@ def _seal_file(
     if writer.rows < first_entry:
         writer.abandon()
         raise ValueError(f"ledger {info.ledger_id}: entries {writer.rows}..{first_entry - 1} are missing")
-    rest = entries[writer.rows - first_entry :]
-    return _Finished(
-        writer, writer.finish(records_to_table(info.ledger_id, rest, writer.rows), publish=False)
-    )
+    rest = appended_table(info.ledger_id, entries, first_entry).slice(writer.rows - first_entry)
+    return _Finished(writer, writer.finish(rest, publish=False))
 
 
 def _publish_seal(
@@ -1185,6 +1226,7 @@ class _Ahead:
 
     writer: SealWriter | None
     cache_start: int
+    cache_entries: int = -1
 
 
 def _open_log(

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError as DuplicateRow
 
 from ledger import paths, row_group_cache
 from ledger.checksums import IntegrityError
-from ledger.entry import Entry, Position, Record, record_size
+from ledger.entry import Appended, Entry, Position, StoredBatch, record_size
 from ledger.storage import StoragePath, as_storage_path
 from service import deduplication, models
 from service.clock import now_ms
@@ -511,21 +511,29 @@ class Broker:
 
     # ---------------------------------------------------------------- data
 
-    def check_records(self, records: Sequence[Record]) -> list[int]:
+    def check_records(self, records: Sequence[Appended]) -> list[int]:
         """Each record's size, once every one is within the limit (``InvalidInput`` for no
-        records, ``TooLarge`` naming the first over it)."""
+        records, ``TooLarge`` naming the first over it). A Pulsar batch's size is its members'
+        (each of them was checked against the limit as its batch arrived)."""
         if not records:
             raise InvalidInput("a produce request needs at least one message")
         limit = self.settings.max_message_size
-        sizes = [record_size(r.key, r.value, r.properties) for r in records]
+        sizes = [
+            0 if type(r) is StoredBatch else record_size(r.key, r.value, r.properties)  # type: ignore[union-attr]
+            for r in records
+        ]
         if max(sizes) > limit:
             i = next(i for i, size in enumerate(sizes) if size > limit)
             raise TooLarge(f"message {i} is {sizes[i]} bytes; the limit is {limit}")
+        for i, r in enumerate(records):
+            if type(r) is StoredBatch:
+                sizes[i] = r.size
         return sizes
 
-    def produce(self, name: TopicName, records: Sequence[Record]) -> list[Position]:
-        """Append a batch atomically checked: every record is valid, or none is written. The
-        records are the caller's to give away: each gets its publish time here."""
+    def produce(self, name: TopicName, records: Sequence[Appended]) -> list[Position]:
+        """Append records atomically checked: every record is valid, or none is written; returns
+        each one's id (a Pulsar batch's: its first member's). The records are the caller's to
+        give away: each gets its publish time here."""
         sizes = self.check_records(records)
         topic = self.topic(name)
         lease = topic.lease

@@ -44,9 +44,10 @@ from api.pulsar.messages import (
     entry_metadata,
     id_data,
     position,
+    stored_metadata,
 )
 from api.pulsar.schemas import consumer_schema
-from ledger.entry import Entry, Position
+from ledger.entry import Entry, Position, StoredBatch
 from service.authorization import Rule
 from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
 from service.dispatchers import rest_of_batch
@@ -233,8 +234,15 @@ class WireSubscriber:
             ):
                 j += 1
             members = entries[i:j]
-            mid, metadata, payload, ack_set = batch_message(members)
-            self.batches[Position(e.ledger_id, start)] = [m.position for m in members]
+            first = Position(e.ledger_id, start)
+            stored = self._stored(first) if len(members) == e.batch_size else None
+            ack_set: list[int]
+            if stored is not None:
+                # Every member goes: the batch as its producer sent it (compressed as it came).
+                mid, metadata, payload, ack_set = id_data(first), stored_metadata(stored), stored.payload, []
+            else:
+                mid, metadata, payload, ack_set = batch_message(members)
+            self.batches[first] = [m.position for m in members]
             cmd = command(
                 pb.BaseCommand.MESSAGE,
                 consumer_id=self.consumer_id,
@@ -246,6 +254,10 @@ class WireSubscriber:
             spent += e.batch_size or len(members)
             i = j
         return spent
+
+    def _stored(self, first: Position) -> StoredBatch | None:
+        topic = self.conn.ctx.broker.served(self.topic)
+        return topic.ledger.stored_batch(first) if topic is not None else None
 
     def positions(self, ids: Sequence[pb.MessageIdData], *, cumulative: bool) -> list[Position]:
         """The stored positions a client's ids name. A batch named whole (no batch index:

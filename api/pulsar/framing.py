@@ -42,6 +42,8 @@ class Frame:
     command: pb.BaseCommand
     metadata: pb.MessageMetadata | None = None
     payload: bytes = b""
+    # The metadata as it came (a batch is stored with it, as sent).
+    raw_metadata: bytes = b""
 
 
 class FrameDecoder:
@@ -110,13 +112,14 @@ def parse_frame(body: memoryview) -> Frame:
     if meta_size > len(checked) - 4:
         raise FrameError(f"metadata size {meta_size} runs past the frame")
     metadata = pb.MessageMetadata()
+    raw = bytes(checked[4 : 4 + meta_size])
     try:
-        metadata.ParseFromString(checked[4 : 4 + meta_size])
+        metadata.ParseFromString(raw)
     except DecodeError as e:
         raise FrameError(f"the message metadata does not parse: {e}") from None
     if not metadata.IsInitialized():
         raise FrameError(f"the message metadata lacks {', '.join(metadata.FindInitializationErrors())}")
-    return Frame(command, metadata, bytes(checked[4 + meta_size :]))
+    return Frame(command, metadata, bytes(checked[4 + meta_size :]), raw)
 
 
 def encode(command: pb.BaseCommand) -> bytes:

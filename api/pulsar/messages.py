@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 
-import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.errors import ProtocolError
-from ledger.entry import Entry, Position, Record
+from ledger.batches import BatchError, batch_size, uncompressed
+from ledger.entry import Entry, Position, Record, StoredBatch
 
 # Ids on the wire are unsigned 64-bit; Pulsar's earliest (-1:-1) arrives as 2**64 - 1.
 _U64 = 2**64
@@ -22,7 +21,6 @@ LATEST_ID = Position(2**63 - 1, 2**63 - 1)
 
 # Pulsar's codecs, by the library that decodes each (pyarrow's raw LZ4 block, raw Snappy and
 # zstd frames are the formats Pulsar's clients write; ZLIB is the zlib format).
-_CODECS = {pb.LZ4: "lz4_raw", pb.SNAPPY: "snappy", pb.ZSTD: "zstd"}
 # A batch may not claim more members than this (the clients' default is 1,000 messages).
 MAX_BATCH_MESSAGES = 100_000
 _SIZE = struct.Struct(">I")
@@ -35,11 +33,9 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     """The messages of one SEND: the message itself, or every member of a batch (its index and
     size kept, see ``ledger.entry.message_id``). A ``null_value`` message is stored with a null
     value (a delete when keyed, as an empty value is: Pulsar's rule). ``max_size`` bounds what
-    a compressed payload may expand to."""
-    if metadata.HasField("num_chunks_from_msg") or metadata.encryption_keys:
-        raise ProtocolError(pb.NotAllowedError, "chunked or encrypted messages are not supported")
-    if metadata.sequence_id >= _U64 // 2:
-        raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
+    a compressed payload may expand to. (The broker stores a batch whole, see
+    :func:`to_batch`; this decodes one member by member, for tests and tools.)"""
+    _check_sendable(metadata)
     payload = _uncompressed(metadata, payload, max_size)
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
     version = metadata.schema_version if metadata.HasField("schema_version") else None
@@ -57,28 +53,54 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     return _members(metadata, payload, deliver_at, version)
 
 
+def _check_sendable(metadata: pb.MessageMetadata) -> None:
+    if metadata.HasField("num_chunks_from_msg") or metadata.encryption_keys:
+        raise ProtocolError(pb.NotAllowedError, "chunked or encrypted messages are not supported")
+    if metadata.sequence_id >= _U64 // 2:
+        raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
+
+
 def _uncompressed(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> bytes:
-    if metadata.compression == pb.NONE:
-        return payload
-    size = metadata.uncompressed_size
-    if size > max_size:
-        raise ProtocolError(pb.NotAllowedError, f"the payload expands to {size} bytes, above {max_size}")
     try:
-        if metadata.compression == pb.ZLIB:
-            d = zlib.decompressobj()
-            out = d.decompress(payload, size)
-            if d.unconsumed_tail:
-                raise ValueError("longer than its uncompressed size")
-        else:
-            codec = _CODECS.get(metadata.compression)
-            if codec is None:
-                raise ValueError(f"unknown compression {metadata.compression}")
-            out = pa.decompress(payload, decompressed_size=size, codec=codec, asbytes=True)
-    except (ValueError, OSError, zlib.error, pa.ArrowException) as e:
-        raise ProtocolError(pb.NotAllowedError, f"the payload does not decompress: {e}") from e
-    if len(out) != size:
-        raise ProtocolError(pb.NotAllowedError, f"the payload decompresses to {len(out)} bytes, not {size}")
-    return bytes(out)
+        return uncompressed(metadata.compression, payload, metadata.uncompressed_size, max_size)
+    except BatchError as e:
+        raise ProtocolError(pb.NotAllowedError, str(e)) from e
+
+
+def is_batch(metadata: pb.MessageMetadata) -> bool:
+    return metadata.HasField("num_messages_in_batch")
+
+
+def to_batch(metadata: pb.MessageMetadata, raw_metadata: bytes, payload: bytes) -> StoredBatch:
+    """A batched SEND as the ledger stores it: whole, as sent, its members not decoded (they
+    are checked off the event loop, :func:`check_batch`, before it is written). Its size is
+    unknown (-1) until then."""
+    _check_sendable(metadata)
+    n = metadata.num_messages_in_batch
+    if not 0 < n <= MAX_BATCH_MESSAGES:
+        raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")
+    return StoredBatch(
+        metadata=raw_metadata,
+        payload=payload,
+        count=n,
+        size=-1,
+        compression=metadata.compression,
+        uncompressed_size=metadata.uncompressed_size if metadata.compression != pb.NONE else len(payload),
+        producer_name=metadata.producer_name,
+        sequence_id=metadata.sequence_id,
+        deliver_at_time=metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None,
+        ordering_key=metadata.ordering_key if metadata.HasField("ordering_key") else None,
+        schema_version=metadata.schema_version if metadata.HasField("schema_version") else None,
+    )
+
+
+def check_batch(batch: StoredBatch, max_size: int) -> None:
+    """Check a batch's members as Pulsar's clients lay them out, in bulk, and set its size;
+    ``ProtocolError`` if it does not decode (or expands past ``max_size``)."""
+    try:
+        batch.size = batch_size(batch, max_size, MAX_BATCH_MESSAGES)
+    except BatchError as e:
+        raise ProtocolError(pb.NotAllowedError, str(e)) from e
 
 
 def _record(
@@ -207,6 +229,14 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
         ack_set = [w - (1 << 64) if w >= 1 << 63 else w for w in words]  # int64 on the wire
     mid = pb.MessageIdData(ledgerId=first.ledger_id, entryId=first.entry_id - first.batch_index)
     return mid, md.SerializeToString(), b"".join(parts), ack_set
+
+
+def stored_metadata(batch: StoredBatch) -> bytes:
+    """A stored batch's metadata as its consumers receive it: as its producer sent it, with
+    the broker's publish time (every id and time a client sees is the same over every path)."""
+    md = pb.MessageMetadata.FromString(batch.metadata)
+    md.publish_time = batch.publish_time
+    return md.SerializeToString()
 
 
 def single_metadata(e: Entry) -> bytes:

@@ -3,6 +3,10 @@
 Each producer writes through one task: the SENDs that arrive while a write is in flight are
 appended together in the next ``Broker.produce`` call (a group commit under the fsync policy),
 and their receipts go back in the order the client sent them.
+
+A batched SEND is stored whole, as sent (``ledger.entry.StoredBatch``: one write-ahead frame for
+all its members); the event loop never looks at its members. They are checked in bulk on the
+worker thread that writes them, and a batch that does not decode gets its SEND_ERROR there.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import Handler, ProtocolClose, PulsarConnection
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
-from api.pulsar.messages import id_data, to_records
+from api.pulsar.messages import check_batch, id_data, is_batch, to_batch, to_records
 from api.pulsar.schemas import producer_schema
-from ledger.entry import Position, Record, record_size
+from ledger.entry import Position, Record, StoredBatch, record_size
 from service.authorization import Rule
 from service.deduplication import ProducerSequences
 from service.errors import ServiceError
@@ -35,13 +39,15 @@ _names = itertools.count()
 class _Send:
     sequence_id: int
     highest_sequence_id: int
-    records: list[Record]  # one message, or the members of a batch (stored next to each other)
+    item: Record | StoredBatch  # one message, or a whole batch
 
 
 def _highest(s: _Send) -> int:
-    """The last sequence id a send covers (a batch's last member's: the clients do not all
-    set ``highest_sequence_id``, and its members carry theirs)."""
-    return max(s.sequence_id, s.highest_sequence_id, s.records[-1].sequence_id or 0)
+    """The last sequence id a send covers (a batch's last member's, numbered from its first as
+    the clients number them: they do not all set ``highest_sequence_id``)."""
+    item = s.item
+    last = item.sequence_id + item.count - 1 if type(item) is StoredBatch else item.sequence_id or 0  # type: ignore[union-attr]
+    return max(s.sequence_id, s.highest_sequence_id, last)
 
 
 class WireProducer:
@@ -104,34 +110,56 @@ class WireProducer:
                 if not batch:
                     continue
             try:
-                records = [r for s in batch for r in s.records]
-                positions = await conn.call(conn.ctx.broker.produce, self.topic, records)
+                batch, refused, positions = await conn.call(self._store, batch)
             except Exception as e:
                 if not isinstance(e, (ServiceError, ProtocolError)):
                     log.exception("writing to %s failed", self.topic)
                 code = server_error(e, not_found=pb.TopicNotFound)
                 for s in batch:
-                    conn.send(
-                        pb.BaseCommand.SEND_ERROR,
-                        producer_id=self.producer_id,
-                        sequence_id=s.sequence_id,
-                        error=code,
-                        message=str(e),
-                    )
-            else:
-                if self.sequences is not None:
-                    self.sequences.stored(self.name, (_highest(s) for s in batch))
-                at = 0
-                for s in batch:
-                    # A batch's receipt names its first member's entry: the client numbers the rest.
-                    conn.send(
-                        pb.BaseCommand.SEND_RECEIPT,
-                        producer_id=self.producer_id,
-                        sequence_id=s.sequence_id,
-                        message_id=id_data(positions[at]),
-                        highest_sequence_id=s.highest_sequence_id,
-                    )
-                    at += len(s.records)
+                    self._send_error(s, code, str(e))
+                continue
+            for s, error in refused:
+                self._send_error(s, error.code, str(error))
+            if self.sequences is not None:
+                self.sequences.stored(self.name, (_highest(s) for s in batch))
+            for s, at in zip(batch, positions, strict=True):
+                # A batch's receipt names its first member's entry: the client numbers the rest.
+                conn.send(
+                    pb.BaseCommand.SEND_RECEIPT,
+                    producer_id=self.producer_id,
+                    sequence_id=s.sequence_id,
+                    message_id=id_data(at),
+                    highest_sequence_id=s.highest_sequence_id,
+                )
+
+    def _store(
+        self, sends: list[_Send]
+    ) -> tuple[list[_Send], list[tuple[_Send, ProtocolError]], list[Position]]:
+        """On a worker thread: check the batches' members (in bulk), then write every send that
+        passed in one append; returns those, the refused ones with why, and the stored ids."""
+        limit = self.conn.ctx.settings.max_message_size
+        good: list[_Send] = []
+        refused: list[tuple[_Send, ProtocolError]] = []
+        for s in sends:
+            if type(s.item) is StoredBatch and s.item.size < 0:
+                try:
+                    check_batch(s.item, limit)
+                except ProtocolError as e:
+                    refused.append((s, e))
+                    continue
+            good.append(s)
+        if not good:
+            return good, refused, []
+        return good, refused, self.conn.ctx.broker.produce(self.topic, [s.item for s in good])
+
+    def _send_error(self, s: _Send, code: int, message: str) -> None:
+        self.conn.send(
+            pb.BaseCommand.SEND_ERROR,
+            producer_id=self.producer_id,
+            sequence_id=s.sequence_id,
+            error=code,
+            message=message,
+        )
 
     def _new_sends(self, batch: list[_Send]) -> list[_Send]:
         """The sends of ``batch`` not stored before (Pulsar's rule: a sequence id above the
@@ -221,7 +249,8 @@ def _sequences(conn: PulsarConnection, name: TopicName) -> ProducerSequences | N
 
 def _ready(prod: WireProducer, request_id: int, epoch: int) -> None:
     prod.start()
-    fields = {} if prod.schema_version is None else {"schema_version": prod.schema_version}
+    # Pulsar's broker always sets it (empty without a schema): the Java client reads it unguarded.
+    fields = {"schema_version": prod.schema_version or b""}
     prod.conn.send(
         pb.BaseCommand.PRODUCER_SUCCESS,
         request_id=request_id,
@@ -256,17 +285,16 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
     limit = conn.ctx.settings.max_message_size
     try:
         md = frame.metadata
-        records = to_records(md, frame.payload, limit)
-        # A batch's members (keys, values, properties) lie within its uncompressed payload:
-        # only a payload above the limit needs them counted.
-        payload_size = md.uncompressed_size if md.compression != pb.NONE else len(frame.payload)
-        if len(records) == 1 or payload_size > limit:
-            size = sum(record_size(r.key, r.value, r.properties) for r in records)
+        item: Record | StoredBatch
+        if is_batch(md):
+            # Its members lie within its uncompressed payload, which may not expand past the
+            # limit: checked with them, off the event loop.
+            item = to_batch(md, frame.raw_metadata, frame.payload)
+        else:
+            (item,) = to_records(md, frame.payload, limit)
+            size = record_size(item.key, item.value, item.properties)
             if size > limit:
-                raise ProtocolError(
-                    pb.NotAllowedError,
-                    f"message is {size} bytes; the limit is {conn.ctx.settings.max_message_size}",
-                )
+                raise ProtocolError(pb.NotAllowedError, f"message is {size} bytes; the limit is {limit}")
     except ProtocolError as e:
         conn.send(
             pb.BaseCommand.SEND_ERROR,
@@ -276,7 +304,7 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
             message=str(e),
         )
         return
-    await prod.add(_Send(req.sequence_id, req.highest_sequence_id, records))
+    await prod.add(_Send(req.sequence_id, req.highest_sequence_id, item))
 
 
 async def close_producer(conn: PulsarConnection, frame: Frame) -> None:

@@ -4,17 +4,20 @@ the producer's receipt gave it, whichever way it is read."""
 
 from __future__ import annotations
 
+import base64
+import socket
 import struct
 import time
 
 import httpx
 import pulsar
+import pyarrow as pa
 import pytest
 
 from api.client import Client
 from api.client import MessageId as ClientMessageId
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.framing import command, encode, encode_payload
+from api.pulsar.framing import Frame, command, encode, encode_payload, parse_frame
 from tests.conftest import Server
 from tests.e2e.test_pulsar_clients import (
     _connect,
@@ -240,3 +243,107 @@ def test_a_batch_with_a_member_marked_compacted_out_is_refused_and_stores_nothin
         reply = _reply(s)
         assert reply.type == pb.BaseCommand.SEND_ERROR and "compacted out" in reply.send_error.message
     assert rest_messages(shared_server, topic) == []
+
+
+def _frame(s: socket.socket) -> Frame:
+    """The next frame from the server, payload frames included."""
+    head = b""
+    while len(head) < 4:
+        head += s.recv(4 - len(head))
+    (total,) = struct.unpack(">I", head)
+    body = b""
+    while len(body) < total:
+        body += s.recv(total - len(body))
+    return parse_frame(memoryview(body))
+
+
+def test_a_consumer_following_the_topic_receives_each_batch_as_its_producer_sent_it(
+    shared_server: Server, client: pulsar.Client
+) -> None:
+    """A batch is stored whole and delivered as sent: the consumer gets the producer's own
+    compressed payload, with the broker's publish time and the receipt's id."""
+    topic = fresh("stored-bytes")
+    client.create_producer(topic).close()
+    members = [(f"k{i}", f"value-{i}".encode() * 8) for i in range(20)]
+    raw = b""
+    for key, value in members:
+        single = pb.SingleMessageMetadata(payload_size=len(value), partition_key=key).SerializeToString()
+        raw += struct.pack(">I", len(single)) + single + value
+    payload = pa.compress(raw, codec="zstd", asbytes=True)
+    md = pb.MessageMetadata(
+        producer_name="raw", sequence_id=0, publish_time=1, num_messages_in_batch=len(members)
+    )
+    md.compression, md.uncompressed_size = pb.ZSTD, len(raw)
+    with _raw(shared_server) as s:
+        _connect(s)
+        s.sendall(
+            encode(
+                command(
+                    pb.BaseCommand.SUBSCRIBE,
+                    topic=topic,
+                    subscription="sub",
+                    subType=0,
+                    consumer_id=7,
+                    request_id=1,
+                )
+            )
+        )
+        assert _reply(s).type == pb.BaseCommand.SUCCESS
+        s.sendall(encode(command(pb.BaseCommand.FLOW, consumer_id=7, messagePermits=1000)))
+        s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=2)))
+        assert _reply(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        send = command(pb.BaseCommand.SEND, producer_id=1, sequence_id=0, num_messages=len(members))
+        before = int(time.time() * 1000)
+        s.sendall(encode_payload(send, md.SerializeToString(), payload))
+        frames = [_frame(s), _frame(s)]
+    receipt = next(f.command for f in frames if f.command.type == pb.BaseCommand.SEND_RECEIPT)
+    message = next(f for f in frames if f.command.type == pb.BaseCommand.MESSAGE)
+    assert message.payload == payload  # the producer's bytes, not rebuilt
+    assert message.metadata is not None
+    assert message.metadata.compression == pb.ZSTD
+    assert message.metadata.num_messages_in_batch == len(members)
+    assert message.metadata.publish_time >= before  # the broker's clock, as every other path
+    got = message.command.message.message_id
+    assert (got.ledgerId, got.entryId) == (
+        receipt.send_receipt.message_id.ledgerId,
+        receipt.send_receipt.message_id.entryId,
+    )
+    assert not message.command.message.ack_set
+    stored = rest_messages(shared_server, topic)
+    assert [(m["key"], base64.b64decode(m["value"])) for m in stored] == members
+    assert {m["publishTime"] for m in stored} == {message.metadata.publish_time}
+
+
+def test_a_batch_that_does_not_decode_gets_a_send_error_and_the_next_one_is_stored(
+    shared_server: Server, client: pulsar.Client
+) -> None:
+    """Members are checked off the event loop, in bulk: a bad batch in a group of sends fails
+    alone, and the producer goes on."""
+    topic = fresh("bad-batch")
+    client.create_producer(topic).close()
+
+    def batch_frame(seq: int, raw: bytes, n: int) -> bytes:
+        md = pb.MessageMetadata(producer_name="raw", sequence_id=seq, publish_time=1, num_messages_in_batch=n)
+        return encode_payload(
+            command(pb.BaseCommand.SEND, producer_id=1, sequence_id=seq, num_messages=n),
+            md.SerializeToString(),
+            raw,
+        )
+
+    good = pb.SingleMessageMetadata(payload_size=2, partition_key="k").SerializeToString()
+    good_raw = struct.pack(">I", len(good)) + good + b"ok"
+    with _raw(shared_server) as s:
+        _connect(s)
+        s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)))
+        assert _reply(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        # Sent together: the second claims two members and holds one.
+        s.sendall(batch_frame(0, good_raw, 1) + batch_frame(1, good_raw, 2) + batch_frame(2, good_raw, 1))
+        replies = [_reply(s) for _ in range(3)]
+    receipts = sorted(r.send_receipt.sequence_id for r in replies if r.type == pb.BaseCommand.SEND_RECEIPT)
+    [error] = [r.send_error for r in replies if r.type == pb.BaseCommand.SEND_ERROR]
+    assert receipts == [0, 2]
+    assert error.sequence_id == 1 and "malformed batch" in error.message
+    assert [(m["key"], m["value"]) for m in rest_messages(shared_server, topic)] == [
+        ("k", "b2s="),
+        ("k", "b2s="),
+    ]

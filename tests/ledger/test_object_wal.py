@@ -16,6 +16,7 @@ from ledger.format import CorruptRecordError
 from ledger.object_wal import Chunk, GroupCommitter, ObjectLog
 from ledger.storage import Storage
 from ledger.wal import LedgerClosedError
+from tests.batches import batch
 
 
 class Index:
@@ -215,3 +216,32 @@ def test_a_discarded_log_fails_its_waiters_and_is_forgotten(committer: GroupComm
     wal.discard()
     with pytest.raises(LedgerClosedError):
         wal.append(records(1))
+
+
+def test_batches_are_one_frame_each_and_read_back_by_another_committer(
+    committer: GroupCommitter, index: Index, storage: Storage
+) -> None:
+    """A Pulsar batch on object storage: one frame, its members' entries, read back whole."""
+    b1, m1 = batch(6, tag="a")
+    b2, m2 = batch(4, tag="b")
+    wal = committer.create(4)
+    assert append(wal, [b1, *records(2)]) == 0
+    assert append(wal, [b2]) == 8
+    assert [e.value for e in wal.read(4, 4)] == [m.value for m in m1[4:]] + [b"v0", b"v1"]
+    other = GroupCommitter(storage, index.commit, flush_ms=20)
+    other.start()
+    try:
+        taken = other.recover(4, index.of(4))
+        assert taken.entries == 12 and taken.size_bytes == wal.size_bytes
+        assert [(e.entry_id, e.key, e.value, e.batch_index) for e in taken.read_all()] == [
+            (e.entry_id, e.key, e.value, e.batch_index) for e in wal.read_all()
+        ]
+        assert [e.value for e in taken.read(8, 4)] == [m.value for m in m2]
+        assert [type(a).__name__ for a in taken.read_appended()] == [
+            "StoredBatch",
+            "Entry",
+            "Entry",
+            "StoredBatch",
+        ]
+    finally:
+        other.stop()

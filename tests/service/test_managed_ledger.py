@@ -15,6 +15,7 @@ from service.db import Database
 from service.names import TopicName
 from service.settings import Settings
 from service.topics import Broker
+from tests.batches import batch
 from tests.conftest import local_wal_only
 
 NAME = TopicName("t", "ns", "log")
@@ -295,3 +296,38 @@ def test_a_waiter_without_a_thread_is_called_once_an_entry_follows_its_position(
     ledger.on_entry_after(Position(second.ledger_id, second.entry_id + 5), lambda: calls.append("closed"))
     ledger.close()
     assert calls == ["at once", "next", "closed"]  # closing wakes every waiter
+
+
+def test_whole_batches_are_written_ahead_by_row_group_and_seal_to_every_member(
+    settings: Settings, broker: Broker
+) -> None:
+    """Batches of 999 members (row groups end inside them) are written ahead and sealed to
+    exactly the rows of their members, in row groups of the usual size."""
+    settings.max_entries_per_ledger = 2 * ROW_GROUP_SIZE + 500
+    broker.create_topic(NAME)
+    ids: list[Position] = []
+    members: list[Record] = []
+    while len(members) < 2 * ROW_GROUP_SIZE + 500:
+        stored, records_ = batch(999, first_seq=len(members), tag=f"b{len(ids)}")
+        ids += broker.produce(NAME, [stored])
+        members += records_
+    ml = broker.topic(NAME).ledger
+    ml.wait_sealed()
+    first_ledger = ml.ledgers()[0]
+    assert first_ledger.state == "CLOSED"
+    # One id per batch: its first member's entry, consecutive batches 999 entries apart.
+    assert ids[:3] == [Position(first_ledger.ledger_id, 999 * i) for i in range(3)]
+    sealed = ml.root / f"{first_ledger.ledger_id:020d}.parquet"
+    meta = pq.ParquetFile(sealed).metadata
+    rows = first_ledger.entries
+    assert rows == 999 * 17  # the batch that passed the entry limit is not split
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_SIZE] * 2 + [
+        rows - 2 * ROW_GROUP_SIZE
+    ]
+    table = pq.read_table(sealed)
+    assert table.column("entry_id").to_pylist() == list(range(rows))
+    assert table.column("key").to_pylist() == [m.key for m in members[:rows]]
+    assert table.column("value").to_pylist() == [m.value for m in members[:rows]]
+    assert table.column("batch_index").to_pylist() == [i % 999 for i in range(rows)]
+    got = read_everything(broker, 4000)
+    assert [(e.key, e.value, e.properties) for e in got] == [(m.key, m.value, m.properties) for m in members]

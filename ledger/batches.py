@@ -1,0 +1,109 @@
+"""Stored Pulsar batches (:class:`ledger.entry.StoredBatch`) as rows and entries, in bulk.
+
+A batch is stored as its producer sent it; its members become rows only where rows are needed:
+when its ledger is sealed to Parquet (:func:`appended_table`) and when a read asks for entries
+(:func:`batch_entries`). Both decode a whole batch at once (``ledger.batch_codec``), never one
+Python object per member on the way in.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ledger import batch_codec
+from ledger.entry import Entry, Record, StoredBatch
+from ledger.schema import records_to_table, table_to_entries
+
+# Pulsar's CompressionType numbers, by the codec that inflates each (pyarrow's raw LZ4 block,
+# raw Snappy and zstd frames are the formats Pulsar's clients write; ZLIB is the zlib format).
+NONE, LZ4, ZLIB, ZSTD, SNAPPY = 0, 1, 2, 3, 4
+_CODECS = {LZ4: "lz4_raw", SNAPPY: "snappy", ZSTD: "zstd"}
+
+
+class BatchError(ValueError):
+    """A batch that does not decode (its payload, or a member)."""
+
+
+def uncompressed(compression: int, payload: bytes, size: int, max_size: int) -> bytes:
+    """The payload of a message or batch as its producer wrote it before compressing it.
+    ``size`` is the uncompressed size the producer declared; ``max_size`` bounds it."""
+    if compression == NONE:
+        return payload
+    if size > max_size:
+        raise BatchError(f"the payload expands to {size} bytes, above {max_size}")
+    try:
+        if compression == ZLIB:
+            d = zlib.decompressobj()
+            out = d.decompress(payload, size)
+            if d.unconsumed_tail:
+                raise ValueError("longer than its uncompressed size")
+        else:
+            codec = _CODECS.get(compression)
+            if codec is None:
+                raise ValueError(f"unknown compression {compression}")
+            out = pa.decompress(payload, decompressed_size=size, codec=codec, asbytes=True)
+    except (ValueError, OSError, zlib.error, pa.ArrowException) as e:
+        raise BatchError(f"the payload does not decompress: {e}") from e
+    if len(out) != size:
+        raise BatchError(f"the payload decompresses to {len(out)} bytes, not {size}")
+    return bytes(out)
+
+
+def batch_size(batch: StoredBatch, max_size: int, max_members: int) -> int:
+    """Check ``batch``'s members (their layout, as Pulsar's clients write it) and return their
+    payload bytes (``record_size`` summed); :class:`BatchError` if it does not decode."""
+    data = uncompressed(batch.compression, batch.payload, batch.uncompressed_size, max_size)
+    try:
+        return batch_codec.check_batch(data, batch.count, max_members)
+    except ValueError as e:
+        raise BatchError(f"malformed batch: {e}") from e
+
+
+def batch_table(ledger_id: int, first_entry: int, batch: StoredBatch) -> pa.Table:
+    """The rows of ``batch``'s members, entries ``first_entry``.. of ledger ``ledger_id``."""
+    data = uncompressed(batch.compression, batch.payload, batch.uncompressed_size, 2**62)
+    return batch_codec.batch_table(
+        ledger_id,
+        first_entry,
+        batch.count,
+        data,
+        publish_time=batch.publish_time,
+        producer_name=batch.producer_name,
+        first_sequence_id=batch.sequence_id,
+        deliver_at_time=batch.deliver_at_time,
+        ordering_key=batch.ordering_key,
+        schema_version=batch.schema_version,
+    )
+
+
+def batch_entries(ledger_id: int, first_entry: int, batch: StoredBatch) -> list[Entry]:
+    """``batch``'s members as entries."""
+    return table_to_entries(batch_table(ledger_id, first_entry, batch))
+
+
+def appended_table(
+    ledger_id: int, items: Sequence[Record | Entry | StoredBatch], first_entry: int = 0
+) -> pa.Table:
+    """The rows of a ledger whose entries from ``first_entry`` on are ``items`` (records,
+    entries read back, and whole batches), in order."""
+    tables: list[pa.Table] = []
+    run: list[Any] = []  # records, or entries read back: rows alike
+    at = run_start = first_entry
+    for item in items:
+        if type(item) is StoredBatch:
+            if run:
+                tables.append(records_to_table(ledger_id, run, run_start))
+                run = []
+            tables.append(batch_table(ledger_id, at, item))
+            at += item.count
+            run_start = at
+        else:
+            run.append(item)
+            at += 1
+    if run or not tables:
+        tables.append(records_to_table(ledger_id, run, run_start))
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
