@@ -231,6 +231,7 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
                 pb.BaseCommand.PRODUCER_SUCCESS,
                 request_id=request_id,
                 producer_name=producer_name,
+                schema_version=schema_version or b"",
                 producer_ready=False,
             )
             asyncio.get_running_loop().create_task(_when_granted(prod, got, request_id))
@@ -249,17 +250,16 @@ def _sequences(conn: PulsarConnection, name: TopicName) -> ProducerSequences | N
 
 def _ready(prod: WireProducer, request_id: int, epoch: int) -> None:
     prod.start()
-    # Pulsar's broker always sets it (empty without a schema): the Java client reads it unguarded.
-    fields = {"schema_version": prod.schema_version or b""}
     prod.conn.send(
         pb.BaseCommand.PRODUCER_SUCCESS,
         request_id=request_id,
         producer_name=prod.name,
         # Where a deduplicating producer resumes (-1 without deduplication, as Pulsar).
         last_sequence_id=prod.sequences.last(prod.name) if prod.sequences is not None else -1,
+        # Empty without a schema, as Pulsar's broker sends it: the Java client reads it unguarded.
+        schema_version=prod.schema_version or b"",
         topic_epoch=epoch,
         producer_ready=True,
-        **fields,
     )
 
 

@@ -109,8 +109,11 @@ async def get_or_create_schema(conn: PulsarConnection, frame: Frame) -> None:
             error_message=str(e),
         )
         return
-    fields = {} if version is None else {"schema_version": version}
-    conn.send(pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE, request_id=req.request_id, **fields)
+    # Empty for raw bytes (no schema kept), as Pulsar's broker answers: the Java client reads it
+    # unguarded and takes an empty version for "the topic has no schema".
+    conn.send(
+        pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE, request_id=req.request_id, schema_version=version or b""
+    )
 
 
 HANDLERS: dict[int, Handler] = {

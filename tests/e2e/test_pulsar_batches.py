@@ -18,7 +18,8 @@ from api.client import Client
 from api.client import MessageId as ClientMessageId
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import Frame, command, encode, encode_payload, parse_frame
-from tests.conftest import Server
+from ledger import format as fmt
+from tests.conftest import Server, local_wal_only
 from tests.e2e.test_pulsar_clients import (
     _connect,
     _raw,
@@ -347,3 +348,42 @@ def test_a_batch_that_does_not_decode_gets_a_send_error_and_the_next_one_is_stor
         ("k", "b2s="),
         ("k", "b2s="),
     ]
+
+
+@local_wal_only("a torn tail of a local write-ahead file")
+def test_acknowledged_batches_survive_sigkill_and_a_torn_batch_frame_is_cut(server_factory, tmp_path) -> None:
+    """Every batch the producer got a receipt for is there after kill -9, with the id the receipt
+    gave each member; a batch frame torn by the crash is cut whole and kept aside."""
+    data = tmp_path / "data"
+    srv = server_factory(data, env={"COMPACTOR_MAX_ENTRIES_PER_LEDGER": "300"})
+    srv.start()
+    topic = fresh("kill-batches")
+    client = pulsar.Client(srv.pulsar_url)
+    try:
+        producer = batched(client, topic, codec="lz4", size=40)
+        messages = [(f"k{i % 13}", f"v{i}".encode() * 5) for i in range(700)]
+        acked = [text(m) for m in send_all(producer, messages)]
+        # More batches on their way when the process dies: stored or not, never in part.
+        for i in range(400):
+            producer.send_async(b"late", None, partition_key=f"late{i}")
+        srv.kill()
+    finally:
+        client.close()
+    wal = max((data / "ledgers").rglob("*.wal"))
+    with open(wal, "ab") as f:  # a batch frame cut short: its header says 4 KB, 20 bytes follow
+        f.write(struct.pack("<II", 4096 | fmt.BATCH_FRAME, 0) + b"torn-batch-frame....")
+    srv.start()
+    got = rest_messages(srv, topic, maxMessages=5000)
+    ids = [m["messageId"] for m in got]
+    assert ids[: len(acked)] == acked
+    assert [(m["key"], base64.b64decode(m["value"])) for m in got[: len(acked)]] == messages
+    late = got[len(acked) :]
+    assert all(base64.b64decode(m["value"]) == b"late" for m in late)
+    # Whole batches only: each late batch stored has every member, indexes 0..n-1.
+    batches: dict[str, list[int]] = {}
+    for m in late:
+        entry, index = m["messageId"].rsplit(":", 1)
+        batches.setdefault(entry, []).append(int(index))
+    assert all(indexes == list(range(len(indexes))) for indexes in batches.values())
+    assert len(set(ids)) == len(ids) and ids == sorted(ids, key=lambda t: tuple(map(int, t.split(":"))))
+    assert list(wal.parent.glob("*.quarantine*")), "the torn bytes are kept aside"

@@ -1,0 +1,388 @@
+"""Pulsar's official Java client (``pulsar-client-original`` 4.0.7, the client inside pulsar-perf),
+unchanged, against a real ``compactor serve``.
+
+The client is driven by a small Maven project, ``tests/java``: one program whose scenarios
+(produce, consume, compacted, schema) run side by side in one JVM and write what they saw as
+JSON; the tests here judge it. The project is built once and cached under a key of its files
+(``~/.cache/topic-compactor/java-client/<key>``; Maven's downloads go to ``~/.m2``), so a later
+run only starts the JVM. The Java client reads some reply fields without asking whether they are
+set (LightProto throws on an unset optional field without a default), and retries forever when
+one is missing: the tests on raw frames below pin those fields, and need no Java.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.framing import command, encode
+from tests.conftest import Server
+from tests.e2e.test_pulsar_clients import _connect, _raw, _reply, fresh, rest_messages
+
+# The first run builds the project (Maven's downloads on a fresh machine included).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+PROJECT = Path(__file__).resolve().parents[1] / "java"
+JAR = "java-client-e2e.jar"
+SCENARIOS = ("produce", "consume", "compacted", "schema")
+# Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
+RUN_TIMEOUT_S = 240
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "topic-compactor" / "java-client"
+
+
+def _tool(name: str) -> str:
+    """A command the Java tests need; a failure that says so when it is missing (never a skip:
+    CI has both)."""
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(
+            f"`{name}` is not on PATH: the Java client's tests need Maven and a JDK 17 or newer "
+            "(Debian: apt-get install maven openjdk-17-jdk-headless)",
+            pytrace=False,
+        )
+    return found
+
+
+def _project_key() -> str:
+    """A digest of every file of the project (the pom and the sources)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in PROJECT.rglob("*") if p.is_file() and "target" not in p.parts):
+        digest.update(str(path.relative_to(PROJECT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def _maven(mvn: str, *args: str, cwd: Path) -> str:
+    out = subprocess.run(
+        [mvn, "-q", "-B", *args], cwd=cwd, capture_output=True, text=True, timeout=900, check=False
+    )
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-40:])
+        pytest.fail(f"mvn {' '.join(args)} failed ({out.returncode}):\n{tail}", pytrace=False)
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout).strip()
+
+
+def _settings_file(mvn: str, where: Path) -> Path:
+    """Maven settings that send every request to Maven's own central repository: Pulsar's poms
+    name other repositories, which cannot be reached here."""
+    central = _maven(
+        mvn, "help:evaluate", "-Dexpression=project.repositories[0].url", "-DforceStdout", cwd=where
+    )
+    settings = where / "settings.xml"
+    settings.write_text(
+        "<settings><mirrors><mirror><id>central-only</id><mirrorOf>*</mirrorOf>"
+        f"<url>{central}</url></mirror></mirrors></settings>\n"
+    )
+    return settings
+
+
+@pytest.fixture(scope="session")
+def java_build() -> Path:
+    """The built project: a directory with the program's jar and ``lib/`` (the client and its
+    dependencies), built once per change of the project's files."""
+    mvn, _ = _tool("mvn"), _tool("java")
+    built = _cache_root() / _project_key()
+    if (built / JAR).is_file():
+        return built
+    built.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=built.parent, prefix="build-") as tmp:
+        work = Path(tmp)
+        settings = _settings_file(mvn, work)
+        out = work / "out"
+        _maven(
+            mvn,
+            "-s",
+            str(settings),
+            "-f",
+            str(PROJECT / "pom.xml"),
+            "package",
+            f"-Dcompactor.build.dir={out}",
+            cwd=work,
+        )
+        try:
+            out.rename(built)  # whole or not at all; another run may have got there first
+        except OSError:
+            if not (built / JAR).is_file():
+                raise
+    return built
+
+
+@dataclass(frozen=True)
+class JavaRun:
+    results: dict[str, dict[str, Any]]
+    log: str  # the JVM's output: the client's warnings and errors
+
+    def scenario(self, name: str) -> dict[str, Any]:
+        """What scenario ``name`` saw; a failure with the Java side's error when it failed."""
+        result = self.results.get(name)
+        if result is None:
+            pytest.fail(f"the Java program reported nothing for {name!r}:\n{self.log[-4000:]}", pytrace=False)
+        if "error" in result:
+            pytest.fail(
+                f"the Java scenario {name!r} failed:\n{result['error']}\nthe client said:\n{self.said()}",
+                pytrace=False,
+            )
+        return result
+
+    def said(self, limit: int = 20) -> str:
+        """The client's distinct warnings and errors, first ones first (not their stack traces)."""
+        lines: list[str] = []
+        for line in self.log.splitlines():
+            if re.search(r"\b(WARN|ERROR)\b", line):
+                text = re.sub(r"\d+\.\d+\.\d+\.\d+:\d+", "*", line)  # one line per kind, not per port
+                if text not in lines:
+                    lines.append(text)
+        return "\n".join(lines[:limit]) or self.log[-4000:]
+
+
+@pytest.fixture(scope="module")
+def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> JavaRun:
+    """Every scenario, in one JVM, against the shared server."""
+    out = tmp_path_factory.mktemp("java") / "results.json"
+    classpath = os.pathsep.join([str(java_build / JAR), str(java_build / "lib" / "*")])
+    cmd = [
+        _tool("java"),
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath,
+        "compactor.e2e.Scenarios",
+        shared_server.pulsar_url,
+        shared_server.url,
+        str(out),
+        *SCENARIOS,
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+        log = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:  # its output comes as bytes, whatever ``text`` says
+        said = b"".join(o if isinstance(o, bytes) else (o or "").encode() for o in (e.stdout, e.stderr))
+        log = f"the JVM was stopped after {RUN_TIMEOUT_S} s\n{said.decode(errors='replace')}"
+    results = json.loads(out.read_text()) if out.is_file() else {}
+    return JavaRun(results, log)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def parse_id(text: str) -> tuple[int, int, int]:
+    """The program's ``ledger:entry:batchIndex`` (-1 for a message outside a batch)."""
+    ledger, entry, index = (int(part) for part in text.split(":"))
+    return ledger, entry, index
+
+
+def rest_id(text: str) -> str:
+    """The id REST gives the same message: ``"L:E:i"`` for a batch member, ``"L:E"`` otherwise."""
+    ledger, entry, index = parse_id(text)
+    return f"{ledger}:{entry}:{index}" if index >= 0 else f"{ledger}:{entry}"
+
+
+def value(m: dict[str, Any]) -> bytes:
+    return base64.b64decode(m["value"])
+
+
+def backlog(server: Server, topic: str, subscription: str) -> int:
+    """The subscription's backlog once acknowledgements have settled (a few seconds at most)."""
+    path = topic.removeprefix("persistent://")
+    deadline = time.monotonic() + 10
+    while True:
+        stats = httpx.get(f"{server.url}/admin/v2/persistent/{path}/stats").json()
+        left = int(stats["subscriptions"][subscription]["msgBacklog"])
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+# ------------------------------------------------------------------ producers and consumers
+
+
+def test_unbatched_sends_get_ids_that_a_consumer_and_rest_see_with_the_same_content(
+    java: JavaRun, shared_server: Server
+) -> None:
+    r = java.scenario("produce")
+    sent = r["unbatchedSent"]
+    assert [parse_id(i)[2] for i in sent] == [-1] * 6  # not batch members
+    assert len(set(sent)) == 6 and sorted(sent, key=parse_id) == sent
+    got = r["unbatchedReceived"]
+    assert [m["id"] for m in got] == sent
+    assert [value(m) for m in got] == [f"u{i}".encode() for i in range(6)]
+    assert [m["key"] for m in got] == [f"k{i % 3}" for i in range(6)]
+    assert [m["properties"] for m in got] == [{"n": str(i)} for i in range(6)]
+    assert [m["eventTime"] for m in got] == [1000 + i for i in range(6)]
+    rest = rest_messages(shared_server, r["unbatchedTopic"])
+    assert [m["messageId"] for m in rest] == [rest_id(i) for i in sent]
+    assert [base64.b64decode(str(m["value"])) for m in rest] == [value(m) for m in got]
+
+
+def test_batched_sends_get_batch_member_ids_that_consumers_readers_and_rest_agree_on(
+    java: JavaRun, shared_server: Server
+) -> None:
+    r = java.scenario("produce")
+    sent = [parse_id(i) for i in r["batchedSent"]]
+    # A batch of five, then the three the flush sent: one entry each, members numbered from 0.
+    assert len({(lid, eid) for lid, eid, _ in sent[:5]}) == 1
+    assert len({(lid, eid) for lid, eid, _ in sent[5:]}) == 1
+    assert [index for _, _, index in sent] == [0, 1, 2, 3, 4, 0, 1, 2]
+    assert sent[5][:2] > sent[0][:2]
+    got = r["batchedReceived"]
+    assert [m["id"] for m in got] == r["batchedSent"]
+    assert [value(m) for m in got] == [f"b{i}".encode() for i in range(8)]
+    assert [m["key"] for m in got] == [f"k{i % 3}" for i in range(8)]
+    assert [m["properties"] for m in got] == [{"n": str(i)} for i in range(8)]
+    assert [m["eventTime"] for m in got] == [2000 + i for i in range(8)]
+    # A reader reads the same ids, and again after seeking back to the earliest.
+    assert [m["id"] for m in r["readerFirst"]] == r["batchedSent"]
+    assert [m["id"] for m in r["readerAfterSeek"]] == r["batchedSent"]
+    rest = rest_messages(shared_server, r["batchedTopic"])
+    assert [m["messageId"] for m in rest] == [rest_id(i) for i in r["batchedSent"]]
+    assert [base64.b64decode(str(m["value"])) for m in rest] == [value(m) for m in got]
+
+
+def test_a_durable_subscription_redelivers_only_what_was_not_acknowledged(
+    java: JavaRun, shared_server: Server
+) -> None:
+    r = java.scenario("consume")
+    sent = r["unbatchedSent"]
+    assert r["firstReceived"] == sent
+    # Acknowledged one by one except the 4th and the 8th: the next consumer gets exactly those.
+    assert r["redelivered"] == [sent[3], sent[7]]
+    assert r["extra"] is None
+    assert backlog(shared_server, r["unbatchedTopic"], "s") == 0
+
+
+def test_batch_index_acknowledgements_leave_only_the_unacknowledged_members(
+    java: JavaRun, shared_server: Server
+) -> None:
+    r = java.scenario("consume")
+    sent = r["batchedSent"]
+    assert [parse_id(i)[2] for i in sent] == [0, 1, 2, 3, 4] * 2
+    # The first batch acknowledged whole, the second's first two members by index.
+    got = r["batchRedelivered"]
+    assert [m["id"] for m in got] == sent[7:]
+    assert [value(m) for m in got] == [b"b7", b"b8", b"b9"]
+    assert r["batchExtra"] is None
+    assert backlog(shared_server, r["batchedTopic"], "s") == 0
+
+
+# ------------------------------------------------------------------ compacted topics
+
+
+def test_a_read_compacted_reader_and_consumer_see_the_latest_value_of_each_key(
+    java: JavaRun, shared_server: Server
+) -> None:
+    r = java.scenario("compacted")
+    sent = r["sent"]
+    before, after = sent[:-1], sent[-1:]
+    latest: dict[str, dict[str, Any]] = {}
+    for m in before:
+        if m["key"] is not None:
+            latest[m["key"]] = m
+    # An empty value deletes its key, a keyless message is not kept; ids are the original ones.
+    kept = sorted((m for m in latest.values() if m["value"]), key=lambda m: parse_id(m["id"]))
+    expected = [(m["id"], m["key"], value(m)) for m in kept + after]
+    assert [k for _, k, _ in expected] == ["k3", "k0", "k1", "k4", "k1"]
+    assert [(m["id"], m["key"], value(m)) for m in r["compactedReader"]] == expected
+    assert [(m["id"], m["key"], value(m)) for m in r["compactedConsumer"]] == expected
+    assert r["compactedConsumerExtra"] is None
+    # Without readCompacted, every message as sent.
+    assert [(m["id"], m["key"], value(m)) for m in r["fullReader"]] == [
+        (m["id"], m["key"], value(m)) for m in sent
+    ]
+    # REST's compacted view is the same messages.
+    rest = rest_messages(shared_server, r["topic"], readCompacted="true")
+    assert [m["messageId"] for m in rest] == [rest_id(i) for i, _, _ in expected]
+
+
+# ------------------------------------------------------------------ schemas
+
+
+def test_a_string_producer_and_consumer_and_raw_bytes_beside_them(
+    java: JavaRun, shared_server: Server
+) -> None:
+    r = java.scenario("schema")
+    got = r["strings"]
+    assert [m["value"] for m in got] == ["s0", "s1", "raw"]
+    # The typed messages carry the topic's schema version, the raw one none.
+    assert got[0]["schemaVersion"] is not None and got[1]["schemaVersion"] == got[0]["schemaVersion"]
+    assert got[2]["schemaVersion"] is None
+    path = r["stringTopic"].removeprefix("persistent://")
+    schema = httpx.get(f"{shared_server.url}/admin/v2/schemas/{path}/schema").json()
+    assert schema["type"] == "STRING"
+
+
+def test_a_json_producer_a_typed_consumer_and_an_auto_consume_consumer_agree(java: JavaRun) -> None:
+    r = java.scenario("schema")
+    expected = [{"id": "o1", "qty": 3}, {"id": "o2", "qty": 5}]
+    assert [{"id": m["id"], "qty": m["qty"]} for m in r["orders"]] == expected
+    assert [m["key"] for m in r["orders"]] == ["o1", "o2"]
+    assert all(m["schemaVersion"] is not None for m in r["orders"])
+    # AUTO_CONSUME asks the service for the topic's schema and decodes with it.
+    assert [{"id": m["id"], "qty": m["qty"]} for m in r["autoConsumed"]] == expected
+    assert {m["schemaType"] for m in r["autoConsumed"]} == {"JSON"}
+
+
+# ------------------------------------------------------------------ the fields, on raw frames
+
+
+def test_producer_success_always_has_a_schema_version_empty_without_a_schema(shared_server: Server) -> None:
+    # ClientCnx.handleProducerSuccess reads schema_version unguarded, as Pulsar's broker sets it.
+    with _raw(shared_server) as s:
+        _connect(s)
+        s.sendall(
+            encode(command(pb.BaseCommand.PRODUCER, topic=fresh("java-raw"), producer_id=1, request_id=1))
+        )
+        reply = _reply(s)
+        assert reply.type == pb.BaseCommand.PRODUCER_SUCCESS
+        assert reply.producer_success.HasField("schema_version")
+        assert reply.producer_success.schema_version == b""
+        string = pb.Schema(name="s", schema_data=b"", type=pb.Schema.String)
+        s.sendall(
+            encode(
+                command(
+                    pb.BaseCommand.PRODUCER,
+                    topic=fresh("java-raw"),
+                    producer_id=2,
+                    request_id=2,
+                    schema=string,
+                )
+            )
+        )
+        reply = _reply(s)
+        assert reply.type == pb.BaseCommand.PRODUCER_SUCCESS
+        assert len(reply.producer_success.schema_version) == 8
+
+
+def test_get_or_create_schema_of_raw_bytes_answers_an_empty_version(shared_server: Server) -> None:
+    # A Java producer registers raw bytes (Schema.BYTES, sent as type None) before sending a
+    # message of them, and reads schema_version unguarded: empty means "no schema".
+    with _raw(shared_server) as s:
+        _connect(s)
+        raw = pb.Schema(name="b", schema_data=b"", type=pb.Schema.Type.Value("None"))
+        s.sendall(
+            encode(
+                command(
+                    pb.BaseCommand.GET_OR_CREATE_SCHEMA, request_id=1, topic=fresh("java-raw"), schema=raw
+                )
+            )
+        )
+        reply = _reply(s)
+        assert reply.type == pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE
+        answer = reply.getOrCreateSchemaResponse
+        assert not answer.HasField("error_code")
+        assert answer.HasField("schema_version") and answer.schema_version == b""

@@ -1,0 +1,538 @@
+package compactor.e2e;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.PrintWriter;
+import java.io.StringWriter;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.HexFormat;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.MessageIdAdv;
+import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.Reader;
+import org.apache.pulsar.client.api.Schema;
+import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.client.api.SubscriptionType;
+import org.apache.pulsar.client.api.schema.GenericRecord;
+
+/**
+ * Scenarios of Pulsar's Java client against a running service, in one JVM. Each scenario does
+ * what an application does and records what it saw (message ids, keys, values) as JSON; the
+ * Python tests (tests/e2e/test_java_client.py) judge it. The scenarios run side by side with
+ * one client; one that throws or overruns its time records its error, and the others go on.
+ *
+ * <p>Usage: {@code Scenarios PULSAR_URL HTTP_URL OUT_JSON [SCENARIO...]} (all scenarios when
+ * none is named). OUT_JSON is rewritten as each scenario ends: {"name": {...} | {"error": "..."}}.
+ */
+public final class Scenarios {
+
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final Duration RECEIVE = Duration.ofSeconds(10);
+    // How long "nothing more arrives" is waited for, after everything expected did arrive.
+    private static final int QUIET_MS = 500;
+
+    interface Scenario {
+        void run(Scenarios s, ObjectNode out) throws Exception;
+    }
+
+    private static final Map<String, Scenario> SCENARIOS = new LinkedHashMap<>();
+    // Seconds a scenario may take from the start of the run (60 unless named here).
+    private static final Map<String, Integer> TIMEOUT_S = Map.of("compacted", 150);
+
+    static {
+        SCENARIOS.put("produce", Scenarios::produce);
+        SCENARIOS.put("consume", Scenarios::consume);
+        SCENARIOS.put("compacted", Scenarios::compacted);
+        SCENARIOS.put("schema", Scenarios::schema);
+    }
+
+    private final PulsarClient client;
+    private final String httpUrl;
+    private final HttpClient http = HttpClient.newHttpClient();
+    private final String run = UUID.randomUUID().toString().substring(0, 8);
+
+    private Scenarios(PulsarClient client, String httpUrl) {
+        this.client = client;
+        this.httpUrl = httpUrl;
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 3) {
+            System.err.println("usage: Scenarios PULSAR_URL HTTP_URL OUT_JSON [SCENARIO...]");
+            System.exit(2);
+        }
+        List<String> names = args.length > 3 ? List.of(args).subList(3, args.length) : List.copyOf(SCENARIOS.keySet());
+        Path out = Path.of(args[2]);
+        ObjectNode results = JSON.createObjectNode();
+        PulsarClient client = PulsarClient.builder()
+                .serviceUrl(args[0])
+                .operationTimeout(15, TimeUnit.SECONDS)
+                .build();
+        ExecutorService pool = Executors.newCachedThreadPool(r -> {
+            Thread t = new Thread(r, "scenario");
+            t.setDaemon(true);
+            return t;
+        });
+        Scenarios s = new Scenarios(client, args[1]);
+        // The scenarios run side by side (each on topics of its own): the run takes as long as
+        // the longest, and a scenario that hangs costs its own time limit only.
+        long started = System.nanoTime();
+        Map<String, ObjectNode> partial = new LinkedHashMap<>();
+        Map<String, Future<?>> running = new LinkedHashMap<>();
+        for (String name : names) {
+            Scenario scenario = SCENARIOS.get(name);
+            if (scenario == null) {
+                results.putObject(name).put("error", "no scenario " + name + "; there are " + SCENARIOS.keySet());
+                continue;
+            }
+            ObjectNode result = JSON.createObjectNode();
+            partial.put(name, result);
+            running.put(name, pool.submit(() -> {
+                scenario.run(s, result);
+                return null;
+            }));
+        }
+        for (Map.Entry<String, Future<?>> e : running.entrySet()) {
+            String name = e.getKey();
+            int timeout = TIMEOUT_S.getOrDefault(name, 60);
+            long left = started + TimeUnit.SECONDS.toNanos(timeout) - System.nanoTime();
+            ObjectNode result = partial.get(name);
+            try {
+                e.getValue().get(Math.max(left, 0), TimeUnit.NANOSECONDS);
+                results.set(name, result);
+            } catch (TimeoutException t) {
+                e.getValue().cancel(true); // its thread may still write to `result`: not reported
+                results.putObject(name).put("error", "did not finish in " + timeout + " s");
+            } catch (Exception t) {
+                // What the scenario saw before it failed, and why it failed.
+                result.put("error", stackTrace(t.getCause() != null ? t.getCause() : t));
+                results.set(name, result);
+            }
+            write(out, results);
+        }
+        try {
+            client.closeAsync().get(10, TimeUnit.SECONDS);
+        } catch (Exception e) {
+            System.err.println("closing the client: " + e);
+        }
+        write(out, results);
+        System.exit(0);
+    }
+
+    // ------------------------------------------------------------------ scenarios
+
+    /** Batched and unbatched producers, a consumer and a reader (with a seek) of what they sent. */
+    private static void produce(Scenarios s, ObjectNode out) throws Exception {
+        String unbatched = s.topic("unbatched");
+        try (Producer<byte[]> p = s.client.newProducer().topic(unbatched).enableBatching(false).create()) {
+            ArrayNode sent = out.putArray("unbatchedSent");
+            for (int i = 0; i < 6; i++) {
+                MessageId id = p.newMessage()
+                        .key("k" + (i % 3))
+                        .value(("u" + i).getBytes(StandardCharsets.UTF_8))
+                        .property("n", String.valueOf(i))
+                        .eventTime(1000 + i)
+                        .send();
+                sent.add(id(id));
+            }
+        }
+        String batched = s.topic("batched");
+        try (Producer<byte[]> p = s.batchedProducer(batched, 5)) {
+            // Eight messages: a batch of five when the fifth is added, then three on the flush.
+            List<CompletableFuture<MessageId>> pending = new ArrayList<>();
+            for (int i = 0; i < 8; i++) {
+                pending.add(p.newMessage()
+                        .key("k" + (i % 3))
+                        .value(("b" + i).getBytes(StandardCharsets.UTF_8))
+                        .property("n", String.valueOf(i))
+                        .eventTime(2000 + i)
+                        .sendAsync());
+            }
+            p.flush();
+            ArrayNode sent = out.putArray("batchedSent");
+            for (CompletableFuture<MessageId> f : pending) {
+                sent.add(id(f.get(30, TimeUnit.SECONDS)));
+            }
+        }
+        out.put("unbatchedTopic", unbatched);
+        out.put("batchedTopic", batched);
+        for (String[] t : new String[][] {{unbatched, "unbatchedReceived", "6"}, {batched, "batchedReceived", "8"}}) {
+            try (Consumer<byte[]> c = s.client.newConsumer()
+                    .topic(t[0])
+                    .subscriptionName("s")
+                    .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                    .subscribe()) {
+                ArrayNode got = out.putArray(t[1]);
+                for (int i = 0; i < Integer.parseInt(t[2]); i++) {
+                    Message<byte[]> m = s.receive(c);
+                    got.add(describe(m));
+                    c.acknowledge(m);
+                }
+            }
+        }
+        try (Reader<byte[]> r = s.client.newReader().topic(batched).startMessageId(MessageId.earliest).create()) {
+            out.set("readerFirst", readAll(r));
+            r.seek(MessageId.earliest);
+            out.set("readerAfterSeek", readAll(r));
+        }
+    }
+
+    /** A durable subscription: what was acknowledged is not delivered again, the rest is. */
+    private static void consume(Scenarios s, ObjectNode out) throws Exception {
+        String unbatched = s.topic("acks");
+        ArrayNode sent = out.putArray("unbatchedSent");
+        try (Producer<byte[]> p = s.client.newProducer().topic(unbatched).enableBatching(false).create()) {
+            for (int i = 0; i < 8; i++) {
+                sent.add(id(p.send(("a" + i).getBytes(StandardCharsets.UTF_8))));
+            }
+        }
+        // The first consumer acknowledges all but the 4th and the 8th, one by one, and leaves.
+        try (Consumer<byte[]> c = s.subscribe(unbatched, "s", false)) {
+            ArrayNode got = out.putArray("firstReceived");
+            for (int i = 0; i < 8; i++) {
+                Message<byte[]> m = s.receive(c);
+                got.add(id(m.getMessageId()));
+                if (i != 3 && i != 7) {
+                    c.acknowledge(m);
+                }
+            }
+        }
+        // The next consumer of the subscription gets those two, and nothing else.
+        try (Consumer<byte[]> c = s.subscribe(unbatched, "s", false)) {
+            ArrayNode got = out.putArray("redelivered");
+            for (int i = 0; i < 2; i++) {
+                Message<byte[]> m = s.receive(c);
+                got.add(id(m.getMessageId()));
+                c.acknowledge(m);
+            }
+            out.put("extra", describeOrNull(c.receive(QUIET_MS, TimeUnit.MILLISECONDS)));
+        }
+        out.put("unbatchedTopic", unbatched);
+
+        // The same with batches (two of five) and batch-index acknowledgements.
+        String batched = s.topic("batch-acks");
+        ArrayNode bsent = out.putArray("batchedSent");
+        try (Producer<byte[]> p = s.batchedProducer(batched, 5)) {
+            List<CompletableFuture<MessageId>> pending = new ArrayList<>();
+            for (int i = 0; i < 10; i++) {
+                pending.add(p.sendAsync(("b" + i).getBytes(StandardCharsets.UTF_8)));
+            }
+            p.flush();
+            for (CompletableFuture<MessageId> f : pending) {
+                bsent.add(id(f.get(30, TimeUnit.SECONDS)));
+            }
+        }
+        // All of the first batch and the first two of the second are acknowledged.
+        try (Consumer<byte[]> c = s.subscribe(batched, "s", true)) {
+            for (int i = 0; i < 10; i++) {
+                Message<byte[]> m = s.receive(c);
+                if (i < 7) {
+                    c.acknowledge(m);
+                }
+            }
+        }
+        try (Consumer<byte[]> c = s.subscribe(batched, "s", true)) {
+            ArrayNode got = out.putArray("batchRedelivered");
+            for (int i = 0; i < 3; i++) {
+                Message<byte[]> m = s.receive(c);
+                got.add(describe(m));
+                c.acknowledge(m);
+            }
+            out.put("batchExtra", describeOrNull(c.receive(QUIET_MS, TimeUnit.MILLISECONDS)));
+        }
+        out.put("batchedTopic", batched);
+    }
+
+    /**
+     * Keyed messages (batched and not, a tombstone, a keyless one), a compaction over REST, one
+     * message after it, then readers with and without readCompacted, and a readCompacted
+     * consumer of a durable subscription.
+     */
+    private static void compacted(Scenarios s, ObjectNode out) throws Exception {
+        String topic = s.topic("compacted");
+        out.put("topic", topic);
+        ArrayNode sent = out.putArray("sent");
+        try (Producer<byte[]> single = s.client.newProducer().topic(topic).enableBatching(false).create();
+                Producer<byte[]> batches = s.batchedProducer(topic, 3)) {
+            for (String[] kv : new String[][] {{"k0", "a0"}, {"k1", "a1"}, {"k2", "a2"}, {"k3", "a3"}}) {
+                sent.add(sentNode(kv[0], kv[1], single.newMessage().key(kv[0]).value(bytes(kv[1])).send()));
+            }
+            List<CompletableFuture<MessageId>> pending = new ArrayList<>();
+            String[][] batch = {{"k0", "b0"}, {"k1", "b1"}, {"k4", "b4"}};
+            for (String[] kv : batch) {
+                pending.add(batches.newMessage().key(kv[0]).value(bytes(kv[1])).sendAsync());
+            }
+            batches.flush();
+            for (int i = 0; i < batch.length; i++) {
+                sent.add(sentNode(batch[i][0], batch[i][1], pending.get(i).get(30, TimeUnit.SECONDS)));
+            }
+            // An empty value deletes its key; a message without a key is not kept.
+            sent.add(sentNode("k2", "", single.newMessage().key("k2").value(new byte[0]).send()));
+            sent.add(sentNode(null, "nokey", single.newMessage().value(bytes("nokey")).send()));
+
+            s.compact(topic);
+            out.put("compacted", true);
+            sent.add(sentNode("k1", "after", single.newMessage().key("k1").value(bytes("after")).send()));
+        }
+        try (Reader<byte[]> r = s.client.newReader()
+                .topic(topic)
+                .startMessageId(MessageId.earliest)
+                .readCompacted(true)
+                .create()) {
+            out.set("compactedReader", readAll(r));
+        }
+        try (Reader<byte[]> r = s.client.newReader().topic(topic).startMessageId(MessageId.earliest).create()) {
+            out.set("fullReader", readAll(r));
+        }
+        int expected = out.get("compactedReader").size();
+        try (Consumer<byte[]> c = s.client.newConsumer()
+                .topic(topic)
+                .subscriptionName("compacted-sub")
+                .subscriptionType(SubscriptionType.Exclusive)
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                .readCompacted(true)
+                .subscribe()) {
+            ArrayNode got = out.putArray("compactedConsumer");
+            for (int i = 0; i < expected; i++) {
+                Message<byte[]> m = s.receive(c);
+                got.add(describe(m));
+                c.acknowledge(m);
+            }
+            out.put("compactedConsumerExtra", describeOrNull(c.receive(QUIET_MS, TimeUnit.MILLISECONDS)));
+        }
+    }
+
+    /** A JSON value of the schema scenario. */
+    public static final class Order {
+        public String id;
+        public int qty;
+
+        public Order() {}
+
+        Order(String id, int qty) {
+            this.id = id;
+            this.qty = qty;
+        }
+    }
+
+    /** Producers and consumers with schemas: STRING (and raw bytes beside it), JSON, AUTO_CONSUME. */
+    private static void schema(Scenarios s, ObjectNode out) throws Exception {
+        String strings = s.topic("strings");
+        out.put("stringTopic", strings);
+        try (Producer<String> p = s.client.newProducer(Schema.STRING).topic(strings).enableBatching(false).create()) {
+            p.send("s0");
+            p.send("s1");
+            // A message of another schema (raw bytes) from the same producer: registered first.
+            p.newMessage(Schema.BYTES).value(bytes("raw")).send();
+        }
+        try (Consumer<String> c = s.client.newConsumer(Schema.STRING)
+                .topic(strings)
+                .subscriptionName("s")
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                .subscribe()) {
+            ArrayNode got = out.putArray("strings");
+            for (int i = 0; i < 3; i++) {
+                Message<String> m = c.receive((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
+                if (m == null) {
+                    throw new AssertionError("no message " + i + " of " + strings);
+                }
+                ObjectNode n = got.addObject();
+                n.put("value", m.getValue());
+                n.put("schemaVersion", hex(m.getSchemaVersion()));
+                c.acknowledge(m);
+            }
+        }
+
+        String orders = s.topic("orders");
+        out.put("jsonTopic", orders);
+        Schema<Order> schema = Schema.JSON(Order.class);
+        try (Producer<Order> p = s.client.newProducer(schema).topic(orders).enableBatching(false).create()) {
+            p.newMessage().key("o1").value(new Order("o1", 3)).send();
+            p.newMessage().key("o2").value(new Order("o2", 5)).send();
+        }
+        try (Consumer<Order> c = s.client.newConsumer(schema)
+                .topic(orders)
+                .subscriptionName("typed")
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                .subscribe()) {
+            ArrayNode got = out.putArray("orders");
+            for (int i = 0; i < 2; i++) {
+                Message<Order> m = c.receive((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
+                if (m == null) {
+                    throw new AssertionError("no order " + i);
+                }
+                ObjectNode n = got.addObject();
+                n.put("key", m.getKey());
+                n.put("id", m.getValue().id);
+                n.put("qty", m.getValue().qty);
+                n.put("schemaVersion", hex(m.getSchemaVersion()));
+                c.acknowledge(m);
+            }
+        }
+        // A consumer that takes whatever schema the topic has (asks the service for it).
+        try (Consumer<GenericRecord> c = s.client.newConsumer(Schema.AUTO_CONSUME())
+                .topic(orders)
+                .subscriptionName("auto")
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                .subscribe()) {
+            ArrayNode got = out.putArray("autoConsumed");
+            for (int i = 0; i < 2; i++) {
+                Message<GenericRecord> m = c.receive((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
+                if (m == null) {
+                    throw new AssertionError("no auto-consumed order " + i);
+                }
+                ObjectNode n = got.addObject();
+                n.put("schemaType", m.getValue().getSchemaType().toString());
+                n.put("id", String.valueOf(m.getValue().getField("id")));
+                n.put("qty", ((Number) m.getValue().getField("qty")).intValue());
+                c.acknowledge(m);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    private String topic(String what) {
+        return "persistent://public/default/java-" + what + "-" + run;
+    }
+
+    private Producer<byte[]> batchedProducer(String topic, int size) throws Exception {
+        // Batches of `size`, and no publish delay that could cut one short: a flush sends the rest.
+        return client.newProducer()
+                .topic(topic)
+                .enableBatching(true)
+                .batchingMaxMessages(size)
+                .batchingMaxPublishDelay(1, TimeUnit.HOURS)
+                .create();
+    }
+
+    private Consumer<byte[]> subscribe(String topic, String subscription, boolean batchIndexAcks) throws Exception {
+        return client.newConsumer()
+                .topic(topic)
+                .subscriptionName(subscription)
+                .subscriptionType(SubscriptionType.Exclusive)
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                .enableBatchIndexAcknowledgment(batchIndexAcks)
+                .subscribe();
+    }
+
+    private <T> Message<T> receive(Consumer<T> c) throws Exception {
+        Message<T> m = c.receive((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
+        if (m == null) {
+            throw new AssertionError("no message in " + RECEIVE + " on " + c.getTopic());
+        }
+        return m;
+    }
+
+    /** Every message from the reader's position to the end of the topic. */
+    private static ArrayNode readAll(Reader<byte[]> r) throws Exception {
+        ArrayNode got = JSON.createArrayNode();
+        while (r.hasMessageAvailable()) {
+            Message<byte[]> m = r.readNext((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
+            if (m == null) {
+                throw new AssertionError("hasMessageAvailable, but no message in " + RECEIVE);
+            }
+            got.add(describe(m));
+        }
+        return got;
+    }
+
+    /** PUT .../compaction, then GET .../compaction until the run is over; it must succeed. */
+    private void compact(String topic) throws Exception {
+        String path = topic.replace("persistent://", "/admin/v2/persistent/") + "/compaction";
+        HttpResponse<String> put = http.send(
+                HttpRequest.newBuilder(URI.create(httpUrl + path)).PUT(HttpRequest.BodyPublishers.noBody()).build(),
+                HttpResponse.BodyHandlers.ofString());
+        if (put.statusCode() != 204) {
+            throw new AssertionError("PUT " + path + ": " + put.statusCode() + " " + put.body());
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(140);
+        while (true) {
+            HttpResponse<String> get = http.send(
+                    HttpRequest.newBuilder(URI.create(httpUrl + path)).GET().build(),
+                    HttpResponse.BodyHandlers.ofString());
+            JsonNode status = JSON.readTree(get.body());
+            String state = status.path("status").asText();
+            if (state.equals("SUCCESS")) {
+                return;
+            }
+            if (state.equals("ERROR") || System.nanoTime() > deadline) {
+                throw new AssertionError("compaction of " + topic + ": " + get.body());
+            }
+            Thread.sleep(100);
+        }
+    }
+
+    private static String id(MessageId id) {
+        MessageIdAdv a = (MessageIdAdv) id;
+        return a.getLedgerId() + ":" + a.getEntryId() + ":" + a.getBatchIndex();
+    }
+
+    private static ObjectNode describe(Message<byte[]> m) {
+        ObjectNode n = JSON.createObjectNode();
+        n.put("id", id(m.getMessageId()));
+        n.put("key", m.hasKey() ? m.getKey() : null);
+        n.put("value", Base64.getEncoder().encodeToString(m.getValue()));
+        ObjectNode props = n.putObject("properties");
+        m.getProperties().forEach(props::put);
+        n.put("eventTime", m.getEventTime());
+        return n;
+    }
+
+    private static ObjectNode describeOrNull(Message<byte[]> m) {
+        return m == null ? null : describe(m);
+    }
+
+    private static ObjectNode sentNode(String key, String value, MessageId id) {
+        ObjectNode n = JSON.createObjectNode();
+        n.put("id", id(id));
+        n.put("key", key);
+        n.put("value", Base64.getEncoder().encodeToString(bytes(value)));
+        return n;
+    }
+
+    private static byte[] bytes(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    private static String hex(byte[] b) {
+        return b == null ? null : HexFormat.of().formatHex(b);
+    }
+
+    private static String stackTrace(Throwable t) {
+        StringWriter w = new StringWriter();
+        t.printStackTrace(new PrintWriter(w));
+        return w.toString();
+    }
+
+    private static void write(Path out, ObjectNode results) throws Exception {
+        Path tmp = out.resolveSibling(out.getFileName() + ".tmp");
+        Files.writeString(tmp, JSON.writerWithDefaultPrettyPrinter().writeValueAsString(results));
+        Files.move(tmp, out, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    }
+}
