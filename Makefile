@@ -4,12 +4,16 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-postgres lint docs bench bench-quick install java proto
+.PHONY: run test test-postgres lint docs bench bench-quick install java maven proto
 
 # Spark needs Java 17 or 21: found, else installed (root on Debian/Ubuntu), else named in one
 # line -- before anything else, so a fresh machine does not fail later in every compaction.
 java:
 	@.ci/java
+
+# The Java client's tests build a Maven project: Maven and a JDK, installed when missing (root on Debian).
+maven:
+	@.ci/maven
 
 $(STAMP): pyproject.toml | java
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +27,11 @@ install: $(STAMP)
 run: java $(STAMP)
 	$(VENV)/bin/compactor serve
 
-test: java $(STAMP)
+test: java maven $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The suite with PostgreSQL as the metadata store (installs and starts a local server).
-test-postgres: java $(STAMP)
+test-postgres: java maven $(STAMP)
 	COMPACTOR_TEST_POSTGRES_URL="$$(.ci/postgres)" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
