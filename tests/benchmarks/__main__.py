@@ -33,6 +33,11 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``scrape``: produce and consume on one server in blocks without and with a scraper of
   ``/metrics`` every second (``--scrape-pairs`` pairs of blocks, alternating which goes first);
   not part of the default run.
+- ``vs-pulsar``: Apache Pulsar 4.0.7 (assembled from Maven Central, standalone on loopback) and a
+  real ``compactor serve``, one after the other, under Pulsar's pulsar-perf: produce with 1 and 4
+  producers, consume from earliest, publish latency at 10,000 and 50,000 msg/s, each broker's CPU
+  per million messages; durable and not (``--vs-pulsar-durability``), ``--vs-pulsar-seconds`` a
+  run (default 30; quick 10) (``tests/benchmarks/vs_pulsar.py``); only when named in ``--only``.
 - ``soak``: a real ``compactor serve`` for 3 minutes of produce, a full and a readCompacted
   consumer and a compaction every 5 s: its descriptors and RSS over time (with ``--quick``
   only when named in ``--only``, then 90 s).
@@ -77,7 +82,10 @@ SECTIONS = (
     "cluster",
     "scrape",
     "soak",
+    "vs-pulsar",
 )
+# Sections that run only when named in --only (minutes each, or a yardstick rather than a figure).
+ON_REQUEST = {"scrape", "vs-pulsar"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MAIN = WorkloadSpec(5_000_000, 500_000)
@@ -113,6 +121,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=0,
         help="rounds: messages per topic, keys a tenth of them (default 5M; quick 1M)",
     )
+    p.add_argument(
+        "--vs-pulsar-seconds",
+        type=int,
+        default=0,
+        help="vs-pulsar: seconds of each pulsar-perf run (default 30; quick 10)",
+    )
+    p.add_argument(
+        "--vs-pulsar-durability",
+        choices=("both", "durable", "non-durable"),
+        default="both",
+        help="vs-pulsar: Pulsar's journal synced against COMPACTOR_FSYNC=always (durable), Pulsar's "
+        "shipped standalone.conf against COMPACTOR_FSYNC=never (non-durable), or both (default)",
+    )
     p.add_argument("--shapes", default="", help="shapes: comma-separated shape names (default all)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the Markdown report")
     p.add_argument("--driver-memory", default="", help="Spark driver memory (default 8g; 12g with big)")
@@ -124,7 +145,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="write Spark's event log and report the stages of each compaction",
     )
     args = p.parse_args(argv)
-    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(SECTIONS) - {"scrape"}
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(SECTIONS) - ON_REQUEST
     unknown = only - set(SECTIONS)
     if unknown:
         p.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
@@ -133,8 +154,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if not args.only:  # the soak takes minutes: in quick mode only when asked for
             only.discard("soak")
     args.sections = only
-    if args.runs < 0 or args.warmups < 0:
-        p.error("--runs and --warmups must not be negative")
+    if args.runs < 0 or args.warmups < 0 or args.vs_pulsar_seconds < 0:
+        p.error("--runs, --warmups and --vs-pulsar-seconds must not be negative")
     args.runs = args.runs or (2 if args.quick else 3)
     return args
 
@@ -341,6 +362,26 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"soak benchmark failed: {type(e).__name__}: {e}")
+        if "vs-pulsar" in args.sections:
+            from tests.benchmarks.vs_pulsar import MODES, VsPulsarBench, VsPulsarParams
+
+            modes = MODES if args.vs_pulsar_durability == "both" else (args.vs_pulsar_durability,)
+            vparams = VsPulsarParams.quick(modes) if args.quick else VsPulsarParams(modes=modes)
+            if args.vs_pulsar_seconds:
+                vparams = dataclasses.replace(vparams, seconds=args.vs_pulsar_seconds)
+            log(f"vs-pulsar: Apache Pulsar and `compactor serve` under pulsar-perf ({', '.join(modes)})")
+            try:
+                found_vs = VsPulsarBench(work_dir, vparams, log=log).run()
+                for table in report.vs_pulsar_tables(found_vs):
+                    emit(table, tables)
+                for mode, brokers in found_vs.modes.items():  # in the tables' notes, and here
+                    for side in brokers.values():
+                        errors = [side.error] + [f"{r.what}: {r.error}" for r in side.runs.values()]
+                        for error in filter(None, errors):
+                            failures.append(f"vs-pulsar ({mode}) {side.name}: {error}")
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"vs-pulsar benchmark failed: {type(e).__name__}: {e}")
         if args.sections & {"compaction", "incremental", "layers", "scale", "big", "shapes", "partitions"}:
             main_r, inc, big, scale, labels, spark_version, driver_memory = run_compaction(
                 args, work_dir, tables

@@ -22,6 +22,7 @@ from tests.benchmarks.scrape import Block, ScrapeResult
 from tests.benchmarks.service_rounds import ServiceRoundsResult
 from tests.benchmarks.serving import ServingResult
 from tests.benchmarks.shapes import ShapeResult
+from tests.benchmarks.vs_pulsar import BrokerRuns, Run, VsPulsarResult
 
 PROJECT = "project (Spark)"
 DUCKDB = "DuckDB"
@@ -954,3 +955,134 @@ def partitions_table(r: PartitionsResult) -> Table:
         f"outputs checked equal, partition by partition ({f_int(r.rows)} rows)"
     )
     return t
+
+
+# --------------------------------------------------------------------------- Apache Pulsar (issue 48)
+
+
+def vs_pulsar_tables(r: VsPulsarResult) -> list[Table]:
+    """One table per durability mode: the same pulsar-perf runs against Apache Pulsar and against
+    the service (see ``tests.benchmarks.vs_pulsar``)."""
+    p = r.params
+    tables = []
+    for mode, brokers in r.modes.items():
+        pulsar, service = brokers.get("Pulsar"), brokers.get("service")
+        how = (
+            "durable (Pulsar's journal synced; COMPACTOR_FSYNC=always)"
+            if mode == "durable"
+            else "not durable (Pulsar's shipped standalone.conf; COMPACTOR_FSYNC=never)"
+        )
+        t = Table(
+            f"Apache Pulsar {r.version} and `compactor serve` under pulsar-perf, {how}",
+            [
+                "measure",
+                "Pulsar",
+                "service",
+                "service/Pulsar",
+                "load before (Pulsar / service)",
+                "others' CPU (Pulsar / service)",
+            ],
+        )
+
+        def rate(x: Run) -> float:
+            return x.acked_rate
+
+        def p50(x: Run) -> float:
+            return x.p50_ms
+
+        def p99(x: Run) -> float:
+            return x.p99_ms
+
+        # label, run, figure, format, the fixed rate the run was asked for (latency rows)
+        rows: list[tuple[str, str, Callable[[Run], float], Callable[[float], str], int]] = [
+            ("produce, 1 producer (msg/s)", "produce-1", rate, f_int, 0),
+            ("produce, 4 producers (msg/s)", "produce-4", rate, f_int, 0),
+            ("consume from earliest (msg/s)", "consume", rate, f_int, 0),
+        ]
+        for at in p.latency_rates:
+            rows.append((f"publish latency p50 at {at:,} msg/s (ms)", f"latency-{at}", p50, f2, at))
+            rows.append((f"publish latency p99 at {at:,} msg/s (ms)", f"latency-{at}", p99, f2, at))
+        rows += [
+            ("broker CPU s per million produced, 1 producer", "produce-1", Run.cpu_per_million, f2, 0),
+            ("broker CPU s per million produced, 4 producers", "produce-4", Run.cpu_per_million, f2, 0),
+            ("broker CPU s per million consumed", "consume", Run.cpu_per_million, f2, 0),
+        ]
+
+        def run_of(side: BrokerRuns | None, what: str) -> Run | None:
+            found = side.runs.get(what) if side is not None else None
+            return found if found is not None and found.error is None else None
+
+        def load(x: Run | None) -> str:
+            return f"{x.load[0]:.2f}" if x is not None else "-"
+
+        def others(x: Run | None) -> str:
+            if x is None or x.wall_s <= 0:
+                return "-"
+            return f_pct(max(0.0, x.others_cpu_s) / (x.wall_s * r.cores))
+
+        behind = False
+        for label, what, figure, fmt, asked in rows:
+            a, b = run_of(pulsar, what), run_of(service, what)
+            cells = []
+            values = []
+            for x in (a, b):
+                v = figure(x) if x is not None else math.nan
+                values.append(v)
+                cell = "-" if math.isnan(v) else fmt(v)
+                if x is not None and asked and x.messages < 0.95 * asked * p.seconds:
+                    cell += " *"
+                    behind = True
+                cells.append(cell)
+            va, vb = values
+            ratio = f_x(vb / va) if va and not math.isnan(va) and not math.isnan(vb) else "-"
+            t.add(label, *cells, ratio, f"{load(a)} / {load(b)}", f"{others(a)} / {others(b)}")
+        t.notes.append(
+            "service/Pulsar: > 1 = the service faster for throughput; for latency and CPU, < 1 = the "
+            "service better. One run each, Pulsar first, then the service, each fresh on an empty data dir"
+        )
+        if behind:
+            t.notes.append(
+                "*: the broker fell behind the fixed rate: under 95% of the messages sent were acknowledged "
+                "by the end (pulsar-perf sends at the rate whatever the acknowledgements: its queue grew, "
+                "and the latency with it)"
+            )
+        t.notes.append(
+            f"pulsar-perf (Java client): {p.value_bytes}-byte values, batching on (1 ms, up to 1,000 "
+            f"messages), no keys; produce as fast as it goes and at fixed rates for {p.seconds} s each; "
+            "latency: send to acknowledgement, pulsar-perf's Aggregated p50/p99; produce msg/s: messages "
+            "acknowledged over the sending plus the longest latency (the last acknowledgement came within "
+            "it: a lower bound; pulsar-perf's Aggregated rate, below, counts from the client's start to the "
+            "first tick of its 10 s clock after the end); consume: a new subscription from earliest on the "
+            "1-producer topic reading all of it, msg/s from the first message to the last"
+        )
+        t.notes.append(
+            f"load before: the 1-minute load average as each run started ({r.cores} cores; the broker and "
+            "pulsar-perf alone make about 2 at full speed); others' CPU: the machine's busy time during the "
+            "run that was not the broker's, pulsar-perf's or the harness's, as a share of all cores"
+        )
+        for side in (pulsar, service):
+            if side is None:
+                continue
+            facts = [f"ready in {side.ready_s:.0f} s" if not math.isnan(side.ready_s) else "not started"]
+            client = []
+            for what, x in side.runs.items():
+                if x.error is not None:
+                    facts.append(f"{what} FAILED: {x.error}")
+                    continue
+                part = f"{what} {f_int(x.messages)} messages in {x.window_s:.1f} s"
+                if what != "consume":
+                    part += f" + {x.max_ms / 1000:.1f} s, {f_int(x.acked_rate)} msg/s"
+                part += f" (Aggregated {f_int(x.rate)}"
+                if x.intervals:
+                    part += "; every 10 s: " + " / ".join(f_int(v) for v in x.intervals)
+                part += ")"
+                facts.append(part)
+                if not what.startswith("latency-") and x.messages:
+                    client.append(f"{what} {x.client_cpu_s / x.messages * 1e6:.2f}")
+            if client:
+                facts.append("pulsar-perf's own CPU s per million: " + ", ".join(client))
+            if side.error is not None:
+                facts.append(f"FAILED: {side.error}")
+            t.notes.append(f"{side.name}: " + "; ".join(facts))
+        tables.append(t)
+    return tables
