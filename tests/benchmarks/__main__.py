@@ -374,11 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                 found_vs = VsPulsarBench(work_dir, vparams, log=log).run()
                 for table in report.vs_pulsar_tables(found_vs):
                     emit(table, tables)
-                for mode, brokers in found_vs.modes.items():  # in the tables' notes, and here
-                    for side in brokers.values():
-                        errors = [side.error] + [f"{r.what}: {r.error}" for r in side.runs.values()]
-                        for error in filter(None, errors):
-                            failures.append(f"vs-pulsar ({mode}) {side.name}: {error}")
+                failures += found_vs.errors()  # in the tables' notes, and here
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"vs-pulsar benchmark failed: {type(e).__name__}: {e}")

@@ -92,3 +92,13 @@ def test_a_table_per_mode_with_ratios_and_a_missed_rate_marked() -> None:
     assert rows["produce, 1 producer (msg/s)"][4] == "1.50 / 1.50"
     assert any(n.startswith("*:") for n in table.notes)
     assert not math.isnan(result.modes["durable"]["Pulsar"].runs["consume"].acked_rate)
+
+
+def test_errors_name_the_broker_and_the_run() -> None:
+    result = VsPulsarResult(VsPulsarParams(modes=("durable",)), "4.0.7")
+    ok = BrokerRuns("Pulsar", runs={"produce-1": Run("produce-1", messages=1)})
+    failed = BrokerRuns("service", runs={"consume": Run("consume", error="no 'Aggregated' line")})
+    result.modes["durable"] = {"Pulsar": ok, "service": failed}
+    assert result.errors() == ["vs-pulsar (durable) service consume: no 'Aggregated' line"]
+    failed.error = "RuntimeError: server exited"
+    assert result.errors()[0] == "vs-pulsar (durable) service: RuntimeError: server exited"

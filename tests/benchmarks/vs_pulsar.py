@@ -545,6 +545,18 @@ class VsPulsarResult:
     modes: dict[str, dict[str, BrokerRuns]] = field(default_factory=dict)  # mode -> broker -> runs
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
+    def errors(self) -> list[str]:
+        """What failed: a broker, or one of its runs."""
+        found = []
+        for mode, brokers in self.modes.items():
+            for side in brokers.values():
+                if side.error is not None:
+                    found.append(f"vs-pulsar ({mode}) {side.name}: {side.error}")
+                for run in side.runs.values():
+                    if run.error is not None:
+                        found.append(f"vs-pulsar ({mode}) {side.name} {run.what}: {run.error}")
+        return found
+
 
 class VsPulsarBench:
     def __init__(self, work_dir: Path, params: VsPulsarParams, log: Callable[[str], None] = print) -> None:
