@@ -1051,9 +1051,10 @@ def vs_pulsar_tables(r: VsPulsarResult) -> list[Table]:
             f"messages), no keys; produce as fast as it goes and at fixed rates for {p.seconds} s each; "
             "latency: send to acknowledgement, pulsar-perf's Aggregated p50/p99; produce msg/s: messages "
             "acknowledged over the sending plus the longest latency (the last acknowledgement came within "
-            "it: a lower bound; pulsar-perf's Aggregated rate, below, counts from the client's start to the "
-            "first tick of its 10 s clock after the end); consume: a new subscription from earliest on the "
-            "1-producer topic reading all of it, msg/s from the first message to the last"
+            "it: a lower bound), or over pulsar-perf's Aggregated time if shorter (from the client's start "
+            "to the first tick of its 10 s clock after the end; its rate is below); consume: a new "
+            "subscription from earliest on the 1-producer topic reading all of it, msg/s from the first "
+            "message to the last"
         )
         t.notes.append(
             f"load before: the 1-minute load average as each run started ({r.cores} cores; the broker and "

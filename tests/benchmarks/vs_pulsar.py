@@ -30,10 +30,11 @@ client) against each broker, 100-byte values, batching on (1 ms window, up to 1,
 - produce, 1 producer and 4 producers, at 10,000,000 msg/s (as fast as it goes: ``-r 0`` is refused)
   for ``seconds``: messages acknowledged over the sending window (producers created .. DONE) plus
   the run's longest send-to-ack latency (``Run.acked_rate``: the last acknowledgement came within
-  it, so a lower bound). pulsar-perf's own Aggregated rate is kept beside it, and its periodic lines
-  (every 10 s, the last interval's rate), but not used: its time runs from the client's start to
-  the first tick of its 10 s reporting clock after DONE, so it comes in steps of 10 s (a 5 s run
-  is timed as 10 s, a 30 s one as about 40 s).
+  it, so a lower bound), or over pulsar-perf's Aggregated time when that is shorter (a broker far
+  behind: its acknowledgements are counted at the first tick of pulsar-perf's 10 s reporting clock
+  after DONE, and the sends still pending then fail). The Aggregated time runs from the client's
+  start to that tick, in steps of 10 s (a 5 s run is timed as 10 s, a 30 s one as about 40 s): the
+  Aggregated rate and the periodic lines (every 10 s, the last interval's rate) are kept beside.
 - consume from earliest: a new Exclusive subscription on the 1-producer topic reading every message
   it acknowledged (``-m``; at most ``consume_cap_s``): from the first message received to the last.
 - publish latency at a fixed 10,000 and 50,000 msg/s for ``seconds``: the Aggregated p50 and p99 of
@@ -496,16 +497,19 @@ class Run:
 
     @property
     def acked_rate(self) -> float:
-        """Messages acknowledged (received) a second from the first send to the last
-        acknowledgement at the latest: over the sending window plus the longest send-to-ack
-        latency (every message sent before DONE was acknowledged within it), so a lower bound;
-        a consume's window ends with its last message. pulsar-perf's Aggregated rate is a looser
-        one: its time runs from the client's start to the first tick of its 10 s reporting clock
-        after DONE."""
+        """Messages acknowledged a second from the first send to the last acknowledgement, at
+        least: two times hold that span, the sending window plus the longest send-to-ack latency
+        (every message acknowledged was sent before DONE and took no longer) and pulsar-perf's
+        Aggregated time (from the client's start to the first tick of its 10 s reporting clock
+        after DONE, when it counts): the shorter of them. A consume's window runs from its first
+        message to its last."""
         if not self.window_s > 0:
             return self.rate
-        tail = 0.0 if self.what == "consume" or math.isnan(self.max_ms) else self.max_ms / 1000
-        return self.messages / (self.window_s + tail)
+        if self.what == "consume":
+            return self.messages / self.window_s
+        tail = 0.0 if math.isnan(self.max_ms) else self.max_ms / 1000
+        bound = self.messages / (self.window_s + tail)
+        return bound if math.isnan(self.rate) else max(bound, self.rate)
 
 
 def _seconds_of_day(m: re.Match[str]) -> float:
