@@ -104,7 +104,7 @@ class FramedEntries:
 
     A frame holds one entry, or a whole Pulsar batch (entries ``E .. E+n-1``). The index is by
     entry all the same, so that every question about entries is one array look-up; a batch's
-    entries are added in C (``array.extend`` over ``repeat``), never one Python step per member.
+    entries are added in C (a one-item array repeated), never one Python step per member.
 
     Invariants, all under ``_cond``: ``entries <= written_entries``; both are at frame
     boundaries; ``_bounds[i]`` is where the frame holding entry ``i`` starts and
