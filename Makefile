@@ -2,7 +2,9 @@
 # Each creates the virtualenv in .venv and installs the project into it first.
 PYTHON ?= python3
 VENV ?= .venv
-STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+# Installed again when pyproject.toml, setup.py or the C extension's source changes (an editable
+# install compiles ledger/_batch_codec.c into ledger/ once, when it installs).
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml setup.py ledger/_batch_codec.c | cksum | cut -d' ' -f1)
 
 .PHONY: run test test-postgres lint docs bench bench-quick install java maven proto
 
@@ -15,10 +17,11 @@ java:
 maven:
 	@.ci/maven
 
-$(STAMP): pyproject.toml | java
+$(STAMP): pyproject.toml setup.py ledger/_batch_codec.c | java
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[server,test,postgres,docs]'
+	@$(VENV)/bin/python -c 'import ledger._batch_codec' 2>/dev/null || echo "warning: ledger/_batch_codec.c did not compile (gcc and the Python headers, python3-dev, are needed): batches are decoded in Python, slowly" >&2
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -1,117 +1,127 @@
-"""Interim pure-Python decoding of a Pulsar batch's members (replaced by the bulk decoder)."""
+"""The members of a Pulsar batch, decoded in bulk: checked on the produce path
+(:func:`check_batch`), made into rows of ``ledger.schema.ARROW_SCHEMA`` when a ledger is sealed
+(:func:`batch_table`, or :func:`batches_table` for many batches in one table).
+
+A batch is stored as it was received (one write-ahead record, its members at entries
+``E .. E+count-1``); nothing here makes a Python object per member. The uncompressed payload of
+a batch of ``count`` members is, ``count`` times::
+
+    u32      metadata_size    big-endian
+    metadata_size bytes       SingleMessageMetadata (protobuf, api/pulsar/pulsar_api.proto):
+                                1 properties (repeated KeyValue{1 key, 2 value}, strings)
+                                2 partition_key (string: the member's key)
+                                3 payload_size (int32, required)
+                                4 compacted_out (bool)     5 event_time (uint64, 0 = none)
+                                7 ordering_key (bytes)     8 sequence_id (uint64)
+                                9 null_value (bool)        others skipped
+    payload_size bytes        the member's value
+
+A member reads as ``api.pulsar.messages`` reads it with protobuf's parser: the last of a
+repeated scalar wins; a field of a known number but another wire type is skipped as unknown; a
+KeyValue without key or value has ``""``; properties are a dict of them (each name once, where
+it first appears, with its last value). Where that parser lets through what the ledger cannot
+store, or what Pulsar's own broker refuses, this refuses it (``ValueError(reason)``):
+
+- a count outside ``1..max_members``; a size or field cut off or overrunning the batch; bytes
+  after the last member; a field numbered 0; wire types 3 and 4 (groups), 6 and 7; a tag or
+  length past 5 bytes or 32 bits, a varint past 10 bytes;
+- a member marked ``compacted_out`` (member ``i`` is stored at entry ``E + i``);
+- no ``payload_size`` (protobuf reads 0), or a negative one;
+- a key or property string that is not UTF-8 (protobuf hands it over as bytes), strictly: no
+  surrogates, overlong forms or code points above U+10FFFF;
+- an event time or sequence id above ``2**63 - 1`` (the columns are int64), the batch's first
+  sequence id plus a member's index included, for a member without a sequence id of its own.
+
+Two implementations: the C extension ``ledger._batch_codec`` (``ledger/_batch_codec.c``) and,
+where it cannot be imported (not compiled at install; a Spark executor, which imports this
+package from a zip), :func:`_walk`, the same walk in Python: the same checks in the same order,
+the same messages, the same buffers, some 50 times slower. :func:`native` says which one is in
+use; ``COMPACTOR_BATCH_CODEC=python`` in the environment makes a process use the Python one,
+and tests switch with :func:`use_native`.
+"""
 
 from __future__ import annotations
 
-import struct
+import os
+from array import array
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
-from ledger.entry import Record, record_size
-from ledger.schema import records_to_table
+from ledger.schema import ARROW_SCHEMA, PROPERTIES
 
-_SIZE = struct.Struct(">I")
+try:
+    from ledger import _batch_codec as _extension
+except ImportError:  # no compiler at install, or imported from a zip
+    _extension = None  # type: ignore[assignment]
 
+_native: Any = None if os.environ.get("COMPACTOR_BATCH_CODEC") == "python" else _extension
 
-def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
+#: A batch may not claim more members than this (the clients' default is 1,000 messages).
+MAX_MEMBERS = 100_000
+# What a stored batch may have when it is made into rows (checked against MAX_MEMBERS or the
+# caller's limit when it was produced: sealing does not refuse what was accepted).
+_NO_LIMIT = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 
 
-def _members(payload: bytes | memoryview, count: int, max_members: int) -> list[tuple]:  # type: ignore[type-arg]
+def native() -> bool:
+    """Whether the C implementation is in use."""
+    return _native is not None
+
+
+@contextmanager
+def use_native(on: bool) -> Iterator[None]:
+    """Within the block, the C implementation (``on``, which needs it built) or the Python one."""
+    global _native
+    if on and _extension is None:
+        raise RuntimeError("ledger._batch_codec is not built")
+    before, _native = _native, (_extension if on else None)
+    try:
+        yield
+    finally:
+        _native = before
+
+
+def check_batch(
+    payload: bytes | memoryview,
+    count: int,
+    max_members: int = MAX_MEMBERS,
+    *,
+    first_sequence_id: int = 0,
+) -> int:
+    """Validates an uncompressed batch payload of ``count`` members (see the module docstring)
+    and returns the sum of the members' ``ledger.entry.record_size``: key, value (none for a
+    ``null_value`` member) and property names and values, in bytes. ``first_sequence_id`` is the
+    batch's (its MessageMetadata's): a member without one of its own is numbered from it, and
+    must stay within int64. Raises ``ValueError(reason)`` for a malformed batch."""
     if not 0 < count <= max_members:
         raise ValueError(f"a batch of {count} messages")
-    view = memoryview(payload)
-    total = len(view)
-    at = 0
-    out = []
-    for i in range(count):
-        if at + 4 > total:
-            raise ValueError("a member's size overruns the batch")
-        (size,) = _SIZE.unpack_from(view, at)
-        at += 4
-        end = at + size
-        if end > total:
-            raise ValueError("a member's metadata overruns the batch")
-        props: dict[str, str] = {}
-        key = ordering = None
-        payload_size = None
-        compacted = null_value = False
-        event_time = 0
-        seq = None
-        pos = at
-        while pos < end:
-            tag, pos = _varint(view, pos, end)
-            field, wire = tag >> 3, tag & 7
-            if wire == 0:
-                v, pos = _varint(view, pos, end)
-                if field == 3:
-                    payload_size = v if v < 2**31 else v - 2**64
-                elif field == 4:
-                    compacted = bool(v)
-                elif field == 5:
-                    event_time = v
-                elif field == 8:
-                    seq = v
-                elif field == 9:
-                    null_value = bool(v)
-            elif wire == 2:
-                n, pos = _varint(view, pos, end)
-                if pos + n > end:
-                    raise ValueError("a field overruns a member's metadata")
-                chunk = view[pos : pos + n]
-                pos += n
-                if field == 2:
-                    key = str(chunk, "utf-8")
-                elif field == 7:
-                    ordering = bytes(chunk)
-                elif field == 1:
-                    p, q, kv = 0, len(chunk), ["", ""]
-                    while p < q:
-                        t, p = _varint(chunk, p, q)
-                        if t & 7 != 2:
-                            raise ValueError("bad property")
-                        m, p = _varint(chunk, p, q)
-                        if p + m > q:
-                            raise ValueError("a property overruns")
-                        if (t >> 3) in (1, 2):
-                            kv[(t >> 3) - 1] = str(chunk[p : p + m], "utf-8")
-                        p += m
-                    props[kv[0]] = kv[1]
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            else:
-                raise ValueError(f"wire type {wire}")
-            if pos > end:
-                raise ValueError("a field overruns a member's metadata")
-        if payload_size is None or payload_size < 0:
-            raise ValueError("a member without its payload size")
-        if compacted:
-            raise ValueError(f"member {i} is marked compacted out")
-        at = end
-        end = at + payload_size
-        if end > total:
-            raise ValueError("a member's payload overruns the batch")
-        out.append((key, None if null_value else bytes(view[at:end]), props, event_time, seq, ordering))
-        at = end
-    if at != total:
-        raise ValueError(f"{total - at} bytes after its members")
-    return out
+    if not _INT64_MIN <= first_sequence_id <= _INT64_MAX:
+        raise ValueError(f"a first sequence id of {first_sequence_id}")
+    if _native is not None:
+        return int(_native.check(payload, count, max_members, first_sequence_id))
+    batch = Batch(0, count, payload, 0, "", first_sequence_id, None, None, None)
+    return _walk(batch, max_members, "", None, 0)
 
 
-def check_batch(payload: bytes | memoryview, count: int, max_members: int = 100_000) -> int:
-    return sum(record_size(k, v, p) for k, v, p, *_ in _members(payload, count, max_members))
+class Batch(NamedTuple):
+    """A stored batch: where its members go, its payload (uncompressed) and the fields of its
+    MessageMetadata that its members share (and the publish time the broker gave it)."""
+
+    first_entry: int
+    num_messages: int  # its members
+    payload: bytes | memoryview
+    publish_time: int
+    producer_name: str
+    first_sequence_id: int
+    deliver_at_time: int | None
+    ordering_key: bytes | None
+    schema_version: bytes | None
 
 
 def batch_table(
@@ -126,22 +136,414 @@ def batch_table(
     deliver_at_time: int | None,
     ordering_key: bytes | None,
     schema_version: bytes | None,
+    max_members: int = _NO_LIMIT,
 ) -> pa.Table:
-    records = [
-        Record(
-            k,
-            v,
-            p,
-            publish_time,
-            et or None,
-            i,
-            count,
-            producer_name,
-            seq if seq is not None else first_sequence_id + i,
-            deliver_at_time,
-            ok if ok is not None else ordering_key,
-            schema_version,
-        )
-        for i, (k, v, p, et, seq, ok) in enumerate(_members(payload, count, 2**31))
-    ]
-    return records_to_table(ledger_id, records, first_entry)
+    """The rows of a batch's members, entries ``first_entry .. first_entry + count - 1`` of
+    ledger ``ledger_id``, in ``ARROW_SCHEMA``: what ``records_to_table`` makes of the records
+    ``api.pulsar.messages.to_records`` reads from the batch (member ``i``: batch index ``i``,
+    batch size ``count``; its own sequence id, else ``first_sequence_id + i``; its own ordering
+    key, else the batch's). The keyword arguments are the batch's MessageMetadata fields (and
+    the publish time the broker gave it). Raises ``ValueError(reason)`` for a malformed batch
+    (no limit on ``count`` but int32's unless ``max_members`` says: the produce path's check,
+    :func:`check_batch`, holds batches to ``MAX_MEMBERS``)."""
+    if not 0 < count <= max_members:
+        raise ValueError(f"a batch of {count} messages")
+    if not _INT64_MIN <= first_sequence_id <= _INT64_MAX:
+        raise ValueError(f"a first sequence id of {first_sequence_id}")
+    batch = Batch(
+        first_entry,
+        count,
+        payload,
+        publish_time,
+        producer_name,
+        first_sequence_id,
+        deliver_at_time,
+        ordering_key,
+        schema_version,
+    )
+    return batches_table(ledger_id, [batch], max_members)
+
+
+def batches_table(ledger_id: int, batches: Sequence[Batch], max_members: int = _NO_LIMIT) -> pa.Table:
+    """The rows of several batches' members (as :func:`batch_table` makes them, batch after
+    batch, in the order given) in one table, in one walk: what sealing wants, where most of a
+    small batch's cost would be making its own table. A malformed batch raises
+    ``ValueError(reason)``, the reason naming its first entry when there are several."""
+    groups = list(_groups(batches))
+    if len(groups) == 1:
+        return _table(_decode(ledger_id, batches, max_members))
+    return pa.concat_tables([_table(_decode(ledger_id, g, max_members)) for g in groups])
+
+
+# The data of a variable-width column (int32 offsets) stays below this: one table per run of
+# batches that fits (``_COLUMN_LIMIT``), and an error if one does not (``_OFFSET_LIMIT``).
+_OFFSET_LIMIT = _COLUMN_LIMIT = 2**31 - 1
+
+
+def _groups(batches: Sequence[Batch]) -> Iterator[Sequence[Batch]]:
+    """``batches`` in runs whose columns fit int32 offsets (one run, unless 2 GiB of payloads)."""
+    start = total = 0
+    for i, b in enumerate(batches):
+        # At most what any one column of the batch can hold: its keys, values, property names
+        # or values are within its payload; ordering keys, producer names and schema versions
+        # may be repeated on every member.
+        repeated = len(b.producer_name) * 4 + len(b.ordering_key or b"") + len(b.schema_version or b"")
+        need = len(b.payload) + b.num_messages * repeated
+        if i > start and total + need > _COLUMN_LIMIT:
+            yield batches[start:i]
+            start, total = i, 0
+        total += need
+    yield batches[start:]
+
+
+def _decode(ledger_id: int, batches: Sequence[Batch], max_members: int) -> _Columns:
+    if _native is not None:
+        return _Columns._make(_native.decode(ledger_id, batches, max_members))
+    out = _Out()
+    for b in batches:
+        where = f"the batch at entry {b.first_entry}: " if len(batches) > 1 else ""
+        out.size += _walk(b, max_members, where, out, ledger_id)
+    return out.columns()
+
+
+class _Columns(NamedTuple):
+    """The rows of a walk, as flat Arrow buffers in the order of ``ARROW_SCHEMA``'s columns:
+    bytes-like, int32 offsets, int64 numbers (int32 batch index and size), native byte order; a
+    validity bitmap ``None`` when the column has no nulls, with the count of nulls beside it."""
+
+    size: int  # the sum of the members' record sizes
+    ledger_ids: bytes
+    entry_ids: bytes
+    key_valid: bytes | None
+    key_nulls: int
+    key_offsets: bytes
+    key_data: bytes
+    value_valid: bytes | None
+    value_nulls: int
+    value_offsets: bytes
+    value_data: bytes
+    tombstones: bytes  # a bitmap: is_delete(key, value) of each member
+    map_offsets: bytes  # each member's first property pair
+    name_offsets: bytes
+    name_data: bytes
+    text_offsets: bytes
+    text_data: bytes
+    publish_times: bytes
+    event_valid: bytes | None
+    event_nulls: int
+    event_times: bytes  # 0 where null
+    batch_indexes: bytes
+    batch_sizes: bytes
+    producer_offsets: bytes
+    producer_data: bytes
+    sequence_ids: bytes
+    deliver_valid: bytes | None
+    deliver_nulls: int
+    deliver_at: bytes  # 0 where null
+    ordering_valid: bytes | None
+    ordering_nulls: int
+    ordering_offsets: bytes
+    ordering_data: bytes
+    schema_valid: bytes | None
+    schema_nulls: int
+    schema_offsets: bytes
+    schema_data: bytes
+
+
+_PROPERTIES_TYPE = ARROW_SCHEMA.field(PROPERTIES).type
+_ENTRY_FIELDS = [_PROPERTIES_TYPE.key_field, _PROPERTIES_TYPE.item_field]
+
+
+def _buffers(*data: bytes | None) -> list[pa.Buffer | None]:
+    return [None if d is None else pa.py_buffer(d) for d in data]
+
+
+def _table(c: _Columns) -> pa.Table:
+    n = len(c.entry_ids) // 8
+    from_buffers = pa.Array.from_buffers
+    string, binary, int64, int32 = pa.string(), pa.binary(), pa.int64(), pa.int32()
+    pairs = len(c.name_offsets) // 4 - 1
+    names = from_buffers(string, pairs, _buffers(None, c.name_offsets, c.name_data), null_count=0)
+    texts = from_buffers(string, pairs, _buffers(None, c.text_offsets, c.text_data), null_count=0)
+    entries = pa.StructArray.from_arrays([names, texts], fields=_ENTRY_FIELDS)
+    return pa.Table.from_arrays(
+        [
+            from_buffers(int64, n, _buffers(None, c.ledger_ids), null_count=0),
+            from_buffers(int64, n, _buffers(None, c.entry_ids), null_count=0),
+            from_buffers(string, n, _buffers(c.key_valid, c.key_offsets, c.key_data), null_count=c.key_nulls),
+            from_buffers(
+                binary, n, _buffers(c.value_valid, c.value_offsets, c.value_data), null_count=c.value_nulls
+            ),
+            from_buffers(pa.bool_(), n, _buffers(None, c.tombstones), null_count=0),
+            from_buffers(
+                _PROPERTIES_TYPE, n, _buffers(None, c.map_offsets), null_count=0, children=[entries]
+            ),
+            from_buffers(int64, n, _buffers(None, c.publish_times), null_count=0),
+            from_buffers(int64, n, _buffers(c.event_valid, c.event_times), null_count=c.event_nulls),
+            from_buffers(int32, n, _buffers(None, c.batch_indexes), null_count=0),
+            from_buffers(int32, n, _buffers(None, c.batch_sizes), null_count=0),
+            from_buffers(string, n, _buffers(None, c.producer_offsets, c.producer_data), null_count=0),
+            from_buffers(int64, n, _buffers(None, c.sequence_ids), null_count=0),
+            from_buffers(int64, n, _buffers(c.deliver_valid, c.deliver_at), null_count=c.deliver_nulls),
+            from_buffers(
+                binary,
+                n,
+                _buffers(c.ordering_valid, c.ordering_offsets, c.ordering_data),
+                null_count=c.ordering_nulls,
+            ),
+            from_buffers(
+                binary,
+                n,
+                _buffers(c.schema_valid, c.schema_offsets, c.schema_data),
+                null_count=c.schema_nulls,
+            ),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+# ---- the walk in Python (where the extension is not importable) --------------------------------
+
+
+class _Malformed(Exception):
+    """A reason a member's metadata does not parse."""
+
+
+_MASK64 = 2**64 - 1
+_BAD_WIRE_TYPES = {3, 4, 6, 7}
+
+
+def _varint(buf: memoryview, at: int, end: int, max_bytes: int = 10) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(max_bytes):
+        if at >= end:
+            break
+        b = buf[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value & _MASK64, at
+        shift += 7
+    raise _Malformed("a field is cut off")
+
+
+def _u32(buf: memoryview, at: int, end: int) -> tuple[int, int]:
+    """A tag or a length: at most 5 bytes and 32 bits."""
+    value, at = _varint(buf, at, end, 5)
+    if value > 0xFFFFFFFF:
+        raise _Malformed("a field is cut off")
+    return value, at
+
+
+def _length(buf: memoryview, at: int, end: int) -> tuple[int, int]:
+    n, at = _u32(buf, at, end)
+    if n > end - at:
+        raise _Malformed("a field is cut off")
+    return at, at + n
+
+
+def _tag(buf: memoryview, at: int, end: int) -> tuple[int, int, int]:
+    tag, at = _u32(buf, at, end)
+    if tag >> 3 == 0:
+        raise _Malformed("a field numbered 0")
+    return tag >> 3, tag & 7, at
+
+
+def _skip(buf: memoryview, at: int, end: int, wire_type: int) -> int:
+    if wire_type == 0:
+        return _varint(buf, at, end)[1]
+    if wire_type == 2:
+        return _length(buf, at, end)[1]
+    if wire_type in _BAD_WIRE_TYPES:
+        raise _Malformed(f"a field of wire type {wire_type}")
+    width = 8 if wire_type == 1 else 4
+    if end - at < width:
+        raise _Malformed("a field is cut off")
+    return at + width
+
+
+def _utf8(buf: memoryview, start: int, end: int, what: str) -> bytes:
+    data = bytes(buf[start:end])
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        raise _Malformed(f"a {what} that is not UTF-8") from None
+    return data
+
+
+def _key_value(buf: memoryview, at: int, end: int) -> tuple[bytes, bytes]:
+    name = text = b""
+    while at < end:
+        field, wire_type, at = _tag(buf, at, end)
+        if field in (1, 2) and wire_type == 2:
+            start, at = _length(buf, at, end)
+            if field == 1:
+                name = _utf8(buf, start, at, "property")
+            else:
+                text = _utf8(buf, start, at, "property")
+        else:
+            at = _skip(buf, at, end, wire_type)
+    return name, text
+
+
+class _Member:
+    __slots__ = ("key", "payload_size", "compacted_out", "event_time", "ordering_key", "sequence_id", "null")
+
+    def __init__(self) -> None:
+        self.key: bytes | None = None
+        self.payload_size: int | None = None
+        self.compacted_out = False
+        self.event_time = 0
+        self.ordering_key: bytes | None = None
+        self.sequence_id: int | None = None
+        self.null = False
+
+
+def _member(buf: memoryview, at: int, end: int, properties: dict[bytes, bytes]) -> _Member:
+    m = _Member()
+    while at < end:
+        field, wire_type, at = _tag(buf, at, end)
+        if wire_type == 0 and field in (3, 4, 5, 8, 9):
+            v, at = _varint(buf, at, end)
+            if field == 3:
+                v &= 0xFFFFFFFF
+                m.payload_size = v - 2**32 if v >= 2**31 else v
+            elif field == 4:
+                m.compacted_out = v != 0
+            elif field == 5:
+                m.event_time = v
+            elif field == 8:
+                m.sequence_id = v
+            else:
+                m.null = v != 0
+        elif wire_type == 2 and field in (1, 2, 7):
+            start, at = _length(buf, at, end)
+            if field == 2:
+                m.key = _utf8(buf, start, at, "key")
+            elif field == 7:
+                m.ordering_key = bytes(buf[start:at])
+            else:
+                name, text = _key_value(buf, start, at)
+                properties[name] = text
+        else:
+            at = _skip(buf, at, end, wire_type)
+    return m
+
+
+class _Out:
+    """What ``_Out`` is in ``ledger/_batch_codec.c``: the columns as they fill."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.valid: dict[str, bytearray] = {c: bytearray() for c in _NULLABLE}
+        self.tombstones = bytearray()
+        self.data: dict[str, bytearray] = {c: bytearray() for c in _VARIABLE}
+        self.offsets: dict[str, array[int]] = {c: array("i", [0]) for c in (*_VARIABLE, "map")}
+        self.numbers: dict[str, array[int]] = {c: array("q") for c in _NUMBERS}
+        self.numbers.update(batch_indexes=array("i"), batch_sizes=array("i"))
+
+    def add(self, column: str, value: bytes | None) -> None:
+        """A value (or null) of a variable-width column."""
+        if column in self.valid:
+            self.valid[column].append(value is not None)
+        data = self.data[column]
+        if value is not None:
+            data += value
+            if len(data) > _OFFSET_LIMIT:
+                raise ValueError("the batches hold more than 2 GiB in one column")
+        self.offsets[column].append(len(data))
+
+    def columns(self) -> _Columns:
+        fields: dict[str, Any] = {"size": self.size}
+        for name, numbers in self.numbers.items():
+            fields[name] = numbers.tobytes()
+        for name in _VARIABLE:
+            fields[f"{name}_offsets"] = self.offsets[name].tobytes()
+            fields[f"{name}_data"] = bytes(self.data[name])
+        fields["map_offsets"] = self.offsets["map"].tobytes()
+        for name, flags in self.valid.items():
+            nulls = len(flags) - sum(flags)
+            fields[f"{name}_nulls"] = nulls
+            fields[f"{name}_valid"] = _bits(flags) if nulls else None
+        fields["tombstones"] = _bits(self.tombstones)
+        return _Columns(**fields)
+
+
+_NULLABLE = ("key", "value", "event", "deliver", "ordering", "schema")
+_VARIABLE = ("key", "value", "name", "text", "producer", "ordering", "schema")
+_NUMBERS = ("ledger_ids", "entry_ids", "publish_times", "event_times", "sequence_ids", "deliver_at")
+
+
+def _walk(b: Batch, max_members: int, where: str, out: _Out | None, ledger_id: int) -> int:
+    """The walk of ``ledger/_batch_codec.c``, in Python: the same checks in the same order, the
+    same messages; appends the rows to ``out`` when given. Returns the sum of the record sizes."""
+    count = b.num_messages
+    if not 0 < count <= max_members:
+        raise ValueError(f"{where}a batch of {count} messages")
+    buf = memoryview(b.payload).cast("B")
+    total = len(buf)
+    at = size = 0
+    for i in range(count):
+        if total - at < 4:
+            raise ValueError(f"{where}member {i}: its metadata size is cut off")
+        meta_size = int.from_bytes(buf[at : at + 4], "big")
+        at += 4
+        if meta_size > total - at:
+            raise ValueError(f"{where}member {i}: its metadata overruns the batch")
+        properties: dict[bytes, bytes] = {}
+        try:
+            m = _member(buf, at, at + meta_size, properties)
+        except _Malformed as e:
+            raise ValueError(f"{where}member {i}: its metadata does not parse: {e}") from None
+        at += meta_size
+        if m.payload_size is None:
+            raise ValueError(f"{where}member {i}: no payload size")
+        if m.payload_size < 0:
+            raise ValueError(f"{where}member {i}: a negative payload size")
+        if m.payload_size > total - at:
+            raise ValueError(f"{where}member {i}: its payload overruns the batch")
+        if m.compacted_out:
+            raise ValueError(f"{where}member {i} is marked compacted out")
+        if m.event_time > _INT64_MAX:
+            raise ValueError(f"{where}member {i}: an event time above 2**63 - 1")
+        sequence_id = b.first_sequence_id + i if m.sequence_id is None else m.sequence_id
+        if sequence_id > _INT64_MAX:
+            raise ValueError(f"{where}member {i}: a sequence id above 2**63 - 1")
+        end = at + m.payload_size
+        size += (0 if m.null else m.payload_size) + (0 if m.key is None else len(m.key))
+        size += sum(len(k) + len(v) for k, v in properties.items())
+        if out is not None:
+            numbers = out.numbers
+            numbers["ledger_ids"].append(ledger_id)
+            numbers["entry_ids"].append(b.first_entry + i)
+            out.add("key", m.key)
+            out.add("value", None if m.null else bytes(buf[at:end]))
+            out.tombstones.append(m.null or (m.payload_size == 0 and m.key is not None))
+            for name, text in properties.items():
+                out.add("name", name)
+                out.add("text", text)
+            out.offsets["map"].append(len(out.offsets["name"]) - 1)
+            numbers["publish_times"].append(b.publish_time)
+            numbers["event_times"].append(m.event_time)
+            out.valid["event"].append(m.event_time != 0)
+            numbers["batch_indexes"].append(i)
+            numbers["batch_sizes"].append(count)
+            out.add("producer", b.producer_name.encode())
+            numbers["sequence_ids"].append(sequence_id)
+            numbers["deliver_at"].append(b.deliver_at_time or 0)
+            out.valid["deliver"].append(b.deliver_at_time is not None)
+            out.add("ordering", m.ordering_key if m.ordering_key is not None else _bytes(b.ordering_key))
+            out.add("schema", _bytes(b.schema_version))
+        at = end
+    if at != total:
+        raise ValueError(f"{where}{total - at} bytes after its members")
+    return size
+
+
+def _bytes(data: bytes | memoryview | None) -> bytes | None:
+    return None if data is None else bytes(data)
+
+
+def _bits(flags: bytearray) -> bytes:
+    """Arrow's bitmap of one byte per flag."""
+    return np.packbits(np.frombuffer(flags, np.uint8), bitorder="little").tobytes()
