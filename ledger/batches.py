@@ -58,25 +58,29 @@ def batch_size(batch: StoredBatch, max_size: int, max_members: int) -> int:
     payload bytes (``record_size`` summed); :class:`BatchError` if it does not decode."""
     data = uncompressed(batch.compression, batch.payload, batch.uncompressed_size, max_size)
     try:
-        return batch_codec.check_batch(data, batch.count, max_members)
+        # With the batch's first sequence id: members numbered from it must stay within int64.
+        return batch_codec.check_batch(data, batch.count, max_members, first_sequence_id=batch.sequence_id)
     except ValueError as e:
         raise BatchError(f"malformed batch: {e}") from e
 
 
 def batch_table(ledger_id: int, first_entry: int, batch: StoredBatch) -> pa.Table:
     """The rows of ``batch``'s members, entries ``first_entry``.. of ledger ``ledger_id``."""
+    return batch_codec.batches_table(ledger_id, [_decodable(first_entry, batch)])
+
+
+def _decodable(first_entry: int, batch: StoredBatch) -> batch_codec.Batch:
     data = uncompressed(batch.compression, batch.payload, batch.uncompressed_size, 2**62)
-    return batch_codec.batch_table(
-        ledger_id,
+    return batch_codec.Batch(
         first_entry,
         batch.count,
         data,
-        publish_time=batch.publish_time,
-        producer_name=batch.producer_name,
-        first_sequence_id=batch.sequence_id,
-        deliver_at_time=batch.deliver_at_time,
-        ordering_key=batch.ordering_key,
-        schema_version=batch.schema_version,
+        batch.publish_time,
+        batch.producer_name,
+        batch.sequence_id,
+        batch.deliver_at_time,
+        batch.ordering_key,
+        batch.schema_version,
     )
 
 
@@ -89,21 +93,28 @@ def appended_table(
     ledger_id: int, items: Sequence[Record | Entry | StoredBatch], first_entry: int = 0
 ) -> pa.Table:
     """The rows of a ledger whose entries from ``first_entry`` on are ``items`` (records,
-    entries read back, and whole batches), in order."""
+    entries read back, and whole batches), in order. Consecutive batches make one table in one
+    walk (``batch_codec.batches_table``): most of a small batch's cost would be a table of its own."""
     tables: list[pa.Table] = []
     run: list[Any] = []  # records, or entries read back: rows alike
+    batches: list[batch_codec.Batch] = []
     at = run_start = first_entry
     for item in items:
         if type(item) is StoredBatch:
             if run:
                 tables.append(records_to_table(ledger_id, run, run_start))
                 run = []
-            tables.append(batch_table(ledger_id, at, item))
+            batches.append(_decodable(at, item))
             at += item.count
             run_start = at
         else:
+            if batches:
+                tables.append(batch_codec.batches_table(ledger_id, batches))
+                batches = []
             run.append(item)
             at += 1
+    if batches:
+        tables.append(batch_codec.batches_table(ledger_id, batches))
     if run or not tables:
         tables.append(records_to_table(ledger_id, run, run_start))
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
