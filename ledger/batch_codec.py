@@ -43,6 +43,7 @@ and tests switch with :func:`use_native`.
 from __future__ import annotations
 
 import os
+import struct
 from array import array
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -310,6 +311,7 @@ class _Malformed(Exception):
 
 
 _MASK64 = 2**64 - 1
+_SIZE = struct.Struct(">I")
 _BAD_WIRE_TYPES = {3, 4, 6, 7}
 
 
@@ -402,9 +404,18 @@ class _Member:
 def _member(buf: memoryview, at: int, end: int, properties: dict[bytes, bytes]) -> _Member:
     m = _Member()
     while at < end:
-        field, wire_type, at = _tag(buf, at, end)
+        tag = buf[at]
+        if tag < 0x80 and tag > 7:  # a one-byte tag of a field numbered 1..15 (most are)
+            at += 1
+            field, wire_type = tag >> 3, tag & 7
+        else:
+            field, wire_type, at = _tag(buf, at, end)
         if wire_type == 0 and field in (3, 4, 5, 8, 9):
-            v, at = _varint(buf, at, end)
+            if at < end and buf[at] < 0x80:
+                v = buf[at]
+                at += 1
+            else:
+                v, at = _varint(buf, at, end)
             if field == 3:
                 v &= 0xFFFFFFFF
                 m.payload_size = v - 2**32 if v >= 2**31 else v
@@ -417,7 +428,11 @@ def _member(buf: memoryview, at: int, end: int, properties: dict[bytes, bytes]) 
             else:
                 m.null = v != 0
         elif wire_type == 2 and field in (1, 2, 7):
-            start, at = _length(buf, at, end)
+            if at < end and buf[at] < 0x80 and buf[at] < end - at:
+                start = at + 1
+                at = start + buf[at]
+            else:
+                start, at = _length(buf, at, end)
             if field == 2:
                 m.key = _utf8(buf, start, at, "key")
             elif field == 7:
@@ -430,48 +445,108 @@ def _member(buf: memoryview, at: int, end: int, properties: dict[bytes, bytes]) 
     return m
 
 
+class _Variable:
+    """A variable-width column as it fills: its data and offsets (and its validity, one byte per
+    row, when it is nullable)."""
+
+    __slots__ = ("data", "offsets", "valid")
+
+    def __init__(self, nullable: bool) -> None:
+        self.data = bytearray()
+        self.offsets = array("i", [0])
+        self.valid: bytearray | None = bytearray() if nullable else None
+
+    def add(self, value: bytes | None) -> None:
+        if self.valid is not None:
+            self.valid.append(value is not None)
+        if value is not None:
+            self.data += value
+        self.offsets.append(len(self.data))
+
+    def repeat(self, value: bytes | None, n: int) -> None:
+        """``value`` (or null) on ``n`` rows."""
+        if self.valid is not None:
+            self.valid += (b"\x00" if value is None else b"\x01") * n
+        start = len(self.data)
+        width = 0 if value is None else len(value)
+        if value:
+            self.data += value * n
+            self.offsets.extend(range(start + width, start + width * n + 1, width))
+        else:
+            self.offsets.extend([start] * n)
+
+    def buffers(self) -> tuple[bytes | None, int, bytes, bytes]:
+        if len(self.data) > _OFFSET_LIMIT:
+            raise ValueError("the batches hold more than 2 GiB in one column")
+        valid, nulls = None, 0
+        if self.valid is not None:
+            nulls = len(self.valid) - sum(self.valid)
+            valid = _bits(self.valid) if nulls else None
+        return valid, nulls, self.offsets.tobytes(), bytes(self.data)
+
+
 class _Out:
-    """What ``_Out`` is in ``ledger/_batch_codec.c``: the columns as they fill."""
+    """What ``Out`` is in ``ledger/_batch_codec.c``: the columns as they fill."""
 
     def __init__(self) -> None:
         self.size = 0
-        self.valid: dict[str, bytearray] = {c: bytearray() for c in _NULLABLE}
-        self.tombstones = bytearray()
-        self.data: dict[str, bytearray] = {c: bytearray() for c in _VARIABLE}
-        self.offsets: dict[str, array[int]] = {c: array("i", [0]) for c in (*_VARIABLE, "map")}
-        self.numbers: dict[str, array[int]] = {c: array("q") for c in _NUMBERS}
-        self.numbers.update(batch_indexes=array("i"), batch_sizes=array("i"))
-
-    def add(self, column: str, value: bytes | None) -> None:
-        """A value (or null) of a variable-width column."""
-        if column in self.valid:
-            self.valid[column].append(value is not None)
-        data = self.data[column]
-        if value is not None:
-            data += value
-            if len(data) > _OFFSET_LIMIT:
-                raise ValueError("the batches hold more than 2 GiB in one column")
-        self.offsets[column].append(len(data))
+        self.key, self.value, self.ordering, self.schema = (_Variable(True) for _ in range(4))
+        self.name, self.text, self.producer = (_Variable(False) for _ in range(3))
+        self.map_offsets = array("i", [0])
+        self.tombstones, self.event_valid, self.deliver_valid = bytearray(), bytearray(), bytearray()
+        self.ledger_ids, self.entry_ids, self.publish_times = array("q"), array("q"), array("q")
+        self.event_times, self.sequence_ids, self.deliver_at = array("q"), array("q"), array("q")
+        self.batch_indexes, self.batch_sizes = array("i"), array("i")
 
     def columns(self) -> _Columns:
-        fields: dict[str, Any] = {"size": self.size}
-        for name, numbers in self.numbers.items():
-            fields[name] = numbers.tobytes()
-        for name in _VARIABLE:
-            fields[f"{name}_offsets"] = self.offsets[name].tobytes()
-            fields[f"{name}_data"] = bytes(self.data[name])
-        fields["map_offsets"] = self.offsets["map"].tobytes()
-        for name, flags in self.valid.items():
-            nulls = len(flags) - sum(flags)
-            fields[f"{name}_nulls"] = nulls
-            fields[f"{name}_valid"] = _bits(flags) if nulls else None
-        fields["tombstones"] = _bits(self.tombstones)
-        return _Columns(**fields)
-
-
-_NULLABLE = ("key", "value", "event", "deliver", "ordering", "schema")
-_VARIABLE = ("key", "value", "name", "text", "producer", "ordering", "schema")
-_NUMBERS = ("ledger_ids", "entry_ids", "publish_times", "event_times", "sequence_ids", "deliver_at")
+        key_valid, key_nulls, key_offsets, key_data = self.key.buffers()
+        value_valid, value_nulls, value_offsets, value_data = self.value.buffers()
+        _, _, name_offsets, name_data = self.name.buffers()
+        _, _, text_offsets, text_data = self.text.buffers()
+        _, _, producer_offsets, producer_data = self.producer.buffers()
+        ordering_valid, ordering_nulls, ordering_offsets, ordering_data = self.ordering.buffers()
+        schema_valid, schema_nulls, schema_offsets, schema_data = self.schema.buffers()
+        event_nulls = len(self.event_valid) - sum(self.event_valid)
+        deliver_nulls = len(self.deliver_valid) - sum(self.deliver_valid)
+        return _Columns(
+            self.size,
+            self.ledger_ids.tobytes(),
+            self.entry_ids.tobytes(),
+            key_valid,
+            key_nulls,
+            key_offsets,
+            key_data,
+            value_valid,
+            value_nulls,
+            value_offsets,
+            value_data,
+            _bits(self.tombstones),
+            self.map_offsets.tobytes(),
+            name_offsets,
+            name_data,
+            text_offsets,
+            text_data,
+            self.publish_times.tobytes(),
+            _bits(self.event_valid) if event_nulls else None,
+            event_nulls,
+            self.event_times.tobytes(),
+            self.batch_indexes.tobytes(),
+            self.batch_sizes.tobytes(),
+            producer_offsets,
+            producer_data,
+            self.sequence_ids.tobytes(),
+            _bits(self.deliver_valid) if deliver_nulls else None,
+            deliver_nulls,
+            self.deliver_at.tobytes(),
+            ordering_valid,
+            ordering_nulls,
+            ordering_offsets,
+            ordering_data,
+            schema_valid,
+            schema_nulls,
+            schema_offsets,
+            schema_data,
+        )
 
 
 def _walk(b: Batch, max_members: int, where: str, out: _Out | None, ledger_id: int) -> int:
@@ -483,10 +558,11 @@ def _walk(b: Batch, max_members: int, where: str, out: _Out | None, ledger_id: i
     buf = memoryview(b.payload).cast("B")
     total = len(buf)
     at = size = 0
+    batch_ordering_key = _bytes(b.ordering_key)
     for i in range(count):
         if total - at < 4:
             raise ValueError(f"{where}member {i}: its metadata size is cut off")
-        meta_size = int.from_bytes(buf[at : at + 4], "big")
+        (meta_size,) = _SIZE.unpack_from(buf, at)
         at += 4
         if meta_size > total - at:
             raise ValueError(f"{where}member {i}: its metadata overruns the batch")
@@ -496,11 +572,12 @@ def _walk(b: Batch, max_members: int, where: str, out: _Out | None, ledger_id: i
         except _Malformed as e:
             raise ValueError(f"{where}member {i}: its metadata does not parse: {e}") from None
         at += meta_size
-        if m.payload_size is None:
+        payload_size = m.payload_size
+        if payload_size is None:
             raise ValueError(f"{where}member {i}: no payload size")
-        if m.payload_size < 0:
+        if payload_size < 0:
             raise ValueError(f"{where}member {i}: a negative payload size")
-        if m.payload_size > total - at:
+        if payload_size > total - at:
             raise ValueError(f"{where}member {i}: its payload overruns the batch")
         if m.compacted_out:
             raise ValueError(f"{where}member {i} is marked compacted out")
@@ -509,34 +586,36 @@ def _walk(b: Batch, max_members: int, where: str, out: _Out | None, ledger_id: i
         sequence_id = b.first_sequence_id + i if m.sequence_id is None else m.sequence_id
         if sequence_id > _INT64_MAX:
             raise ValueError(f"{where}member {i}: a sequence id above 2**63 - 1")
-        end = at + m.payload_size
-        size += (0 if m.null else m.payload_size) + (0 if m.key is None else len(m.key))
-        size += sum(len(k) + len(v) for k, v in properties.items())
+        end = at + payload_size
+        key = m.key
+        size += (0 if m.null else payload_size) + (0 if key is None else len(key))
+        if properties:
+            size += sum(len(k) + len(v) for k, v in properties.items())
         if out is not None:
-            numbers = out.numbers
-            numbers["ledger_ids"].append(ledger_id)
-            numbers["entry_ids"].append(b.first_entry + i)
-            out.add("key", m.key)
-            out.add("value", None if m.null else bytes(buf[at:end]))
-            out.tombstones.append(m.null or (m.payload_size == 0 and m.key is not None))
+            out.key.add(key)
+            out.value.add(None if m.null else buf[at:end].tobytes())
+            out.tombstones.append(m.null or (payload_size == 0 and key is not None))
             for name, text in properties.items():
-                out.add("name", name)
-                out.add("text", text)
-            out.offsets["map"].append(len(out.offsets["name"]) - 1)
-            numbers["publish_times"].append(b.publish_time)
-            numbers["event_times"].append(m.event_time)
-            out.valid["event"].append(m.event_time != 0)
-            numbers["batch_indexes"].append(i)
-            numbers["batch_sizes"].append(count)
-            out.add("producer", b.producer_name.encode())
-            numbers["sequence_ids"].append(sequence_id)
-            numbers["deliver_at"].append(b.deliver_at_time or 0)
-            out.valid["deliver"].append(b.deliver_at_time is not None)
-            out.add("ordering", m.ordering_key if m.ordering_key is not None else _bytes(b.ordering_key))
-            out.add("schema", _bytes(b.schema_version))
+                out.name.add(name)
+                out.text.add(text)
+            out.map_offsets.append(len(out.name.offsets) - 1)
+            out.event_times.append(m.event_time)
+            out.event_valid.append(m.event_time != 0)
+            out.sequence_ids.append(sequence_id)
+            out.ordering.add(m.ordering_key if m.ordering_key is not None else batch_ordering_key)
         at = end
     if at != total:
         raise ValueError(f"{where}{total - at} bytes after its members")
+    if out is not None:  # what every member of the batch has alike
+        out.ledger_ids.extend([ledger_id] * count)
+        out.entry_ids.extend(range(b.first_entry, b.first_entry + count))
+        out.publish_times.extend([b.publish_time] * count)
+        out.batch_indexes.extend(range(count))
+        out.batch_sizes.extend([count] * count)
+        out.producer.repeat(b.producer_name.encode(), count)
+        out.deliver_at.extend([b.deliver_at_time or 0] * count)
+        out.deliver_valid += (b"\x00" if b.deliver_at_time is None else b"\x01") * count
+        out.schema.repeat(_bytes(b.schema_version), count)
     return size
 
 
