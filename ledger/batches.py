@@ -1,9 +1,9 @@
 """Stored Pulsar batches (:class:`ledger.entry.StoredBatch`) as rows and entries, in bulk.
 
 A batch is stored as its producer sent it; its members become rows only where rows are needed:
-when its ledger is sealed to Parquet (:func:`appended_table`) and when a read asks for entries
-(:func:`batch_entries`). Both decode a whole batch at once (``ledger.batch_codec``), never one
-Python object per member on the way in.
+when its ledger is sealed to Parquet and when a read of its open ledger asks for entries (both
+through :func:`appended_table`, which decodes consecutive batches in one walk of
+``ledger.batch_codec``), never one Python object per member on the way in.
 """
 
 from __future__ import annotations
