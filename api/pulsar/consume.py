@@ -56,6 +56,7 @@ from service.names import TopicName
 from service.topics import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
+_tuple_new = tuple.__new__
 
 _TYPES = {
     pb.CommandSubscribe.Exclusive: EXCLUSIVE,
@@ -242,7 +243,8 @@ class WireSubscriber:
                 mid, metadata, payload, ack_set = id_data(first), stored_metadata(stored), stored.payload, []
             else:
                 mid, metadata, payload, ack_set = batch_message(members)
-            self.batches[first] = [m.position for m in members]
+            # Each member's position, as Position.__new__ makes it, without its Python call.
+            self.batches[first] = [_tuple_new(Position, m[:2]) for m in members]
             cmd = command(
                 pb.BaseCommand.MESSAGE,
                 consumer_id=self.consumer_id,

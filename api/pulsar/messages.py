@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
 
@@ -10,6 +11,7 @@ from google.protobuf.message import DecodeError
 
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.errors import ProtocolError
+from ledger.batch_codec import encode_batch_payload
 from ledger.batches import BatchError, batch_size, uncompressed
 from ledger.entry import Entry, Position, Record, StoredBatch
 
@@ -24,9 +26,7 @@ LATEST_ID = Position(2**63 - 1, 2**63 - 1)
 # A batch may not claim more members than this (the clients' default is 1,000 messages).
 MAX_BATCH_MESSAGES = 100_000
 _SIZE = struct.Struct(">I")
-# An empty slot of a batch: a member not sent in this message (see ``batch_message``).
-_EMPTY_SLOT = pb.SingleMessageMetadata(payload_size=0, compacted_out=True).SerializeToString()
-_PLACEHOLDER = _SIZE.pack(len(_EMPTY_SLOT)) + _EMPTY_SLOT
+_BATCH_INDEX = operator.itemgetter(Entry._fields.index("batch_index"))
 
 
 def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> list[Record]:
@@ -201,17 +201,9 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
     first = entries[0]
     assert first.batch_index is not None and first.batch_size is not None
     n = first.batch_size
-    present = {e.batch_index: e for e in entries if e.batch_index is not None}
-    parts: list[bytes] = []
-    for i in range(n):
-        e = present.get(i)
-        if e is None:
-            parts.append(_PLACEHOLDER)
-        else:
-            meta = single_metadata(e)
-            parts.append(_SIZE.pack(len(meta)))
-            parts.append(meta)
-            parts.append(e.value or b"")
+    payload = encode_batch_payload(entries, n)
+    present = set(map(_BATCH_INDEX, entries))
+    present.discard(None)
     md = pb.MessageMetadata(
         producer_name=first.producer_name or "",
         # The batch's first sequence id (never below 0: a member may carry one of its own).
@@ -228,7 +220,7 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
             words[i // 64] |= 1 << (i % 64)
         ack_set = [w - (1 << 64) if w >= 1 << 63 else w for w in words]  # int64 on the wire
     mid = pb.MessageIdData(ledgerId=first.ledger_id, entryId=first.entry_id - first.batch_index)
-    return mid, md.SerializeToString(), b"".join(parts), ack_set
+    return mid, md.SerializeToString(), payload, ack_set
 
 
 def stored_metadata(batch: StoredBatch) -> bytes:
@@ -237,52 +229,6 @@ def stored_metadata(batch: StoredBatch) -> bytes:
     md = pb.MessageMetadata.FromString(batch.metadata)
     md.publish_time = batch.publish_time
     return md.SerializeToString()
-
-
-def single_metadata(e: Entry) -> bytes:
-    """A batch member's ``SingleMessageMetadata``, serialized: the bytes protobuf writes for it
-    (fields in number order), encoded here because a consumer's batches need one per message
-    and building a message object for each costs three times as much."""
-    parts: list[bytes] = []
-    if e.properties:
-        for k, v in e.properties.items():
-            kb, vb = k.encode(), v.encode()
-            pair = b"".join((b"\x0a", _varint(len(kb)), kb, b"\x12", _varint(len(vb)), vb))
-            parts += (b"\x0a", _varint(len(pair)), pair)
-    key, value = e.key, e.value
-    if key is not None:
-        kb = key.encode()
-        parts += (b"\x12", _varint(len(kb)), kb)
-    parts += (b"\x18", _varint(len(value) if value is not None else 0))
-    if e.event_time:
-        parts += (b"\x28", _varint(e.event_time))
-    if e.ordering_key is not None:
-        parts += (b"\x3a", _varint(len(e.ordering_key)), e.ordering_key)
-    if e.sequence_id is not None:
-        parts += (b"\x40", _varint(e.sequence_id))
-    if value is None:
-        parts.append(b"\x48\x01")
-    return b"".join(parts)
-
-
-_ONE_BYTE = [bytes([i]) for i in range(0x80)]
-
-
-def _varint(n: int) -> bytes:
-    """Protobuf's base-128 varint of ``n`` (a negative as its 64-bit two's complement)."""
-    if 0 <= n < 0x80:
-        return _ONE_BYTE[n]
-    if 0 < n < 0x4000:
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    if 0 < n < 0x200000:
-        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
-    n &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def entry_metadata(e: Entry) -> bytes:

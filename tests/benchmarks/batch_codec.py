@@ -3,7 +3,9 @@
 A batch of 1,000 members of 100-byte values, without a key and with a 10-character key: the
 produce path's check (``check_batch``) and the rows sealing makes (``batch_table``), in C and in
 Python, against the per-record path (``to_records``, then ``records_to_table``); and the same
-members as 100 batches of 10, where ``batches_table`` makes one table of them all. CPU time of
+members as 100 batches of 10, where ``batches_table`` makes one table of them all. The way back,
+the stored members encoded as a consumer's batch (``encode_batch_payload``, and all of
+``batch_message``, which a consumer of members to rebuild pays), in C and in Python. CPU time of
 this process (the best of several runs), so that other load on the machine counts little.
 """
 
@@ -14,10 +16,10 @@ import time
 from collections.abc import Callable
 
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.messages import to_records
+from api.pulsar.messages import batch_message, to_records
 from ledger import batch_codec
-from ledger.batch_codec import Batch, batch_table, batches_table, check_batch
-from ledger.entry import record_size
+from ledger.batch_codec import Batch, batch_table, batches_table, check_batch, encode_batch_payload
+from ledger.entry import Entry, record_size
 from ledger.schema import records_to_table
 
 MEMBERS = 1000
@@ -33,6 +35,14 @@ def payload(n: int, keyed: bool) -> bytes:
         meta = md.SerializeToString()
         parts += [struct.pack(">I", len(meta)), meta, VALUE]
     return b"".join(parts)
+
+
+def members(n: int, keyed: bool) -> list[Entry]:
+    """A stored batch's members, as a read of a sealed ledger gives them."""
+    return [
+        Entry(1, i, f"key-{i:06d}" if keyed else None, VALUE, {}, 1, None, i, n, "p", i, None, None, None)
+        for i in range(n)
+    ]
 
 
 def per_member(call: Callable[[], object], members: int, budget: float = 0.3) -> float:
@@ -99,6 +109,7 @@ def main() -> None:
                 schema_version=None,
             )
 
+        stored = members(MEMBERS, keyed)
         small = payload(10, keyed)
         hundred = [Batch(10 * i, 10, small, 1, "p", 0, None, None, None) for i in range(100)]
         cases: dict[str, Callable[[], object]] = {
@@ -117,6 +128,12 @@ def main() -> None:
                 )
                 rows.setdefault(f"100 x 10: batches_table ({name})", []).append(
                     per_member(lambda hundred=hundred: batches_table(1, hundred), MEMBERS)
+                )
+                rows.setdefault(f"encode_batch_payload ({name})", []).append(
+                    per_member(lambda stored=stored: encode_batch_payload(stored, MEMBERS), MEMBERS)
+                )
+                rows.setdefault(f"batch_message ({name})", []).append(
+                    per_member(lambda stored=stored: batch_message(stored), MEMBERS)
                 )
         for label, call in cases.items():
             rows.setdefault(label, []).append(per_member(call, MEMBERS))

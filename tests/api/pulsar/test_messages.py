@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.messages import batch_message, single_metadata, to_records
+from api.pulsar.messages import batch_message, to_records
+from ledger.batch_codec import single_metadata
 from ledger.entry import Entry
 
 _SIZE = struct.Struct(">I")
