@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Literal, get_args
 
 from ledger import format as fmt
-from ledger.batches import appended_table
+from ledger.batches import SMALL_READ, appended_table, small_batch_entries
 from ledger.entry import Appended, Entry, StoredBatch, record_size
 from ledger.format import CorruptRecordError
 from ledger.paths import QUARANTINE_SUFFIX, TMP_SUFFIX, fsync_dir
@@ -193,6 +193,17 @@ class FramedEntries:
         items = self._decode_appended(data, base, first, stop, where)
         if all(type(i) is Entry for i in items):
             return items[start - first : stop - first]  # type: ignore[return-value]
+        if stop - first < SMALL_READ:
+            entries: list[Entry] = []
+            at = first
+            for i in items:
+                if type(i) is StoredBatch:
+                    entries += small_batch_entries(self._ledger_id, at, i)
+                    at += i.count
+                else:
+                    entries.append(i)  # type: ignore[arg-type]
+                    at += 1
+            return entries[start - first : stop - first]
         rows = appended_table(self._ledger_id, items, first).slice(start - first, stop - start)
         return table_to_entries(rows)
 
