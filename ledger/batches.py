@@ -8,7 +8,6 @@ through :func:`appended_table`, which decodes consecutive batches in one walk of
 
 from __future__ import annotations
 
-import struct
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +18,6 @@ from ledger import batch_codec
 from ledger.entry import Entry, Record, StoredBatch
 from ledger.schema import records_to_table, table_to_entries
 
-_SIZE = struct.Struct(">I")
 # Pulsar's CompressionType numbers, by the codec that inflates each (pyarrow's raw LZ4 block,
 # raw Snappy and zstd frames are the formats Pulsar's clients write; ZLIB is the zlib format).
 NONE, LZ4, ZLIB, ZSTD, SNAPPY = 0, 1, 2, 3, 4
@@ -94,129 +92,7 @@ SMALL_READ = 64
 def small_batch_entries(ledger_id: int, first_entry: int, batch: StoredBatch) -> list[Entry]:
     """``batch``'s members as entries, decoded one by one (for a small batch: see
     :data:`SMALL_READ`); the same entries as :func:`batch_entries`."""
-    data = memoryview(uncompressed(batch.compression, batch.payload, batch.uncompressed_size, 2**62))
-    out: list[Entry] = []
-    for i, (key, value, props, event_time, seq, ordering) in enumerate(_members(data, batch.count)):
-        out.append(
-            Entry(
-                ledger_id,
-                first_entry + i,
-                key,
-                value,
-                props,
-                batch.publish_time,
-                event_time or None,
-                i,
-                batch.count,
-                batch.producer_name,
-                seq if seq is not None else batch.sequence_id + i,
-                batch.deliver_at_time,
-                ordering if ordering is not None else batch.ordering_key,
-                batch.schema_version,
-            )
-        )
-    return out
-
-
-def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    """Protobuf's base-128 varint at ``pos``; returns it and where the next field starts."""
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _members(view: memoryview, count: int) -> list[tuple]:  # type: ignore[type-arg]
-    """Each member of a batch checked at produce time (``batch_codec.check_batch``) as
-    ``(key, value, properties, event_time, sequence_id, ordering_key)``, by a plain walk of
-    their ``SingleMessageMetadata`` (unknown fields skipped)."""
-    total = len(view)
-    at = 0
-    out = []
-    for i in range(count):
-        if at + 4 > total:
-            raise ValueError("a member's size overruns the batch")
-        (size,) = _SIZE.unpack_from(view, at)
-        at += 4
-        end = at + size
-        if end > total:
-            raise ValueError("a member's metadata overruns the batch")
-        props: dict[str, str] = {}
-        key = ordering = None
-        payload_size = None
-        compacted = null_value = False
-        event_time = 0
-        seq = None
-        pos = at
-        while pos < end:
-            tag, pos = _varint(view, pos, end)
-            field, wire = tag >> 3, tag & 7
-            if wire == 0:
-                v, pos = _varint(view, pos, end)
-                if field == 3:
-                    payload_size = v if v < 2**31 else v - 2**64
-                elif field == 4:
-                    compacted = bool(v)
-                elif field == 5:
-                    event_time = v
-                elif field == 8:
-                    seq = v
-                elif field == 9:
-                    null_value = bool(v)
-            elif wire == 2:
-                n, pos = _varint(view, pos, end)
-                if pos + n > end:
-                    raise ValueError("a field overruns a member's metadata")
-                chunk = view[pos : pos + n]
-                pos += n
-                if field == 2:
-                    key = str(chunk, "utf-8")
-                elif field == 7:
-                    ordering = bytes(chunk)
-                elif field == 1:
-                    p, q, kv = 0, len(chunk), ["", ""]
-                    while p < q:
-                        t, p = _varint(chunk, p, q)
-                        if t & 7 != 2:
-                            raise ValueError("bad property")
-                        m, p = _varint(chunk, p, q)
-                        if p + m > q:
-                            raise ValueError("a property overruns")
-                        if (t >> 3) in (1, 2):
-                            kv[(t >> 3) - 1] = str(chunk[p : p + m], "utf-8")
-                        p += m
-                    props[kv[0]] = kv[1]
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            else:
-                raise ValueError(f"wire type {wire}")
-            if pos > end:
-                raise ValueError("a field overruns a member's metadata")
-        if payload_size is None or payload_size < 0:
-            raise ValueError("a member without its payload size")
-        if compacted:
-            raise ValueError(f"member {i} is marked compacted out")
-        at = end
-        end = at + payload_size
-        if end > total:
-            raise ValueError("a member's payload overruns the batch")
-        out.append((key, None if null_value else bytes(view[at:end]), props, event_time, seq, ordering))
-        at = end
-    if at != total:
-        raise ValueError(f"{total - at} bytes after its members")
-    return out
-
-
+    return batch_codec.member_entries(ledger_id, _decodable(first_entry, batch))
 
 
 def batch_entries(ledger_id: int, first_entry: int, batch: StoredBatch) -> list[Entry]:
