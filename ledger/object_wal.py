@@ -98,7 +98,7 @@ class ObjectLog(FramedEntries):
     ) -> None:
         """Use :meth:`GroupCommitter.create` or :meth:`GroupCommitter.recover`."""
         index = index if index is not None else FrameIndex(array("q", [0]))
-        super().__init__(ledger_id, index.bounds, index.cum_sizes, index.publish_times, index.ends)
+        super().__init__(ledger_id, index)
         self._committer = committer
         self.owner = owner
         """What the commit callback checks before it records this ledger's chunks (a fence)."""
@@ -482,7 +482,7 @@ def _scan_chunk(
             raise CorruptRecordError(where, chunk.offset + pos, f"ledger {ledger_id}: {checked}")
         if entry_id >= index.entries:  # past the overlap with a chunk recorded before
             buf += view[pos:end]
-            index.add(len(buf), checked)
+            index.add_checked(len(buf), checked)
         entry_id += checked.count if type(checked) is StoredBatch else 1
         pos = end
     if entry_id != stop:

@@ -115,22 +115,16 @@ class FramedEntries:
     stamped in append order.
     """
 
-    def __init__(
-        self,
-        ledger_id: int,
-        bounds: array[int],
-        cum_sizes: array[int],
-        publish_times: array[int],
-        ends: array[int] | None = None,
-    ) -> None:
+    def __init__(self, ledger_id: int, index: FrameIndex) -> None:
         self._ledger_id = ledger_id
         # Guards the index, and wakes the log's waiters.
         self._cond = threading.Condition(threading.Lock())
-        self._bounds = bounds
-        self._ends = ends if ends is not None else array("q", bounds[1:])
-        self._cum_sizes = cum_sizes
-        self._publish_times = publish_times
-        self._written = len(publish_times)
+        self._index = index
+        self._bounds = index.bounds
+        self._ends = index.ends
+        self._cum_sizes = index.cum_sizes
+        self._publish_times = index.publish_times
+        self._written = index.entries
         self._entries = self._written
         # The batches appended last, by first entry, as their producers sent them: a consumer
         # that follows the log receives them so (``stored_batch``), not rebuilt from members.
@@ -150,30 +144,18 @@ class FramedEntries:
         """Count the frames of ``bodies`` written from ``offset`` on as entries; returns where
         they end. The caller holds ``_cond``."""
         end = offset
-        total = self._cum_sizes[-1]
-        bounds, ends, cum_sizes, times = self._bounds, self._ends, self._cum_sizes, self._publish_times
-        written = 0
+        index, recent = self._index, self._recent
         for body, size, item in zip(bodies, sizes, items, strict=True):
-            start = end
             end += fmt.FRAME_HEADER_SIZE + len(body)
-            n = item.count if type(item) is StoredBatch else 1
-            if n > 1:
-                bounds.extend(_run(start, n - 1))
-                cum_sizes.extend(_run(total, n - 1))
-                times.extend(_run(item.publish_time, n - 1))
-                ends.extend(_run(end, n - 1))
-            total += size
-            bounds.append(end)
-            ends.append(end)
-            cum_sizes.append(total)
-            times.append(item.publish_time)
             if type(item) is StoredBatch:
-                recent = self._recent
-                recent[self._written + written] = item  # type: ignore[assignment]
+                recent[self._written] = item
                 if len(recent) > RECENT_BATCHES:
                     del recent[next(iter(recent))]
-            written += n
-        self._written += written
+                index.add(end, item.count, size, item.publish_time)
+                self._written += item.count
+            else:
+                index.add(end, 1, size, item.publish_time)
+                self._written += 1
         return end
 
     def _span(self, start: int, stop: int) -> tuple[int, int, int]:
@@ -298,7 +280,7 @@ class WriteAheadLog(FramedEntries):
         index: FrameIndex,
     ) -> None:
         """Use :meth:`open`; this only assembles a log whose file was already checked."""
-        super().__init__(ledger_id, index.bounds, index.cum_sizes, index.publish_times, index.ends)
+        super().__init__(ledger_id, index)
         self._path = path
         self._fd = fd
         self._policy: FsyncPolicy = policy
@@ -730,21 +712,27 @@ class FrameIndex:
     def entries(self) -> int:
         return len(self.publish_times)
 
-    def add(self, end: int, item: Entry | StoredBatch) -> None:
-        """Count the frame that ends at ``end`` and holds ``item`` (checked by :func:`check_frame`)."""
+    def add(self, end: int, n: int, size: int, publish_time: int) -> None:
+        """Count the frame that ends at ``end`` (it starts where the last one ended): ``n``
+        entries of ``size`` payload bytes in all (counted at the last of them)."""
         start = self.bounds[-1]
-        if isinstance(item, StoredBatch):
-            n, size = item.count, item.size
-        else:
-            n, size = 1, item.size()
         total = self.cum_sizes[-1]
         if n > 1:
             self.bounds.extend(_run(start, n - 1))
             self.cum_sizes.extend(_run(total, n - 1))
+            self.publish_times.extend(_run(publish_time, n - 1))
+            self.ends.extend(_run(end, n - 1))
         self.bounds.append(end)
         self.cum_sizes.append(total + size)
-        self.publish_times.extend(_run(item.publish_time, n))
-        self.ends.extend(_run(end, n))
+        self.publish_times.append(publish_time)
+        self.ends.append(end)
+
+    def add_checked(self, end: int, item: Entry | StoredBatch) -> None:
+        """Count the frame that ends at ``end`` and holds ``item`` (from :func:`check_frame`)."""
+        if isinstance(item, StoredBatch):
+            self.add(end, item.count, item.size, item.publish_time)
+        else:
+            self.add(end, 1, item.size(), item.publish_time)
 
 
 @dataclass(slots=True)
@@ -779,7 +767,7 @@ def _scan(fd: int, path: Path, ledger_id: int, size: int) -> _Scan:
                 reason = checked
                 break
             offset += fmt.FRAME_HEADER_SIZE + real
-            index.add(offset, checked)
+            index.add_checked(offset, checked)
     return _Scan(index, reason)
 
 
