@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ledger import format as fmt
-from ledger.entry import Appended, Entry, StoredBatch
+from ledger.entry import Appended, StoredBatch
 from ledger.format import CorruptRecordError
 from ledger.wal import FramedEntries, FrameIndex, LedgerClosedError, Recovery, check_frame, encode_appended
 
@@ -212,32 +212,14 @@ class ObjectLog(FramedEntries):
 
     # ------------------------------------------------------------------ reading
 
-    def read(self, start_entry: int, max_entries: int) -> list[Entry]:
-        """Up to ``max_entries`` durable entries from ``start_entry`` on, in order."""
-        if start_entry < 0 or max_entries < 0:
-            raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
-        with self._cond:
-            stop = min(self._entries, start_entry + max_entries)
-            if start_entry >= stop:
-                return []
-            first, lo, hi = self._span(start_entry, stop)
-            data = bytes(memoryview(self._buf)[lo:hi])
+    def _frame_bytes(self, lo: int, hi: int) -> bytes:
         # A bad frame here is memory gone bad: nothing a retry mends.
-        where = f"ledger {self._ledger_id} (in memory)"
-        return self._decode_frames(data, lo, first, start_entry, stop, where)
-
-    def read_all(self) -> list[Entry]:
-        return self.read(0, self.entries)
-
-    def read_appended(self) -> list[Appended]:
-        """Every durable entry, as appended: entries, and whole batches (what sealing writes)."""
         with self._cond:
-            stop = self._entries
-            if not stop:
-                return []
-            lo, hi = self._bounds[0], self._bounds[stop]
-            data = bytes(memoryview(self._buf)[lo:hi])
-        return self._decode_appended(data, lo, 0, stop, f"ledger {self._ledger_id} (in memory)")
+            return bytes(memoryview(self._buf)[lo:hi])
+
+    @property
+    def _where(self) -> str:
+        return f"ledger {self._ledger_id} (in memory)"
 
     # ------------------------------------------------------------------ state
 

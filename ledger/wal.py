@@ -210,6 +210,46 @@ class FramedEntries:
             pos += fmt.FRAME_HEADER_SIZE + real
         return out
 
+    # ------------------------------------------------------------------ reading
+
+    def read(self, start_entry: int, max_entries: int) -> list[Entry]:
+        """Up to ``max_entries`` readable entries from ``start_entry`` on, in order.
+
+        An empty list when ``start_entry`` is at or past :attr:`entries`. Safe to call while
+        other threads append: it reads from offsets kept in memory. Frames are checked again
+        (CRC, entry id), so damage since they were written raises :class:`CorruptRecordError`.
+        """
+        if start_entry < 0 or max_entries < 0:
+            raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
+        with self._cond:
+            stop = min(self._entries, start_entry + max_entries)
+            if start_entry >= stop:
+                return []
+            first, lo, hi = self._span(start_entry, stop)
+        return self._decode_frames(self._frame_bytes(lo, hi), lo, first, start_entry, stop, self._where)
+
+    def read_all(self) -> list[Entry]:
+        """Every readable entry, in order."""
+        return self.read(0, self.entries)
+
+    def read_appended(self) -> list[Appended]:
+        """Every readable entry, as appended: entries, and whole batches (what sealing writes)."""
+        with self._cond:
+            stop = self._entries
+            if not stop:
+                return []
+            lo, hi = self._bounds[0], self._bounds[stop]
+        return self._decode_appended(self._frame_bytes(lo, hi), lo, 0, stop, self._where)
+
+    def _frame_bytes(self, lo: int, hi: int) -> bytes:
+        """Bytes ``lo..hi`` of where the frames are kept (the log's own)."""
+        raise NotImplementedError
+
+    @property
+    def _where(self) -> Path | str:
+        """Where the frames are, as a corruption error names it."""
+        raise NotImplementedError
+
     @property
     def ledger_id(self) -> int:
         return self._ledger_id
@@ -608,32 +648,6 @@ class WriteAheadLog(FramedEntries):
 
     # ------------------------------------------------------------------ reading
 
-    def read(self, start_entry: int, max_entries: int) -> list[Entry]:
-        """Up to ``max_entries`` readable entries from ``start_entry`` on, in order.
-
-        An empty list when ``start_entry`` is at or past :attr:`entries`. Safe to call while
-        other threads append: it reads with ``pread`` from offsets kept in memory. Frames are
-        checked again (CRC, entry id), so damage since open raises :class:`CorruptRecordError`.
-        """
-        if start_entry < 0 or max_entries < 0:
-            raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
-        with self._cond:
-            stop = min(self._entries, start_entry + max_entries)
-            if start_entry >= stop:
-                return []
-            first, lo, hi = self._span(start_entry, stop)
-        data = self._pread(lo, hi)
-        return self._decode_frames(data, lo, first, start_entry, stop, self._path)
-
-    def read_appended(self) -> list[Appended]:
-        """Every readable entry, as appended: entries, and whole batches (what sealing writes)."""
-        with self._cond:
-            stop = self._entries
-            if not stop:
-                return []
-            lo, hi = self._bounds[0], self._bounds[stop]
-        return self._decode_appended(self._pread(lo, hi), lo, 0, stop, self._path)
-
     def _pread(self, lo: int, hi: int) -> bytes:
         """Bytes ``lo..hi`` of the file, through its descriptor while it is open."""
         with self._cond:
@@ -658,9 +672,12 @@ class WriteAheadLog(FramedEntries):
             raise CorruptRecordError(self._path, lo + len(data), "file ends before the entries it holds")
         return data
 
-    def read_all(self) -> list[Entry]:
-        """Every readable entry, in order (what sealing the ledger writes out)."""
-        return self.read(0, self.entries)
+    def _frame_bytes(self, lo: int, hi: int) -> bytes:
+        return self._pread(lo, hi)
+
+    @property
+    def _where(self) -> Path:
+        return self._path
 
     # ------------------------------------------------------------------ state
 
