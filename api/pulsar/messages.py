@@ -21,8 +21,6 @@ EARLIEST_ID = Position(-1, -1)
 LATEST_ID = Position(2**63 - 1, 2**63 - 1)
 
 
-# Pulsar's codecs, by the library that decodes each (pyarrow's raw LZ4 block, raw Snappy and
-# zstd frames are the formats Pulsar's clients write; ZLIB is the zlib format).
 # A batch may not claim more members than this (the clients' default is 1,000 messages).
 MAX_BATCH_MESSAGES = 100_000
 _SIZE = struct.Struct(">I")
