@@ -154,6 +154,33 @@ class Entry(NamedTuple):
         return record_size(self.key, self.value, self.properties)
 
 
+class BatchEntry(NamedTuple):
+    """A whole stored batch at its place in a ledger: entries ``entry_id .. entry_id +
+    batch.count - 1`` of ``ledger_id``, which a consumer of the log receives as one message.
+
+    Read from the write-ahead log, ``batch`` is the batch as its producer sent it; read from a
+    sealed ledger, it is rebuilt from the members' rows (``batch.metadata`` is then empty: the
+    protocol writes the batch's metadata from its fields, and the payload is uncompressed).
+    """
+
+    ledger_id: int
+    entry_id: int
+    batch: StoredBatch
+
+    @property
+    def position(self) -> Position:
+        return Position(self.ledger_id, self.entry_id)
+
+    @property
+    def count(self) -> int:
+        return self.batch.count
+
+
+#: What a read of whole batches gives: single messages (and members of batches that the read
+#: does not hold whole) as entries, whole batches as one item each.
+Delivered = Entry | BatchEntry
+
+
 def message_id(ledger_id: int, entry_id: int, batch_index: int | None) -> str:
     """The id a client sees for the message stored at ``(ledger_id, entry_id)``.
 
