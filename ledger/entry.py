@@ -178,7 +178,7 @@ class BatchEntry(NamedTuple):
 
 #: What a read of whole batches gives: single messages (and members of batches that the read
 #: does not hold whole) as entries, whole batches as one item each.
-Delivered = Entry | BatchEntry
+LedgerItem = Entry | BatchEntry
 
 
 def message_id(ledger_id: int, entry_id: int, batch_index: int | None) -> str:
