@@ -171,10 +171,6 @@ class BatchEntry(NamedTuple):
     def position(self) -> Position:
         return Position(self.ledger_id, self.entry_id)
 
-    @property
-    def count(self) -> int:
-        return self.batch.count
-
 
 #: What a read of whole batches gives: single messages (and members of batches that the read
 #: does not hold whole) as entries, whole batches as one item each.

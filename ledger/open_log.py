@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ledger.entry import Appended, Entry, StoredBatch
+from ledger.entry import Appended, Entry, LedgerItem, StoredBatch
 from ledger.wal import Recovery
 
 
@@ -32,6 +32,8 @@ class OpenLog(Protocol):
     def discard(self) -> None: ...
 
     def read(self, start_entry: int, max_entries: int) -> list[Entry]: ...
+
+    def read_batches(self, start_entry: int, max_entries: int) -> list[LedgerItem]: ...
 
     def read_all(self) -> list[Entry]: ...
 

@@ -35,7 +35,7 @@ from ledger.checksums import (
     crc32c_bytes,
     damage_of,
 )
-from ledger.entry import Entry
+from ledger.entry import Entry, LedgerItem
 from ledger.row_group_cache import RowGroupCache, RowGroupKey, shared
 from ledger.schema import (
     ARROW_SCHEMA,
@@ -352,6 +352,11 @@ class SealedLedger:
                 self._decoded_bytes = rows.nbytes
         first, _, table = decoded
         return table_to_entries(table.slice(start - self._starts[first], end - start))
+
+    def read_batches(self, start: int, max_entries: int) -> list[LedgerItem]:
+        """What :meth:`read` reads, whole batches as one item each (see
+        :class:`ledger.entry.BatchEntry`)."""
+        return self.read(start, max_entries)  # type: ignore[return-value]
 
     def _cached_row_group(self, rg: int) -> pa.Table:
         """Row group ``rg`` from the row-group cache, or decoded (and then put there)."""

@@ -31,7 +31,7 @@ from typing import Literal, get_args
 
 from ledger import format as fmt
 from ledger.batches import SMALL_READ, appended_table, small_batch_entries
-from ledger.entry import Appended, Entry, StoredBatch, record_size
+from ledger.entry import Appended, BatchEntry, Entry, LedgerItem, StoredBatch, record_size
 from ledger.format import CorruptRecordError
 from ledger.paths import QUARANTINE_SUFFIX, TMP_SUFFIX, fsync_dir
 from ledger.schema import table_to_entries
@@ -227,6 +227,36 @@ class FramedEntries:
                 return []
             first, lo, hi = self._span(start_entry, stop)
         return self._decode_frames(self._frame_bytes(lo, hi), lo, first, start_entry, stop, self._where)
+
+    def read_batches(self, start_entry: int, max_entries: int) -> list[LedgerItem]:
+        """What :meth:`read` reads from ``start_entry`` on, a batch whole (a
+        :class:`BatchEntry`, as its producer sent it) wherever the read holds its first
+        entry: a batch the limit cuts is given whole, so the read may cover more than
+        ``max_entries`` entries. Members of a batch begun before ``start_entry`` come as
+        entries. No object per member of a whole batch."""
+        if start_entry < 0 or max_entries < 0:
+            raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
+        with self._cond:
+            stop = min(self._entries, start_entry + max_entries)
+            if start_entry >= stop:
+                return []
+            first, lo, hi = self._span(start_entry, stop)
+        items = self._decode_appended(self._frame_bytes(lo, hi), lo, first, stop, self._where)
+        out: list[LedgerItem] = []
+        at = first
+        lid = self._ledger_id
+        for item in items:
+            if type(item) is StoredBatch:
+                if at >= start_entry:
+                    out.append(BatchEntry(lid, at, item))
+                else:  # begun before the read: its members from start_entry on
+                    out += small_batch_entries(lid, at, item)[start_entry - at :]
+                at += item.count
+            else:
+                if at >= start_entry:
+                    out.append(item)  # type: ignore[arg-type]
+                at += 1
+        return out
 
     def read_all(self) -> list[Entry]:
         """Every readable entry, in order."""

@@ -45,7 +45,7 @@ from typing import NamedTuple, overload
 from sqlalchemy import delete, insert, select, update
 
 from ledger.checksums import IntegrityError
-from ledger.entry import Entry, Position
+from ledger.entry import BatchEntry, Entry, LedgerItem, Position
 from service import models
 from service.clock import now_ms
 from service.compacted_view import RetiredView
@@ -63,6 +63,7 @@ from service.dispatchers import (
 from service.errors import Conflict, InvalidInput, NotFound, NotOwner, TooLarge, Unavailable
 from service.names import TopicName
 from service.negative_acks import DEFAULT_DELAY_MS, NegativeAcks
+from service.pending_runs import Runs
 from service.topics import EARLIEST, LATEST, Broker, ManagedTopic
 
 COMPACTION_CURSOR = "__compaction"
@@ -177,8 +178,11 @@ class Subscription:
         self.mark_delete = mark_delete
         self.acked = acked
         self.read_pos = mark_delete.next()
-        # Delivered, not acknowledged: position -> times delivered before this delivery.
+        # Delivered, not acknowledged: position -> times delivered before this delivery. A
+        # batch delivered whole is one key, its first member's (see ``runs``).
         self.pending: dict[_Key, int] = {}
+        # The keys of ``pending`` that stand for a whole batch, and their members.
+        self.runs = Runs()
         # Delivered and then rewound, not yet consumed: position -> times delivered so far.
         self.redelivered: dict[_Key, int] = {}
         # Pages delivered under an ack timeout, oldest first: (deadline, their positions).
@@ -202,9 +206,14 @@ class Subscription:
         """Deliver every unacknowledged message again, in order."""
         with self.lock:
             redelivered = self.redelivered
+            runs = self.runs
             for pos, count in self.pending.items():
-                redelivered[pos] = count + 1
+                if pos in runs.lengths:
+                    redelivered.update(dict.fromkeys(runs.members(pos), count + 1))
+                else:
+                    redelivered[pos] = count + 1
             self.pending.clear()
+            runs.clear()
             self.timeouts.clear()
             self.nacks.clear()
             if self.dispatcher is not None:
@@ -212,7 +221,16 @@ class Subscription:
             self.read_pos = self.mark_delete.next()
 
     def was_delivered(self, pos: Position) -> bool:
-        return pos in self.pending or pos in self.redelivered or pos in self.acked
+        return self.is_pending(pos) or pos in self.redelivered or pos in self.acked
+
+    def is_pending(self, pos: _Key) -> bool:
+        """Whether ``pos`` was delivered and is not acknowledged (a member of a whole batch
+        delivered included)."""
+        return pos in self.pending or self.runs.of(pos) is not None
+
+    def unacked(self) -> int:
+        """Messages delivered and not acknowledged (every member of a batch delivered whole)."""
+        return len(self.pending) + self.runs.extra
 
     def next_ack_deadline(self) -> float | None:
         return self.timeouts[0][0] if self.timeouts else None
@@ -231,18 +249,71 @@ class Subscription:
     def ack_upto(self, upto: Position) -> None:
         """Consume every id up to ``upto`` (a cumulative ack)."""
         self.mark_delete = max(self.mark_delete, upto)
-        pending = self.pending
-        if pending:
-            if next(reversed(pending)) <= upto:  # the usual case: the page's last message
-                pending.clear()
-            else:
-                for pos in list(takewhile(lambda p: p <= upto, pending)):
-                    del pending[pos]
+        pending, runs = self.pending, self.runs
+        if not pending:
+            return
+        last = next(reversed(pending))
+        if last <= upto and (not runs or runs.end(last) <= upto):  # the usual case: a page's end
+            pending.clear()
+            runs.clear()
+            return
+        for pos in list(takewhile(lambda p: p <= upto, pending)):
+            count = pending.pop(pos)
+            if pos in runs.lengths:
+                end = runs.end(pos)
+                runs.drop(pos)
+                if end > upto:  # a batch acknowledged up to a member: the rest stays pending
+                    rest = (upto[0], upto[1] + 1)
+                    self.pending = pending = {rest: count, **pending}
+                    if end > rest:
+                        runs.add(rest, end[1] - upto[1])
+                        acked = sum(1 for m in runs.members(rest) if m in self.acked)
+                        if acked:
+                            runs.acked[rest] = acked
 
     def consumer_count(self) -> int:
         if self.type == EXCLUSIVE:
             return 1 if self.consumer is not None else 0
         return len(self.consumers)
+
+    def ack_member(self, pos: Position) -> None:
+        """Acknowledge one delivered message beyond the mark-delete position (Exclusive,
+        Failover): a member of a batch delivered whole counts towards its batch, which is
+        consumed once every member is."""
+        runs = self.runs
+        if runs and pos not in self.acked:
+            first = pos if pos in runs.lengths else (None if pos in self.pending else runs.of(pos))
+            if first is not None:
+                self.acked.add(pos)
+                done = runs.acked.get(first, 0) + 1
+                if done == runs.lengths[first]:
+                    runs.drop(first)
+                    del self.pending[first]
+                else:
+                    runs.acked[first] = done
+                return
+        self.acked.add(pos)
+        self.pending.pop(pos, None)
+
+    def ack_batch(self, first: Position, n: int) -> None:
+        """Acknowledge the ``n`` members of a batch delivered whole (Exclusive, Failover);
+        member by member when it is not pending as one (a part acknowledged, or given back)."""
+        runs, pending = self.runs, self.pending
+        if runs.lengths.get(first) != n or first in runs.acked:
+            for i in range(n):
+                pos = Position(first.ledger_id, first.entry_id + i)
+                if pos > self.mark_delete:
+                    self.ack_member(pos)
+            return
+        floor = next(iter(pending))
+        runs.drop(first)
+        del pending[first]
+        if floor == first:
+            # The oldest delivery: every id before it is acknowledged (the invariant), so the
+            # mark-delete position moves to the batch's last member at once.
+            self.mark_delete = max(self.mark_delete, Position(first.ledger_id, first.entry_id + n - 1))
+        else:  # acknowledged before an older one: kept as individual acks until that one is
+            self.acked.update(Position(first.ledger_id, first.entry_id + i) for i in range(n))
 
     def advance_mark_delete(self) -> None:
         if self.dispatcher is not None:
@@ -532,9 +603,19 @@ class SubscriptionService:
         return c
 
     def receive(
-        self, name: TopicName, sub: str, consumer_id: str, *, max_messages: int = 100, timeout_ms: int = 0
+        self,
+        name: TopicName,
+        sub: str,
+        consumer_id: str,
+        *,
+        max_messages: int = 100,
+        timeout_ms: int = 0,
+        whole: bool = False,
     ) -> Delivery:
-        """Deliver up to ``max_messages``; waits up to ``timeout_ms`` for the first one."""
+        """Deliver up to ``max_messages``; waits up to ``timeout_ms`` for the first one.
+        ``whole``: an Exclusive or Failover consumer receives the log's stored batches whole
+        (:class:`BatchEntry`, acknowledged with ``ack(batches=...)``) where nothing in them was
+        acknowledged or delivered before; every other message comes as an entry."""
         if max_messages < 1:
             raise InvalidInput("maxMessages must be at least 1")
         if timeout_ms < 0:
@@ -555,8 +636,12 @@ class SubscriptionService:
                     if consumer is state.consumer:
                         # Pending deliveries are memory the consumer holds on the server: past the
                         # bound it gets nothing more until it acknowledges (Pulsar blocks it the same way).
-                        room = max_unacked - len(state.pending) if max_unacked else limit
-                        out = self._deliver(state, consumer, min(limit, room)) if room > 0 else Delivery([])
+                        room = max_unacked - state.unacked() if max_unacked else limit
+                        out = (
+                            self._deliver(state, consumer, min(limit, room), whole)
+                            if room > 0
+                            else Delivery([])
+                        )
                     else:
                         out = Delivery([])  # a Failover consumer that is not the active one
                     # An ack timeout due before the deadline must wake us: it makes messages due.
@@ -642,7 +727,7 @@ class SubscriptionService:
         if dispatcher is None:
             # Exclusive and Failover redeliver every unacknowledged message, in order (Pulsar's
             # client turns a negative ack there into redeliverUnacknowledgedMessages()).
-            if any(pos in state.pending for pos, _ in due):
+            if any(state.is_pending(pos) for pos, _ in due):
                 state.rewind()
             return
         by_consumer: dict[str, list[_Key]] = {}
@@ -651,19 +736,39 @@ class SubscriptionService:
         for consumer_id, positions in by_consumer.items():
             dispatcher.redeliver(state, consumer_id, positions)
 
-    def _deliver(self, state: Subscription, consumer: ConsumerInfo, limit: int) -> Delivery:
-        out: list[Entry] = []
+    def _deliver(self, state: Subscription, consumer: ConsumerInfo, limit: int, whole: bool) -> Delivery:
+        out: list[LedgerItem] = []
+        got = 0  # messages in ``out``
         counts: list[int] = []
         delivered: list[_Key] = []
-        pending, redelivered = state.pending, state.redelivered
+        pending, redelivered, runs = state.pending, state.redelivered, state.runs
         while True:
             # Never stop inside a Pulsar batch (see ``dispatchers.rest_of_batch``).
-            rest = rest_of_batch(out[-1]) if out else 0
-            if len(out) >= limit and not rest:
+            rest = rest_of_batch(out[-1]) if out and type(out[-1]) is Entry else 0
+            if got >= limit and not rest:
                 break
-            entries, nxt = self.broker.read_at(
-                state.topic, state.read_pos, max(limit - len(out), rest), consumer.read_compacted
-            )
+            want = max(limit - got, rest)
+            if whole and _reads_whole(state):
+                items, nxt = self.broker.read_batches_at(
+                    state.topic, state.read_pos, want, consumer.read_compacted
+                )
+                if not items:
+                    break
+                for item in items:
+                    key = (item[0], item[1])
+                    pending[key] = 0
+                    if type(item) is BatchEntry:
+                        n = item.batch.count
+                        runs.add(key, n)
+                        got += n
+                    else:
+                        got += 1
+                    delivered.append(key)
+                out.extend(items)
+                counts.extend([0] * len(items))
+                state.read_pos = nxt
+                continue
+            entries, nxt = self.broker.read_at(state.topic, state.read_pos, want, consumer.read_compacted)
             if not entries:
                 break
             positions: list[_Key] = [e[:2] for e in entries]
@@ -679,20 +784,30 @@ class SubscriptionService:
                 page = [0] * len(positions)
                 pending.update(dict.fromkeys(positions, 0))
             out.extend(entries)
+            got += len(entries)
             counts.extend(page)
             delivered.extend(positions)
             state.read_pos = nxt
         if consumer.ack_timeout_ms and delivered:
             state.timeouts.append((time.monotonic() + consumer.ack_timeout_ms / 1000, delivered))
-        if out:
-            state.topic.messages_out.add(len(out))
-        return Delivery(out, counts if any(counts) else None)
+        if got:
+            state.topic.messages_out.add(got)
+        return Delivery(out, counts if any(counts) else None)  # type: ignore[arg-type]  # entries unless ``whole``
 
     def ack(
-        self, name: TopicName, sub: str, consumer_id: str, ids: list[Position], *, cumulative: bool
+        self,
+        name: TopicName,
+        sub: str,
+        consumer_id: str,
+        ids: list[Position],
+        *,
+        cumulative: bool,
+        batches: Sequence[tuple[Position, int]] = (),
     ) -> None:
-        """Acknowledge delivered messages; persisted before it returns. 400 for an id never delivered."""
-        if not ids:
+        """Acknowledge delivered messages; persisted before it returns. 400 for an id never
+        delivered. ``batches`` names batches delivered whole, ``(first member, members)``:
+        each acknowledges every member (a cumulative ack, up to its last)."""
+        if not ids and not batches:
             raise InvalidInput("messageIds must not be empty")
         state = self.get(name, sub)
         with state.lock:
@@ -700,7 +815,14 @@ class SubscriptionService:
             for pos in ids:
                 if pos > state.mark_delete and not state.was_delivered(pos):
                     raise InvalidInput(f"message {pos} was not delivered to this subscription")
+            for first, n in batches:
+                last = Position(first.ledger_id, first.entry_id + n - 1)
+                if last > state.mark_delete and not state.was_delivered(last):
+                    raise InvalidInput(f"message {last} was not delivered to this subscription")
             dispatcher = state.dispatcher
+            if batches and (dispatcher is not None or cumulative):
+                ids = ids + [Position(f.ledger_id, f.entry_id + i) for f, n in batches for i in range(n)]
+                batches = ()
             if dispatcher is not None:
                 if cumulative:  # Pulsar's client refuses it the same way
                     raise InvalidInput(
@@ -715,8 +837,9 @@ class SubscriptionService:
             else:
                 for pos in ids:
                     if pos > state.mark_delete:
-                        state.acked.add(pos)
-                        state.pending.pop(pos, None)
+                        state.ack_member(pos)
+                for first, n in batches:
+                    state.ack_batch(first, n)
             state.advance_mark_delete()
             self._persist(state)
 
@@ -731,7 +854,7 @@ class SubscriptionService:
             for pos in ids:
                 if pos > state.mark_delete and not state.was_delivered(pos):
                     raise InvalidInput(f"message {pos} was not delivered to this subscription")
-            held = [(p[0], p[1]) for p in ids if p in state.pending]
+            held = [(p[0], p[1]) for p in ids if state.is_pending(p)]
             if not held:
                 return  # acknowledged or redelivered already
             now = time.monotonic()
@@ -827,15 +950,13 @@ class SubscriptionService:
                 if st.type == EXCLUSIVE and st.consumer is not None:
                     c = st.consumer
                     consumers.append(
-                        ConsumerStats(
-                            c.consumer_id, c.name, c.read_compacted, c.priority_level, len(st.pending)
-                        )
+                        ConsumerStats(c.consumer_id, c.name, c.read_compacted, c.priority_level, st.unacked())
                     )
                 for c in st.consumers.values():
                     if dispatcher is not None:
                         unacked = dispatcher.unacked(c.consumer_id)
                     else:
-                        unacked = len(st.pending) if c is st.consumer else 0
+                        unacked = st.unacked() if c is st.consumer else 0
                     ranges = None
                     if st.type == KEY_SHARED and dispatcher is not None:
                         ranges = dispatcher.ranges(c.consumer_id)
@@ -850,13 +971,25 @@ class SubscriptionService:
                         type=st.type,
                         backlog=entries,
                         backlog_bytes=size,
-                        unacked=len(st.pending),
+                        unacked=st.unacked(),
                         mark_delete=st.mark_delete if st.mark_delete != NOTHING else None,
                         consumers=consumers,
                         active_consumer=st.consumer.name if st.type == FAILOVER and st.consumer else None,
                     )
                 )
         return out
+
+
+def _reads_whole(state: Subscription) -> bool:
+    """Whether the next read of an Exclusive or Failover subscription may deliver stored batches
+    whole: nothing at or after its read position was acknowledged or delivered before (those
+    go member by member, to leave the acknowledged out and count the redeliveries)."""
+    pos = state.read_pos
+    if pos <= state.mark_delete:
+        return False
+    if state.acked and max(state.acked) >= pos:
+        return False
+    return not state.redelivered or max(state.redelivered) < pos
 
 
 @dataclass

@@ -49,7 +49,7 @@ from compactor.spark import local_cores
 from ledger import paths
 from ledger.batches import appended_table
 from ledger.checksums import IntegrityError
-from ledger.entry import Appended, Entry, Position, StoredBatch, entry_count
+from ledger.entry import Appended, BatchEntry, Entry, LedgerItem, Position, StoredBatch, entry_count
 from ledger.file_cache import FileCache
 from ledger.local_copies import LocalCopies
 from ledger.open_log import OpenLog
@@ -814,9 +814,19 @@ class ManagedLedger:
         ``start`` may name any position: one past a ledger's end or a ledger id that does not
         exist (deleted, or a compacted ledger's) moves on to the next ledger's first entry.
         """
-        out: list[Entry] = []
+        return self._read(start, max_entries, whole=False)  # type: ignore[return-value]
+
+    def read_batches(self, start: Position, max_entries: int) -> tuple[list[LedgerItem], Position]:
+        """What :meth:`read` reads, a stored batch as one :class:`BatchEntry` wherever the read
+        holds it whole (its members otherwise): what a consumer of the log receives, with no
+        object per member. The entries covered may pass ``max_entries`` by the rest of a batch."""
+        return self._read(start, max_entries, whole=True)
+
+    def _read(self, start: Position, max_entries: int, *, whole: bool) -> tuple[list[LedgerItem], Position]:
+        out: list[LedgerItem] = []
+        got = 0  # entries in ``out`` (a whole batch counts its members)
         pos = start
-        while len(out) < max_entries:
+        while got < max_entries:
             with self._lock:
                 snapshot = list(self._ledgers)
                 info = next((i for i in snapshot if i.ledger_id >= pos.ledger_id), None)
@@ -828,7 +838,8 @@ class ManagedLedger:
                 wal = self._wal if is_open else self._sealing.get(info.ledger_id)
                 if wal is not None:
                     # Under the lock: a roll-over or a finished sealing would close this file.
-                    chunk = wal.read(pos.entry_id, max_entries - len(out))
+                    want = max_entries - got
+                    chunk = wal.read_batches(pos.entry_id, want) if whole else wal.read(pos.entry_id, want)
                     ledger_entries = wal.entries
             if wal is None:
                 skip_to = info.lost.skip(pos.entry_id) if info.lost else None
@@ -837,14 +848,19 @@ class ManagedLedger:
                     if pos.entry_id >= info.entries:
                         pos = Position(info.ledger_id + 1, 0)
                     continue
-                want = max_entries - len(out)
+                want = max_entries - got
                 if info.lost:
                     want = min(want, info.lost.room(pos.entry_id))
                 try:
                     # acquire/release rather than a ``with``: this runs for every page read.
                     slot = self._files.acquire((self.root, info.ledger_id), self._opener(info.ledger_id))
                     try:
-                        chunk = slot.reader.read(pos.entry_id, want)
+                        reader = slot.reader
+                        chunk = (
+                            reader.read_batches(pos.entry_id, want)
+                            if whole
+                            else reader.read(pos.entry_id, want)
+                        )
                     finally:
                         self._files.release(slot)
                 except IntegrityError as e:
@@ -858,7 +874,14 @@ class ManagedLedger:
                 ledger_entries = info.entries
             out.extend(chunk)
             if chunk:
-                pos = chunk[-1].position.next()
+                last = chunk[-1]
+                if whole:
+                    got += sum(i.batch.count if type(i) is BatchEntry else 1 for i in chunk)
+                    end = last.entry_id + (last.batch.count if type(last) is BatchEntry else 1)
+                    pos = Position(last.ledger_id, end)
+                else:
+                    got += len(chunk)
+                    pos = last.position.next()
             if pos.entry_id >= ledger_entries:
                 if is_open:
                     break

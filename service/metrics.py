@@ -196,7 +196,7 @@ class TopicCollector(Collector):
                 total_backlog += n
                 attached += has_consumer
                 sub_backlog.add_metric([*lv, sub.name], n)
-                sub_unacked.add_metric([*lv, sub.name], len(sub.pending))
+                sub_unacked.add_metric([*lv, sub.name], sub.unacked())
                 sub_consumers.add_metric([*lv, sub.name], has_consumer)
             backlog.add_metric(lv, total_backlog)
             subs_count.add_metric(lv, len(subscriptions))

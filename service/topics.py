@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError as DuplicateRow
 
 from ledger import paths, row_group_cache
 from ledger.checksums import IntegrityError
-from ledger.entry import Appended, Entry, Position, StoredBatch, record_size
+from ledger.entry import Appended, BatchEntry, Entry, LedgerItem, Position, StoredBatch, record_size
 from ledger.storage import StoragePath, as_storage_path
 from service import deduplication, models
 from service.clock import now_ms
@@ -587,17 +587,29 @@ class Broker:
         return out, nxt
 
     def read_waiting(
-        self, name: TopicName, pos: Position, limit: int, *, read_compacted: bool, timeout_s: float
-    ) -> tuple[list[Entry], Position]:
+        self,
+        name: TopicName,
+        pos: Position,
+        limit: int,
+        *,
+        read_compacted: bool,
+        timeout_s: float,
+        whole: bool = False,
+    ) -> tuple[list[LedgerItem], Position]:
         """``read_at`` for a reader that keeps its own position (Pulsar's non-durable cursor):
-        when nothing is there yet, wait up to ``timeout_s`` for the next entry."""
+        when nothing is there yet, wait up to ``timeout_s`` for the next entry. ``whole``:
+        stored batches whole (:meth:`read_batches_at`)."""
         topic = self.topic(name)
         limit = min(limit, self.settings.max_read_messages)
-        out, nxt = self.read_at(topic, pos, limit, read_compacted)
+        read = cast(
+            Callable[[ManagedTopic, Position, int, bool], tuple[list[LedgerItem], Position]],
+            self.read_batches_at if whole else self.read_at,
+        )
+        out, nxt = read(topic, pos, limit, read_compacted)
         if not out and timeout_s > 0:
             topic.ledger.wait_for_entries(Position(nxt.ledger_id, nxt.entry_id - 1), timeout_s)
-            out, nxt = self.read_at(topic, nxt, limit, read_compacted)
-        topic.messages_out.add(len(out))
+            out, nxt = read(topic, nxt, limit, read_compacted)
+        topic.messages_out.add(messages_in(out) if whole else len(out))
         return out, nxt
 
     def producer_sequences(self, name: TopicName) -> ProducerSequences:
@@ -625,6 +637,16 @@ class Broker:
                     return view.ledger.last_position
             except RetiredView:
                 continue  # a compaction committed meanwhile: ask its ledger
+
+    def read_batches_at(
+        self, topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
+    ) -> tuple[list[LedgerItem], Position]:
+        """:meth:`read_at`, with the log's stored batches whole where the read holds them
+        (``ManagedLedger.read_batches``); the compacted view's messages come as entries."""
+        view = topic.view if read_compacted else None
+        if read_compacted and (topic.repair is not None or (view is not None and pos <= view.horizon)):
+            return self.read_at(topic, pos, limit, read_compacted)  # type: ignore[return-value]
+        return topic.ledger.read_batches(pos, limit)
 
     def read_at(
         self, topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
@@ -665,6 +687,11 @@ class Broker:
                 return out, nxt
             rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))
             return out + rest, nxt_pos
+
+
+def messages_in(items: Sequence[LedgerItem]) -> int:
+    """Messages ``items`` hold: a whole batch counts its members."""
+    return sum(i.batch.count if type(i) is BatchEntry else 1 for i in items)
 
 
 def _lost(name: TopicName) -> OwnershipLost:

@@ -31,6 +31,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import BoundedDict, Handler, PulsarConnection
@@ -47,7 +48,7 @@ from api.pulsar.messages import (
     stored_metadata,
 )
 from api.pulsar.schemas import consumer_schema
-from ledger.entry import Entry, Position, StoredBatch
+from ledger.entry import BatchEntry, Entry, LedgerItem, Position, StoredBatch
 from service.authorization import Rule
 from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
 from service.dispatchers import rest_of_batch
@@ -77,7 +78,7 @@ _MAX_BATCHES = 100_000
 
 @dataclass(frozen=True)
 class _Page:
-    entries: list[Entry]
+    entries: Sequence[LedgerItem]
     redelivery_counts: list[int] | None = None
 
 
@@ -99,8 +100,9 @@ class WireSubscriber:
         self.read_compacted = read_compacted
         self.permits = 0
         self.closed = False
-        # Batches sent and not yet acknowledged whole: (ledger, batch entry) -> members sent.
-        self.batches: dict[Position, list[Position]] = BoundedDict(_MAX_BATCHES)
+        # Batches sent and not yet acknowledged whole: (ledger, batch entry) -> members sent, or
+        # how many when the batch went whole (a ``BatchEntry``: acknowledged as one).
+        self.batches: dict[Position, list[Position] | int] = BoundedDict(_MAX_BATCHES)
         self._permitted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
@@ -213,7 +215,23 @@ class WireSubscriber:
         spent = 0
         i = 0
         while i < len(entries):
-            e = entries[i]
+            item = entries[i]
+            if isinstance(item, BatchEntry):
+                # A batch whole, as stored: no object per member (acknowledged as one).
+                batch = item.batch
+                first = _tuple_new(Position, item[:2])
+                self.batches[first] = batch.count
+                cmd = command(
+                    pb.BaseCommand.MESSAGE,
+                    consumer_id=self.consumer_id,
+                    message_id=id_data(first),
+                    redelivery_count=counts[i] if counts else 0,
+                )
+                self.conn.write(encode_payload(cmd, stored_metadata(batch), batch.payload))
+                spent += batch.count
+                i += 1
+                continue
+            e = item
             if e.batch_index is None:
                 cmd = command(
                     pb.BaseCommand.MESSAGE,
@@ -229,12 +247,13 @@ class WireSubscriber:
             j = i + 1
             while (
                 j < len(entries)
-                and entries[j].batch_index is not None
-                and entries[j].ledger_id == e.ledger_id
-                and entries[j].entry_id - entries[j].batch_index == start  # type: ignore[operator]
+                and isinstance(m := entries[j], Entry)
+                and m.batch_index is not None
+                and m.ledger_id == e.ledger_id
+                and m.entry_id - m.batch_index == start
             ):
                 j += 1
-            members = entries[i:j]
+            members = cast(list[Entry], entries[i:j])
             first = Position(e.ledger_id, start)
             stored = self._stored(first) if len(members) == e.batch_size else None
             ack_set: list[int]
@@ -261,24 +280,37 @@ class WireSubscriber:
         topic = self.conn.ctx.broker.served(self.topic)
         return topic.ledger.stored_batch(first) if topic is not None else None
 
-    def positions(self, ids: Sequence[pb.MessageIdData], *, cumulative: bool) -> list[Position]:
-        """The stored positions a client's ids name. A batch named whole (no batch index:
-        every member acknowledged) is the members this consumer was sent; with an ``ack_set``
-        (batch-index acknowledgement), the members whose bit is clear."""
+    def positions(
+        self, ids: Sequence[pb.MessageIdData], *, cumulative: bool, expand: bool = False
+    ) -> tuple[list[Position], list[tuple[Position, int]]]:
+        """The stored positions a client's ids name, and the batches sent whole that they name
+        whole, ``(first member, members)`` (every member of those, with ``expand``). A batch
+        named whole (no batch index: every member acknowledged) is the members this consumer
+        was sent; with an ``ack_set`` (batch-index acknowledgement), the members whose bit is
+        clear."""
         out: list[Position] = []
+        whole: list[tuple[Position, int]] = []
         for data in ids:
             pos = position(data)
             members = self.batches.get(pos) if data.batch_index < 0 else None
             if members is None:
                 out.append(pos)
                 continue
+            if type(members) is int:
+                n = members
+                if not data.ack_set and not cumulative and not expand:
+                    del self.batches[pos]
+                    whole.append((pos, n))
+                    continue
+                members = [Position(pos.ledger_id, pos.entry_id + i) for i in range(n)]
+            assert isinstance(members, list)
             if data.ack_set:
                 acked = [m for m in members if not _bit(data.ack_set, m.entry_id - pos.entry_id)]
                 out.extend(acked[-1:] if cumulative else acked)
             else:
                 del self.batches[pos]
                 out.extend(members[-1:] if cumulative else members)
-        return out
+        return out, whole
 
     def _closed_by_broker(self) -> None:
         if not self.closed:
@@ -294,7 +326,9 @@ class WireSubscriber:
     async def wait_closed(self) -> None:
         """Until what ``close`` started is done (a consumer detached from its subscription)."""
 
-    async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
+    async def ack(
+        self, ids: list[Position], *, cumulative: bool, batches: list[tuple[Position, int]]
+    ) -> None:
         raise NotImplementedError
 
     async def redeliver(self, ids: list[Position]) -> None:
@@ -340,6 +374,7 @@ class WireConsumer(WireSubscriber):
                     self.service_id,
                     max_messages=limit,
                     timeout_ms=int(_POLL_S * 1000) if on_thread else 0,
+                    whole=True,
                 )
                 remaining = deadline - loop.time()
                 if delivered.entries or self.closed or remaining <= 0 or seen is None:
@@ -371,10 +406,18 @@ class WireConsumer(WireSubscriber):
         if self._detached is not None:
             await self._detached
 
-    async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
+    async def ack(
+        self, ids: list[Position], *, cumulative: bool, batches: list[tuple[Position, int]]
+    ) -> None:
         subs = self.conn.ctx.subscriptions
         await self.conn.call(
-            subs.ack, self.topic, self.subscription, self.service_id, ids, cumulative=cumulative
+            subs.ack,
+            self.topic,
+            self.subscription,
+            self.service_id,
+            ids,
+            cumulative=cumulative,
+            batches=batches,
         )
         self.nudge()  # a consumer at its bound of unacknowledged messages may receive again
 
@@ -427,13 +470,14 @@ class WireReader(WireSubscriber):
                     limit,
                     read_compacted=self.read_compacted,
                     timeout_s=_POLL_S if on_thread else 0,
+                    whole=True,
                 )
                 remaining = deadline - loop.time()
                 if entries or self.closed or remaining <= 0 or on_thread:
                     break
                 await self._wait(Position(nxt.ledger_id, nxt.entry_id - 1), remaining)
         # The rest of a batch the page ends inside (its members are one entry to the client).
-        while entries and (rest := rest_of_batch(entries[-1])):
+        while entries and type(entries[-1]) is Entry and (rest := rest_of_batch(entries[-1])):
             more, after = await self.conn.call(
                 self.conn.ctx.broker.read_waiting,
                 self.topic,
@@ -449,7 +493,9 @@ class WireReader(WireSubscriber):
             self.position = nxt
         return _Page(entries)
 
-    async def ack(self, ids: list[Position], *, cumulative: bool) -> None:
+    async def ack(
+        self, ids: list[Position], *, cumulative: bool, batches: list[tuple[Position, int]]
+    ) -> None:
         return None  # a non-durable cursor keeps no acknowledgements
 
     async def redeliver(self, ids: list[Position]) -> None:
@@ -577,7 +623,8 @@ async def ack(conn: PulsarConnection, frame: Frame) -> None:
     if c is not None and req.message_id:
         try:
             cumulative = req.ack_type == pb.CommandAck.Cumulative
-            await c.ack(c.positions(req.message_id, cumulative=cumulative), cumulative=cumulative)
+            ids, whole = c.positions(req.message_id, cumulative=cumulative)
+            await c.ack(ids, cumulative=cumulative, batches=whole)
         except ServiceError as e:
             # Pulsar ignores an ack it cannot apply (an id already acknowledged, or unknown).
             log.debug("ack from consumer %s ignored: %s", req.consumer_id, e)
@@ -597,7 +644,7 @@ async def redeliver(conn: PulsarConnection, frame: Frame) -> None:
     if c is None:
         return
     try:
-        await c.redeliver(c.positions(req.message_ids, cumulative=False))
+        await c.redeliver(c.positions(req.message_ids, cumulative=False, expand=True)[0])
     except ServiceError as e:
         log.debug("redelivery for consumer %s ignored: %s", req.consumer_id, e)
 

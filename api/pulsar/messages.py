@@ -224,6 +224,18 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
 def stored_metadata(batch: StoredBatch) -> bytes:
     """A stored batch's metadata as its consumers receive it: as its producer sent it, with
     the broker's publish time (every id and time a client sees is the same over every path)."""
+    if not batch.metadata:  # rebuilt from a sealed ledger's rows (``ledger.entry.BatchEntry``)
+        md = pb.MessageMetadata(
+            producer_name=batch.producer_name,
+            sequence_id=batch.sequence_id,
+            publish_time=batch.publish_time,
+            num_messages_in_batch=batch.count,
+        )
+        if batch.deliver_at_time is not None:
+            md.deliver_at_time = batch.deliver_at_time
+        if batch.schema_version is not None:
+            md.schema_version = batch.schema_version
+        return md.SerializeToString()
     md = pb.MessageMetadata.FromString(batch.metadata)
     md.publish_time = batch.publish_time
     return md.SerializeToString()
