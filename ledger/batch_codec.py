@@ -806,17 +806,18 @@ def encode_row_batches(
         raise ValueError(f"batches outside the table's {n} rows")
     if _native is None:
         return _encode_rows(table, starts, counts)
+    have = frozenset(table.column_names)  # (a list built anew on every call: look once)
     props, names, texts = _map_columns(table)
     payloads, sizes = _native.encode_rows(
         n,
-        _arrow_column(table, KEY, _STRING),
-        _arrow_column(table, VALUE, _BINARY),
+        _arrow_column(table, have, KEY, _STRING),
+        _arrow_column(table, have, VALUE, _BINARY),
         props,
         names,
         texts,
-        _arrow_column(table, EVENT_TIME, _INT64),
-        _arrow_column(table, ORDERING_KEY, _BINARY),
-        _arrow_column(table, SEQUENCE_ID, _INT64),
+        _arrow_column(table, have, EVENT_TIME, _INT64),
+        _arrow_column(table, have, ORDERING_KEY, _BINARY),
+        _arrow_column(table, have, SEQUENCE_ID, _INT64),
         starts,
         counts,
     )
@@ -854,8 +855,8 @@ def _buffers_of(array: pa.Array) -> _ArrowColumn:
     return (n, array.offset, valid, buffers[1], buffers[2] if buffers[2] is not None else b"")
 
 
-def _arrow_column(table: pa.Table, name: str, expected: pa.DataType) -> _ArrowColumn:
-    if name not in table.column_names:  # a file from before the column
+def _arrow_column(table: pa.Table, have: frozenset[str], name: str, expected: pa.DataType) -> _ArrowColumn:
+    if name not in have:  # a file from before the column
         return None
     column = table.column(name)
     if column.null_count == table.num_rows:

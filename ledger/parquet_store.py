@@ -297,31 +297,36 @@ def table_to_items(table: pa.Table) -> list[LedgerItem]:
     The batches are found over the batch columns in bulk and their payloads encoded from the
     Arrow buffers (:func:`ledger.batch_codec.encode_row_batches`): no Python object per member.
     """
+    have = frozenset(table.column_names)  # (a list built anew on every call: look once)
     starts = whole_batches(table)
     if not len(starts):
         return list(table_to_entries(table))
     n = table.num_rows
-    counts = table.column(BATCH_SIZE).take(pa.array(starts)).to_numpy().astype(np.int64)
-    # The rows outside the whole batches: +1 where a batch starts, -1 after it ends.
-    edges = np.zeros(n + 1, np.int64)
-    np.add.at(edges, starts, 1)
-    np.add.at(edges, starts + counts, -1)
-    loose = np.flatnonzero(np.cumsum(edges[:n]) == 0)
-    entries = table_to_entries(table.take(pa.array(loose))) if len(loose) else []
+    counts = _numbers(table.column(BATCH_SIZE), 0)[starts]
+    # The rows outside the whole batches, in runs: each batch ends one (or an empty one).
+    run_starts = np.concatenate(([0], starts + counts))
+    run_ends = np.append(starts, n)
+    loose_runs = [
+        table.slice(a, b - a) for a, b in zip(run_starts.tolist(), run_ends.tolist(), strict=True) if b > a
+    ]
+    # One conversion of them all (slices, concatenated without a copy): its cost is mostly per call.
+    entries = table_to_entries(pa.concat_tables(loose_runs)) if loose_runs else []
     payloads, sizes = encode_row_batches(table, starts, counts)
     at = pa.array(starts)
 
     def first_members(name: str) -> list[Any]:
         """Column ``name`` of each batch's first member (None where a file lacks it)."""
-        if name not in table.column_names:
+        if name not in have:
             return [None] * len(starts)
         return table.column(name).take(at).to_pylist()  # type: ignore[no-any-return]
 
-    ledger_ids, entry_ids, publish_times = map(first_members, (LEDGER_ID, ENTRY_ID, PUBLISH_TIME))
+    ledger_id = table.column(LEDGER_ID)[0].as_py()  # the rows of one ledger
+    entry_ids = first_members(ENTRY_ID)
+    publish_times = first_members(PUBLISH_TIME)
     producers, sequence_ids = first_members(PRODUCER_NAME), first_members(SEQUENCE_ID)
     deliver_at, schemas = first_members(DELIVER_AT_TIME), first_members(SCHEMA_VERSION)
-    # Where each batch goes among the loose entries: after the ones on rows before it.
-    cuts = np.searchsorted(loose, starts).tolist()
+    # How many loose entries come before each batch: the loose rows before its first row.
+    cuts = (starts - np.concatenate(([0], np.cumsum(counts)[:-1]))).tolist()
     items: list[LedgerItem] = []
     taken = 0
     for k, count in enumerate(counts.tolist()):
@@ -343,7 +348,7 @@ def table_to_items(table: pa.Table) -> list[LedgerItem]:
             schema_version=schemas[k],
             publish_time=publish_times[k],
         )
-        items.append(BatchEntry(ledger_ids[k], entry_ids[k], stored))
+        items.append(BatchEntry(ledger_id, entry_ids[k], stored))
     items.extend(entries[taken:])
     return items
 
@@ -357,13 +362,12 @@ def whole_batches(table: pa.Table) -> np.ndarray:
     with the same size begins at that start and is as long as the size (an index is below the
     size, so a run is never longer)."""
     n = table.num_rows
-    names = table.column_names
-    if not n or BATCH_INDEX not in names or BATCH_SIZE not in names:
+    if not n or table.schema.get_field_index(BATCH_SIZE) < 0:  # a file from before batches
         return np.empty(0, np.int64)
     if table.column(BATCH_INDEX).null_count == n:  # no member of a batch (most REST-made ledgers)
         return np.empty(0, np.int64)
-    index = pc.fill_null(table.column(BATCH_INDEX), -1).to_numpy().astype(np.int64)
-    size = pc.fill_null(table.column(BATCH_SIZE), 0).to_numpy().astype(np.int64)
+    index = _numbers(table.column(BATCH_INDEX), -1)
+    size = _numbers(table.column(BATCH_SIZE), 0)
     rows = np.arange(n, dtype=np.int64)
     member = (index >= 0) & (index < size)
     first = np.where(member, rows - index, -1)
@@ -373,6 +377,13 @@ def whole_batches(table: pa.Table) -> np.ndarray:
     run_lengths = np.diff(np.append(run_starts, n))
     whole = (first[run_starts] == run_starts) & (run_lengths == size[run_starts])
     return run_starts[whole]
+
+
+def _numbers(column: pa.ChunkedArray, null: int) -> np.ndarray:
+    """An int column as int64 numbers, ``null`` where it is null."""
+    if column.null_count:
+        column = pc.fill_null(column, null)
+    return column.to_numpy().astype(np.int64, copy=False)
 
 
 class SealedLedger:
