@@ -22,6 +22,15 @@
  *     the member whose batch index is i, or an empty slot (batch_codec.encode_batch_payload;
  *     batch_codec._encode is its specification, the bytes api.pulsar.messages wrote before).
  *     An item of another type than Entry declares is a TypeError.
+ *
+ * encode_rows(rows, key, value, properties, names, texts, event_time, ordering_key, sequence_id,
+ *             starts, counts) -> (payloads, sizes)
+ *     The same bytes straight from the Arrow buffers of a sealed ledger's rows (a table slice of
+ *     `rows` rows; each column a tuple (length, offset, validity, offsets, data) or None, see
+ *     batch_codec.encode_row_batches), with no Python object per member: batch k is rows
+ *     starts[k] .. starts[k] + counts[k] - 1 (int64 arrays), row j of it in slot j. Returns the
+ *     payloads and the sums of their members' record sizes. Every buffer is checked to hold what
+ *     is read from it (ValueError if not).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -1288,6 +1297,311 @@ done:
     return result;
 }
 
+/* ---- a consumer's batches, encoded from a sealed ledger's columns ----------------------------- */
+
+/* A column of a table slice, as Arrow lays it out: its first row at `offset` in its buffers, a
+ * validity bitmap (absent: no nulls), int32 offsets and data (variable width) or 8-byte numbers
+ * (data only). Absent altogether (`present` 0): a column every row of which is null. */
+typedef struct {
+    int present;
+    Py_ssize_t length, offset;
+    Py_buffer valid, offsets, data;
+} Col;
+
+static void col_release(Col *c)
+{
+    if (c->valid.obj)
+        PyBuffer_Release(&c->valid);
+    if (c->offsets.obj)
+        PyBuffer_Release(&c->offsets);
+    if (c->data.obj)
+        PyBuffer_Release(&c->data);
+}
+
+/* Fills `c` from None or a tuple (length, offset, validity, offsets, data), each buffer None or
+ * bytes-like; checks that the buffers hold `length` rows from `offset` (`width` bytes a value,
+ * 0 for a variable-width column), so that no read below goes outside them. `need` is the rows
+ * the caller will read. */
+static int col_parse(PyObject *obj, Col *c, int width, Py_ssize_t need, const char *name)
+{
+    PyObject *valid, *offsets, *data;
+    Py_ssize_t end;
+    memset(c, 0, sizeof(*c));
+    if (obj == Py_None)
+        return 0;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 5) {
+        PyErr_Format(PyExc_TypeError, "column %s: not (length, offset, validity, offsets, data)", name);
+        return -1;
+    }
+    if (!PyArg_ParseTuple(obj, "nnOOO", &c->length, &c->offset, &valid, &offsets, &data))
+        return -1;
+    c->present = 1;
+    if (c->length < need || c->offset < 0 || c->offset > PY_SSIZE_T_MAX / 16 - c->length) {
+        PyErr_Format(PyExc_ValueError, "column %s: %zd rows at %zd, %zd needed", name, c->length, c->offset, need);
+        return -1;
+    }
+    end = c->offset + c->length;
+    if ((valid != Py_None && PyObject_GetBuffer(valid, &c->valid, PyBUF_SIMPLE) < 0) ||
+        (offsets != Py_None && PyObject_GetBuffer(offsets, &c->offsets, PyBUF_SIMPLE) < 0) ||
+        (data != Py_None && PyObject_GetBuffer(data, &c->data, PyBUF_SIMPLE) < 0))
+        return -1;
+    if (c->valid.obj && c->valid.len < (end + 7) / 8)
+        goto short_buffer;
+    if (width ? (c->data.obj == NULL || c->data.len / width < end)
+              : (c->offsets.obj == NULL || c->offsets.len / 4 < end + 1 || c->data.obj == NULL))
+        goto short_buffer;
+    return 0;
+short_buffer:
+    PyErr_Format(PyExc_ValueError, "column %s: its buffers do not hold %zd rows at %zd", name, c->length, c->offset);
+    return -1;
+}
+
+/* Whether row `i` of a column has a value. */
+static inline int col_valid(const Col *c, Py_ssize_t i)
+{
+    Py_ssize_t at;
+    if (!c->present)
+        return 0;
+    if (c->valid.obj == NULL)
+        return 1;
+    at = c->offset + i;
+    return (((const uint8_t *)c->valid.buf)[at >> 3] >> (at & 7)) & 1;
+}
+
+static inline int64_t col_i64(const Col *c, Py_ssize_t i)
+{
+    int64_t v;
+    memcpy(&v, (const char *)c->data.buf + 8 * (c->offset + i), 8);
+    return v;
+}
+
+static inline int32_t col_offset(const Col *c, Py_ssize_t i)
+{
+    int32_t v;
+    memcpy(&v, (const char *)c->offsets.buf + 4 * (c->offset + i), 4);
+    return v;
+}
+
+/* Row `i` of a variable-width column (its offsets checked against its data). */
+static int col_bytes(const Col *c, Py_ssize_t i, const char **p, Py_ssize_t *n, const char *name)
+{
+    int32_t a = col_offset(c, i), b = col_offset(c, i + 1);
+    if (a < 0 || b < a || b > c->data.len) {
+        PyErr_Format(PyExc_ValueError, "column %s: row %zd lies outside its data", name, i);
+        return -1;
+    }
+    *p = (const char *)c->data.buf + a;
+    *n = b - a;
+    return 0;
+}
+
+/* The columns of a member, and the properties map (offsets into `names` and `texts`). */
+typedef struct {
+    Col key, value, props, names, texts, event, okey, seq;
+} Rows;
+
+static void rows_release(Rows *r)
+{
+    col_release(&r->key);
+    col_release(&r->value);
+    col_release(&r->props);
+    col_release(&r->names);
+    col_release(&r->texts);
+    col_release(&r->event);
+    col_release(&r->okey);
+    col_release(&r->seq);
+}
+
+/* The properties of row `i`, as a dict of the map's pairs holds them (props_dedupe): what
+ * table_to_entries makes of a map. A null map has none. */
+static int row_props(const Rows *r, Py_ssize_t i, Props *ps)
+{
+    int32_t a, b, j;
+    ps->len = 0;
+    if (!col_valid(&r->props, i))
+        return 0;
+    a = col_offset(&r->props, i);
+    b = col_offset(&r->props, i + 1);
+    if (a < 0 || b < a || b > r->names.length || b > r->texts.length) {
+        PyErr_Format(PyExc_ValueError, "column properties: row %zd lies outside its pairs", i);
+        return -1;
+    }
+    for (j = a; j < b; j++) {
+        Prop prop;
+        const char *k, *v;
+        if (!col_valid(&r->names, j) || !col_valid(&r->texts, j)) {
+            PyErr_Format(PyExc_ValueError, "row %zd: a property name or value is null", i);
+            return -1;
+        }
+        if (col_bytes(&r->names, j, &k, &prop.klen, "properties' names") < 0 ||
+            col_bytes(&r->texts, j, &v, &prop.vlen, "properties' values") < 0)
+            return -1;
+        prop.k = (const uint8_t *)k;
+        prop.v = (const uint8_t *)v;
+        prop.at = ps->len;
+        if (props_push(ps, &prop) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    ps->len = props_dedupe(ps);
+    return 0;
+}
+
+/* Appends row `i` as a member (encode_member's bytes for the Entry table_to_entries makes of
+ * the row) and adds its record size to `*size`. */
+static int encode_row(Buf *out, const Rows *r, Py_ssize_t i, Props *ps, unsigned long long *size)
+{
+    const char *k = NULL, *v = "", *ok = NULL;
+    Py_ssize_t klen = 0, vlen = 0, oklen = 0, meta = 0, j;
+    int has_key = col_valid(&r->key, i), has_value = col_valid(&r->value, i);
+    int has_okey = col_valid(&r->okey, i), has_seq = col_valid(&r->seq, i);
+    uint64_t event_time = col_valid(&r->event, i) ? (uint64_t)col_i64(&r->event, i) : 0;
+    uint64_t sequence_id = has_seq ? (uint64_t)col_i64(&r->seq, i) : 0;
+    char *p;
+
+    if (row_props(r, i, ps) < 0)
+        return -1;
+    for (j = 0; j < ps->len; j++) {
+        meta += field_size(field_size(ps->items[j].klen) + field_size(ps->items[j].vlen));
+        *size += (unsigned long long)(ps->items[j].klen + ps->items[j].vlen);
+    }
+    if (has_key) {
+        if (col_bytes(&r->key, i, &k, &klen, "key") < 0)
+            return -1;
+        meta += field_size(klen);
+        *size += (unsigned long long)klen;
+    }
+    if (has_value && col_bytes(&r->value, i, &v, &vlen, "value") < 0)
+        return -1;
+    *size += (unsigned long long)vlen;
+    meta += 1 + varint_size((uint64_t)vlen);
+    if (event_time) /* 0 is no event time */
+        meta += 1 + varint_size(event_time);
+    if (has_okey) {
+        if (col_bytes(&r->okey, i, &ok, &oklen, "ordering key") < 0)
+            return -1;
+        meta += field_size(oklen);
+    }
+    if (has_seq)
+        meta += 1 + varint_size(sequence_id);
+    if (!has_value)
+        meta += 2;
+    if ((uint64_t)meta > 0xffffffffu) {
+        PyErr_Format(PyExc_ValueError, "row %zd: its metadata is over 4 GiB", i);
+        return -1;
+    }
+    if ((p = buf_reserve(out, 4 + meta + vlen)) == NULL)
+        return -1;
+    out->len += 4 + meta + vlen;
+    *p++ = (char)(meta >> 24);
+    *p++ = (char)(meta >> 16);
+    *p++ = (char)(meta >> 8);
+    *p++ = (char)meta;
+    for (j = 0; j < ps->len; j++) {
+        const Prop *q = &ps->items[j];
+        *p++ = (char)T_PROPERTIES;
+        p = put_varint(p, (uint64_t)(field_size(q->klen) + field_size(q->vlen)));
+        p = put_field(p, T_KV_KEY, (const char *)q->k, q->klen);
+        p = put_field(p, T_KV_VALUE, (const char *)q->v, q->vlen);
+    }
+    if (has_key)
+        p = put_field(p, T_PARTITION_KEY, k, klen);
+    *p++ = (char)T_PAYLOAD_SIZE;
+    p = put_varint(p, (uint64_t)vlen);
+    if (event_time) {
+        *p++ = (char)T_EVENT_TIME;
+        p = put_varint(p, event_time);
+    }
+    if (has_okey)
+        p = put_field(p, T_ORDERING_KEY, ok, oklen);
+    if (has_seq) {
+        *p++ = (char)T_SEQUENCE_ID;
+        p = put_varint(p, sequence_id);
+    }
+    if (!has_value) {
+        *p++ = (char)T_NULL_VALUE;
+        *p++ = 1;
+    }
+    if (vlen)
+        memcpy(p, v, (size_t)vlen);
+    return 0;
+}
+
+static PyObject *codec_encode_rows(PyObject *self, PyObject *args)
+{
+    PyObject *key, *value, *props, *names, *texts, *event, *okey, *seq, *payloads = NULL, *sizes = NULL,
+                                                                       *result = NULL;
+    Py_buffer starts = {0}, counts = {0};
+    Py_ssize_t rows, nbatches, k;
+    Rows r;
+    Props ps = {NULL, 0, 0};
+    (void)self;
+    memset(&r, 0, sizeof(r));
+    if (!PyArg_ParseTuple(args, "nOOOOOOOOy*y*:encode_rows", &rows, &key, &value, &props, &names, &texts, &event,
+                          &okey, &seq, &starts, &counts))
+        return NULL;
+    /* The pairs are as many as the map's offsets say, checked row by row against their lengths. */
+    if (rows < 0 || col_parse(key, &r.key, 0, rows, "key") < 0 || col_parse(value, &r.value, 0, rows, "value") < 0 ||
+        col_parse(props, &r.props, 0, rows, "properties") < 0 ||
+        col_parse(names, &r.names, 0, 0, "properties' names") < 0 ||
+        col_parse(texts, &r.texts, 0, 0, "properties' values") < 0 ||
+        col_parse(event, &r.event, 8, rows, "event_time") < 0 ||
+        col_parse(okey, &r.okey, 0, rows, "ordering_key") < 0 || col_parse(seq, &r.seq, 8, rows, "sequence_id") < 0)
+        goto done;
+    if (r.props.present && !(r.names.present && r.texts.present)) {
+        PyErr_SetString(PyExc_ValueError, "a properties map without its names and values");
+        goto done;
+    }
+    if (starts.len != counts.len || starts.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "starts and counts must be int64 arrays of one length");
+        goto done;
+    }
+    nbatches = starts.len / 8;
+    if ((payloads = PyList_New(nbatches)) == NULL || (sizes = PyList_New(nbatches)) == NULL)
+        goto done;
+    for (k = 0; k < nbatches; k++) {
+        int64_t first, count, i;
+        Buf out = {NULL, 0, 0};
+        unsigned long long size = 0;
+        PyObject *payload, *total;
+        memcpy(&first, (const char *)starts.buf + 8 * k, 8);
+        memcpy(&count, (const char *)counts.buf + 8 * k, 8);
+        if (first < 0 || count < 0 || first > rows || count > rows - first) {
+            PyErr_Format(PyExc_ValueError, "batch %zd: rows %lld..+%lld outside the %zd rows", k, (long long)first,
+                         (long long)count, rows);
+            goto done;
+        }
+        /* Every member's size, its metadata and its value: the values are most of it. */
+        if (buf_init(&out, r.value.present && count
+                               ? 24 * (Py_ssize_t)count + (col_offset(&r.value, (Py_ssize_t)(first + count)) -
+                                                           col_offset(&r.value, (Py_ssize_t)first))
+                               : 24 * (Py_ssize_t)count) < 0)
+            goto done;
+        for (i = first; i < first + count; i++) {
+            if (encode_row(&out, &r, (Py_ssize_t)i, &ps, &size) < 0) {
+                Py_XDECREF(out.obj);
+                goto done;
+            }
+        }
+        if ((payload = buf_finish(&out)) == NULL)
+            goto done;
+        PyList_SET_ITEM(payloads, k, payload);
+        if ((total = PyLong_FromUnsignedLongLong(size)) == NULL)
+            goto done;
+        PyList_SET_ITEM(sizes, k, total);
+    }
+    result = PyTuple_Pack(2, payloads, sizes);
+done:
+    Py_XDECREF(payloads);
+    Py_XDECREF(sizes);
+    PyMem_RawFree(ps.items);
+    rows_release(&r);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&counts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"check", codec_check, METH_VARARGS,
      "check(payload, count, max_members, first_sequence_id) -> sum of the members' record sizes"},
@@ -1295,6 +1609,9 @@ static PyMethodDef methods[] = {
      "decode(ledger_id, batches, max_members) -> the rows of the batches' members, as buffers"},
     {"encode", codec_encode, METH_VARARGS,
      "encode(entries, batch_size) -> a batch payload of the entries, an empty slot where none is"},
+    {"encode_rows", codec_encode_rows, METH_VARARGS,
+     "encode_rows(rows, key, value, properties, names, texts, event_time, ordering_key, sequence_id, starts, "
+     "counts) -> (payloads, record sizes) of batches of a table's rows, from its Arrow buffers"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,6 +40,10 @@ SingleMessageMetadata is what protobuf writes for it (fields in number order: pr
 dict's order, key, payload size, event time when not 0, ordering key, sequence id, ``null_value``
 for a null value; a negative int as its 64-bit two's complement).
 
+:func:`encode_row_batches` writes the same bytes for batches whose members are rows of a sealed
+ledger (a ``pyarrow.Table`` slice), straight from the columns' Arrow buffers: a consumer's read of
+a sealed ledger makes no Python object per member.
+
 Two implementations: the C extension ``ledger._batch_codec`` (``ledger/_batch_codec.c``) and,
 where it cannot be imported (not compiled at install; a Spark executor, which imports this
 package from a zip), :func:`_walk`, the same walk in Python: the same checks in the same order,
@@ -61,7 +65,17 @@ import numpy as np
 import pyarrow as pa
 
 from ledger.entry import Entry
-from ledger.schema import ARROW_SCHEMA, PROPERTIES
+from ledger.schema import (
+    ARROW_SCHEMA,
+    EVENT_TIME,
+    KEY,
+    ORDERING_KEY,
+    PROPERTIES,
+    SEQUENCE_ID,
+    VALUE,
+    all_empty,
+    table_to_entries,
+)
 
 try:
     from ledger import _batch_codec as _extension
@@ -757,3 +771,117 @@ def _put_varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# ---- a consumer's batches, from a sealed ledger's rows --------------------------------------------
+
+#: One column as ``_batch_codec.encode_rows`` takes it: its length, the offset of its first row
+#: in its buffers, its validity bitmap (None: no nulls), its int32 offsets (None for int64) and
+#: its data; or None for a column every row of which is null.
+_ArrowColumn = tuple[int, int, pa.Buffer | None, pa.Buffer | None, pa.Buffer | bytes] | None
+
+_STRING, _BINARY, _INT64 = pa.string(), pa.binary(), pa.int64()
+
+
+def encode_row_batches(
+    table: pa.Table, starts: np.ndarray | Sequence[int], counts: np.ndarray | Sequence[int]
+) -> tuple[list[bytes], list[int]]:
+    """The payloads of batches whose members are rows of ``table`` (rows of a ledger, columns of
+    ``ARROW_SCHEMA``; those a file from before them lacks are read as nulls): batch ``k`` is rows
+    ``starts[k] .. starts[k] + counts[k] - 1``, row ``j`` of it in slot ``j``. Each payload is
+    the bytes :func:`encode_batch_payload` writes for the entries ``table_to_entries`` makes of
+    those rows (batch index ``j`` on row ``j``); beside the payloads, the sums of the members'
+    ``ledger.entry.record_size``.
+
+    The C implementation reads the columns' Arrow buffers and makes no Python object per member
+    (a chunked column is combined first: a copy only where a slice spans row groups). Raises
+    ``ValueError`` for a batch outside the table's rows, or a property name or value that is
+    null (no ledger writes one)."""
+    starts = np.ascontiguousarray(starts, np.int64)
+    counts = np.ascontiguousarray(counts, np.int64)
+    if starts.shape != counts.shape or starts.ndim != 1:
+        raise ValueError("starts and counts must be one-dimensional and of one length")
+    n = table.num_rows
+    if len(starts) and (starts.min() < 0 or counts.min() < 0 or (starts + counts).max() > n):
+        raise ValueError(f"batches outside the table's {n} rows")
+    if _native is None:
+        return _encode_rows(table, starts, counts)
+    have = frozenset(table.column_names)  # (a list built anew on every call: look once)
+    props, names, texts = _map_columns(table)
+    payloads, sizes = _native.encode_rows(
+        n,
+        _arrow_column(table, have, KEY, _STRING),
+        _arrow_column(table, have, VALUE, _BINARY),
+        props,
+        names,
+        texts,
+        _arrow_column(table, have, EVENT_TIME, _INT64),
+        _arrow_column(table, have, ORDERING_KEY, _BINARY),
+        _arrow_column(table, have, SEQUENCE_ID, _INT64),
+        starts,
+        counts,
+    )
+    return payloads, sizes
+
+
+def _encode_rows(table: pa.Table, starts: np.ndarray, counts: np.ndarray) -> tuple[list[bytes], list[int]]:
+    """:func:`encode_row_batches` in Python: through entries, as :func:`_encode` writes them."""
+    payloads: list[bytes] = []
+    sizes: list[int] = []
+    for start, count in zip(starts.tolist(), counts.tolist(), strict=True):
+        members = table_to_entries(table.slice(start, count))
+        slots = [e._replace(batch_index=i) for i, e in enumerate(members)]
+        payloads.append(_encode(slots, count))
+        sizes.append(sum(e.size() for e in members))
+    return payloads, sizes
+
+
+def _combined(column: pa.ChunkedArray, expected: pa.DataType) -> pa.Array:
+    """One array of a column, of the type the encoder reads (a dictionary decoded)."""
+    array = column.combine_chunks()  # one chunk: that chunk itself, no copy
+    return array if array.type == expected else array.cast(expected)
+
+
+def _buffers_of(array: pa.Array) -> _ArrowColumn:
+    """``array``'s buffers as ``encode_rows`` takes a column (None when every row is null)."""
+    n = len(array)
+    if n and array.null_count == n:
+        return None
+    buffers = array.buffers()
+    valid = buffers[0] if array.null_count else None
+    if len(buffers) == 2:  # a number
+        return (n, array.offset, valid, None, buffers[1])
+    # A column of empty strings may have no data buffer at all.
+    return (n, array.offset, valid, buffers[1], buffers[2] if buffers[2] is not None else b"")
+
+
+def _arrow_column(table: pa.Table, have: frozenset[str], name: str, expected: pa.DataType) -> _ArrowColumn:
+    if name not in have:  # a file from before the column
+        return None
+    column = table.column(name)
+    if column.null_count == table.num_rows:
+        return None
+    return _buffers_of(_combined(column, expected))
+
+
+def _map_columns(table: pa.Table) -> tuple[_ArrowColumn, _ArrowColumn, _ArrowColumn]:
+    """The properties map as three columns: the map's own (validity and offsets, into the
+    pairs), the pairs' names and their values. All None when no row has a property (most)."""
+    column = table.column(PROPERTIES)
+    if all_empty(column):
+        return None, None, None
+    array = _combined(column, _PROPERTIES_TYPE)
+    valid = array.buffers()[0] if array.null_count else None
+    # The pairs as pyarrow's own conversion reads them (MapArray.keys and .items, which the
+    # map's offsets index), so that the bytes are what table_to_entries' dicts give.
+    return (
+        (len(array), array.offset, valid, array.buffers()[1], b""),
+        _buffers_of(array.keys) or _all_null_pairs(len(array.keys)),
+        _buffers_of(array.items) or _all_null_pairs(len(array.items)),
+    )
+
+
+def _all_null_pairs(n: int) -> _ArrowColumn:
+    """Pairs whose names (or values) are all null: the encoder refuses them (as the Python path
+    fails on them), rather than take them for an absent column."""
+    return (n, 0, pa.py_buffer(bytes((n + 7) // 8)), pa.py_buffer(bytes(4 * (n + 1))), b"")

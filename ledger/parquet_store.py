@@ -21,10 +21,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ledger.batch_codec import encode_row_batches
 from ledger.checksums import (
     FOOTER,
     READ_BACK,
@@ -35,16 +39,20 @@ from ledger.checksums import (
     crc32c_bytes,
     damage_of,
 )
-from ledger.entry import Entry, LedgerItem
+from ledger.entry import BatchEntry, Entry, LedgerItem, StoredBatch
 from ledger.row_group_cache import RowGroupCache, RowGroupKey, shared
 from ledger.schema import (
     ARROW_SCHEMA,
+    BATCH_INDEX,
+    BATCH_SIZE,
+    DELIVER_AT_TIME,
     ENTRY_ID,
     LEDGER_ID,
     PRODUCER_NAME,
     PROPERTIES,
     PUBLISH_TIME,
     SCHEMA_VERSION,
+    SEQUENCE_ID,
     SPARSE_COLUMNS,
     entries_to_table,
     is_ledger_schema,
@@ -278,6 +286,115 @@ def verify_written(path: Path, table: pa.Table, *, name: str | None = None) -> t
     return checksum, len(data)
 
 
+def table_to_items(table: pa.Table) -> list[LedgerItem]:
+    """Rows of a ledger in id order (a slice of a sealed ledger) as a read of whole batches
+    gives them: each batch whose members are all there (batch indexes ``0 .. n-1`` on
+    consecutive rows) as one :class:`ledger.entry.BatchEntry` at its first entry, rebuilt from
+    the rows (``metadata`` empty, the payload uncompressed, as the ``BatchEntry`` docstring
+    says); every other row (a message sent alone, a member of a batch the slice cuts) as the
+    ``Entry`` :func:`ledger.schema.table_to_entries` makes of it. In id order.
+
+    The batches are found over the batch columns in bulk and their payloads encoded from the
+    Arrow buffers (:func:`ledger.batch_codec.encode_row_batches`): no Python object per member.
+    """
+    have = frozenset(table.column_names)  # (a list built anew on every call: look once)
+    starts = whole_batches(table)
+    if not len(starts):
+        return list(table_to_entries(table))
+    n = table.num_rows
+    counts = _numbers(table.column(BATCH_SIZE), 0)[starts]
+    # The rows outside the whole batches, in runs: each batch ends one (or an empty one).
+    run_starts = np.concatenate(([0], starts + counts))
+    run_ends = np.append(starts, n)
+    loose_runs = [
+        table.slice(a, b - a) for a, b in zip(run_starts.tolist(), run_ends.tolist(), strict=True) if b > a
+    ]
+    # One conversion of them all (slices, concatenated without a copy): its cost is mostly per call.
+    entries = table_to_entries(pa.concat_tables(loose_runs)) if loose_runs else []
+    payloads, sizes = encode_row_batches(table, starts, counts)
+    at = pa.array(starts)
+
+    def first_members(name: str) -> list[Any]:
+        """Column ``name`` of each batch's first member (None where a file lacks it)."""
+        if name not in have:
+            return [None] * len(starts)
+        return table.column(name).take(at).to_pylist()  # type: ignore[no-any-return]
+
+    ledger_id = table.column(LEDGER_ID)[0].as_py()  # the rows of one ledger
+    entry_ids = first_members(ENTRY_ID)
+    publish_times = first_members(PUBLISH_TIME)
+    producers, sequence_ids = first_members(PRODUCER_NAME), first_members(SEQUENCE_ID)
+    deliver_at, schemas = first_members(DELIVER_AT_TIME), first_members(SCHEMA_VERSION)
+    # How many loose entries come before each batch: the loose rows before its first row.
+    cuts = (starts - np.concatenate(([0], np.cumsum(counts)[:-1]))).tolist()
+    items: list[LedgerItem] = []
+    taken = 0
+    for k, count in enumerate(counts.tolist()):
+        items.extend(entries[taken : cuts[k]])
+        taken = cuts[k]
+        payload = payloads[k]
+        stored = StoredBatch(
+            metadata=b"",
+            payload=payload,
+            count=count,
+            size=sizes[k],
+            compression=0,
+            uncompressed_size=len(payload),
+            producer_name=producers[k] or "",
+            # The batch's first sequence id: its first member's (batch index 0), never below 0.
+            sequence_id=max(0, sequence_ids[k] or 0),
+            deliver_at_time=deliver_at[k],
+            ordering_key=None,
+            schema_version=schemas[k],
+            publish_time=publish_times[k],
+        )
+        items.append(BatchEntry(ledger_id, entry_ids[k], stored))
+    items.extend(entries[taken:])
+    return items
+
+
+def whole_batches(table: pa.Table) -> np.ndarray:
+    """The rows (int64, ascending) where a batch that ``table`` holds whole starts: batch index
+    0 there and ``1 .. n-1`` on the ``n - 1`` rows after it, each with batch size ``n``.
+
+    Found in bulk: each row that is a batch member names the row its batch would start on
+    (its own, less its batch index); a batch is whole where a run of rows naming the same start
+    with the same size begins at that start and is as long as the size (an index is below the
+    size, so a run is never longer)."""
+    n = table.num_rows
+    if not n or table.schema.get_field_index(BATCH_SIZE) < 0:  # a file from before batches
+        return np.empty(0, np.int64)
+    if table.column(BATCH_INDEX).null_count == n:  # no member of a batch (most REST-made ledgers)
+        return np.empty(0, np.int64)
+    index = _numbers(table.column(BATCH_INDEX), -1)
+    size = _numbers(table.column(BATCH_SIZE), 0)
+    rows = np.arange(n, dtype=np.int64)
+    member = (index >= 0) & (index < size)
+    first = np.where(member, rows - index, -1)
+    begins = np.ones(n, bool)
+    begins[1:] = (first[1:] != first[:-1]) | (size[1:] != size[:-1])
+    run_starts = np.flatnonzero(begins)
+    run_lengths = np.diff(np.append(run_starts, n))
+    whole = (first[run_starts] == run_starts) & (run_lengths == size[run_starts])
+    return run_starts[whole]
+
+
+def _rest_of_last_batch(rows: pa.Table) -> int:
+    """Members of the last row's batch stored after it (0 for a message sent alone)."""
+    if rows.schema.get_field_index(BATCH_SIZE) < 0 or not rows.num_rows:
+        return 0
+    last = rows.num_rows - 1
+    index, size = rows.column(BATCH_INDEX)[last].as_py(), rows.column(BATCH_SIZE)[last].as_py()
+    return size - 1 - index if index is not None and size is not None and 0 <= index < size else 0
+
+
+def _numbers(column: pa.ChunkedArray, null: int) -> np.ndarray:
+    """An int column as int64 numbers, ``null`` where it is null."""
+    if column.null_count:
+        column = pc.fill_null(column, null)
+    return column.to_numpy().astype(np.int64, copy=False)
+
+
 class SealedLedger:
     """Random access to a sealed ledger's entries by id; safe to share between threads.
 
@@ -331,8 +448,27 @@ class SealedLedger:
 
     def read(self, start: int, max_entries: int) -> list[Entry]:
         """Entries ``start`` .. ``start + max_entries - 1`` that exist, in order."""
-        if start >= self.entries or max_entries <= 0:
+        rows = self._rows(start, max_entries)
+        return [] if rows is None else table_to_entries(rows)
+
+    def read_batches(self, start: int, max_entries: int) -> list[LedgerItem]:
+        """The rows :meth:`read` gives, with each batch they hold whole as one item: what a
+        consumer of the binary protocol sends, at a cost per batch rather than per member
+        (:func:`table_to_items`). A batch the limit cuts is read to its end (as the
+        write-ahead log's ``read_batches`` gives it), so the read may pass ``max_entries``."""
+        rows = self._rows(start, max_entries)
+        if rows is None:
             return []
+        rest = _rest_of_last_batch(rows)
+        if rest:
+            rows = self._rows(start, rows.num_rows + rest) or rows
+        return table_to_items(rows)
+
+    def _rows(self, start: int, max_entries: int) -> pa.Table | None:
+        """Rows ``start`` .. ``start + max_entries - 1`` that exist (None if none do), from the
+        row groups decoded last, or from the cache, or decoded and checked (``IntegrityError``)."""
+        if start >= self.entries or max_entries <= 0:
+            return None
         end = min(self.entries, start + max_entries)
         first_rg = bisect.bisect_right(self._starts, start) - 1
         last_rg = bisect.bisect_right(self._starts, end - 1) - 1
@@ -351,12 +487,7 @@ class SealedLedger:
                 decoded = self._decoded = (first_rg, last_rg, rows)
                 self._decoded_bytes = rows.nbytes
         first, _, table = decoded
-        return table_to_entries(table.slice(start - self._starts[first], end - start))
-
-    def read_batches(self, start: int, max_entries: int) -> list[LedgerItem]:
-        """What :meth:`read` reads, whole batches as one item each (see
-        :class:`ledger.entry.BatchEntry`)."""
-        return self.read(start, max_entries)  # type: ignore[return-value]
+        return table.slice(start - self._starts[first], end - start)
 
     def _cached_row_group(self, rg: int) -> pa.Table:
         """Row group ``rg`` from the row-group cache, or decoded (and then put there)."""

@@ -181,7 +181,7 @@ def table_to_entries(table: pa.Table) -> list[Entry]:
         table.column(name).to_pylist() for name in (LEDGER_ID, ENTRY_ID, KEY, VALUE, PUBLISH_TIME, EVENT_TIME)
     )
     column = table.column(PROPERTIES)
-    if _all_empty(column):  # most messages carry no properties: skip converting their maps
+    if all_empty(column):  # most messages carry no properties: skip converting their maps
         properties: list[dict[str, str]] = [{} for _ in range(table.num_rows)]
     else:
         properties = [dict(p) if p else {} for p in column.to_pylist()]
@@ -216,7 +216,7 @@ def _optional(table: pa.Table, name: str) -> list[Any]:
     return [None] * table.num_rows
 
 
-def _all_empty(column: pa.ChunkedArray) -> bool:
+def all_empty(column: pa.ChunkedArray) -> bool:
     """Whether every map of ``column`` is null or empty (its offsets never advance)."""
     for chunk in column.chunks:
         offsets = chunk.offsets  # sliced with the chunk: len(chunk) + 1 of them
