@@ -127,12 +127,20 @@ class Delivery(Sequence[Delivered]):
     a page of thousands builds no object per message; indexing yields ``Delivered``.
     """
 
-    __slots__ = ("entries", "redelivery_counts")
+    __slots__ = ("entries", "redelivery_counts", "_rewinds", "_by")
 
     def __init__(self, entries: list[Entry], redelivery_counts: list[int] | None = None) -> None:
         self.entries = entries
         #: None when every message is delivered for the first time.
         self.redelivery_counts = redelivery_counts
+        self._by: Subscription | None = None
+        self._rewinds = 0
+
+    def given_back(self) -> bool:
+        """Whether the subscription gave these messages back since it delivered them (every
+        unacknowledged message, ``Subscription.rewind``): they will be delivered again, so a
+        consumer that holds them unsent must drop them."""
+        return self._by is not None and self._by.rewinds != self._rewinds
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -201,6 +209,8 @@ class Subscription:
         self.lock = threading.RLock()
         # Whether the database holds individual acks for this cursor (else a write skips them).
         self.stored_acks = bool(acked)
+        # How often every delivery was given back (``rewind``): see ``Delivery.given_back``.
+        self.rewinds = 0
 
     def rewind(self) -> None:
         """Deliver every unacknowledged message again, in order."""
@@ -214,6 +224,7 @@ class Subscription:
                     redelivered[pos] = count + 1
             self.pending.clear()
             runs.clear()
+            self.rewinds += 1
             self.timeouts.clear()
             self.nacks.clear()
             if self.dispatcher is not None:
@@ -654,6 +665,7 @@ class SubscriptionService:
                     nack_due = state.nacks.next_deadline()
                     due = nack_due if due is None or (nack_due is not None and nack_due < due) else due
                 shared_wait = state.type != EXCLUSIVE
+                out._by, out._rewinds = state, state.rewinds
             now = time.monotonic()
             remaining = deadline - now
             if out or remaining <= 0:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -67,6 +67,8 @@ _TYPES = {
 }
 # Messages asked for at once, and how long one ask waits for the first.
 _PAGE = 1000
+# Pages of how many FLOWs a consumer that reads ahead asks for at once.
+_READ_AHEAD = 4
 _POLL_S = 1.0
 # How often a waiting consumer of a subscription others share looks for messages given back
 # to it (a negative ack, a consumer gone), which no append announces.
@@ -80,6 +82,8 @@ _MAX_BATCHES = 100_000
 class _Page:
     entries: Sequence[LedgerItem]
     redelivery_counts: list[int] | None = None
+    # Whether the page was given back since it was delivered (``Delivery.given_back``).
+    given_back: Callable[[], bool] | None = None
 
 
 class WireSubscriber:
@@ -99,6 +103,12 @@ class WireSubscriber:
         self.subscription = subscription
         self.read_compacted = read_compacted
         self.permits = 0
+        # The permits of the client's last FLOW: what a page read ahead asks for.
+        self.last_grant = _PAGE
+        # Whether the next page is read while the client holds no permits, to be sent the
+        # moment its FLOW comes (never for a subscription others share: the messages would
+        # wait here while another consumer could take them).
+        self.read_ahead = True
         self.closed = False
         # Batches sent and not yet acknowledged whole: (ledger, batch entry) -> members sent, or
         # how many when the batch went whole (a ``BatchEntry``: acknowledged as one).
@@ -161,6 +171,8 @@ class WireSubscriber:
 
     def grant(self, permits: int) -> None:
         self.permits += permits
+        if permits > 0:
+            self.last_grant = permits
         if self.permits > 0:
             self._permitted.set()
 
@@ -173,8 +185,22 @@ class WireSubscriber:
     async def _deliver(self) -> None:
         conn = self.conn
         idle_s = max(0.05, conn.ctx.settings.consumer_timeout_ms / 3000)
+        loop = asyncio.get_running_loop()
+        # The next page, read while the previous one was written or the client had no permits:
+        # a FLOW is then answered at once, not after a read on a worker thread.
+        ahead: asyncio.Task[_Page] | None = None
+        # Reading ahead, a page of several FLOWs' worth (a read costs much the same for a batch
+        # as for ten), sent as permits come: the page and the index of its next item.
+        held: tuple[_Page, int] | None = None
         try:
             while not self.closed:
+                # The next read starts once the page held is half sent, to be there when it ends.
+                if (
+                    ahead is None
+                    and (self.permits > 0 or self.read_ahead)
+                    and (held is None or 2 * held[1] >= len(held[0].entries))
+                ):
+                    ahead = loop.create_task(self._fetch(self._page_size()))
                 if self.permits <= 0:
                     self._permitted.clear()
                     try:
@@ -182,8 +208,20 @@ class WireSubscriber:
                     except TimeoutError:
                         await self._idle()
                     continue
+                if held is not None:
+                    page, at = held
+                    held = None
+                    if page.given_back is not None and page.given_back():
+                        continue  # given back meanwhile (a redelivery): it comes again, counted
+                    spent, at = self._send(page, at, self.permits)
+                    self.permits -= spent
+                    if at < len(page.entries):
+                        held = (page, at)
+                    await conn.drained()
+                    continue
+                assert ahead is not None
                 try:
-                    page = await self._fetch(min(self.permits, _PAGE))
+                    page = await ahead
                 except OwnershipLost:
                     raise
                 except Unavailable as busy:
@@ -192,9 +230,14 @@ class WireSubscriber:
                     log.info("consumer %s of %s waits: %s", self.consumer_id, self.topic, busy)
                     await asyncio.sleep(min(max(busy.retry_after, 0.1), 5))
                     continue
+                finally:
+                    ahead = None
                 if self.closed:
                     return  # what was fetched goes back with the detach, or was only read
-                self.permits -= self._send(page)
+                if self.read_ahead:
+                    held = (page, 0)
+                    continue
+                self.permits -= self._send(page, 0, None)[0]
                 await conn.drained()
         except (NotFound, NotOwner, OwnershipLost):
             # The subscription or the topic went away under us, or to another instance: Pulsar
@@ -206,15 +249,26 @@ class WireSubscriber:
         except Exception:
             log.exception("delivering to consumer %s of %s failed", self.consumer_id, self.topic)
             self._closed_by_broker()  # never a consumer that silently stops receiving
+        finally:
+            if ahead is not None:  # the consumer is closed: a page read for it goes back with it
+                ahead.cancel()
+                ahead.add_done_callback(_retrieve)
 
-    def _send(self, page: _Page) -> int:
-        """Write ``page`` as MESSAGE frames, the members of one stored batch as one batch
-        message (see ``messages.batch_message``); returns the permits spent, a batch's whole
-        size for a batch, as the client counts it."""
+    def _page_size(self) -> int:
+        """Messages to ask for: what the client's permits (or its last FLOW) allow; reading
+        ahead, several FLOWs' worth."""
+        size = max(self.permits, self.last_grant)
+        return min(_READ_AHEAD * size, _READ_AHEAD * _PAGE) if self.read_ahead else min(size, _PAGE)
+
+    def _send(self, page: _Page, start: int, permits: int | None) -> tuple[int, int]:
+        """Write ``page``'s items from ``start`` on as MESSAGE frames, the members of one
+        stored batch as one batch message (see ``messages.batch_message``), while ``permits``
+        last (all of them when None); returns the permits spent (a batch's whole size for a
+        batch, as the client counts it) and the index of the first item not sent."""
         entries, counts = page.entries, page.redelivery_counts
         spent = 0
-        i = 0
-        while i < len(entries):
+        i = start
+        while i < len(entries) and (permits is None or spent < permits):
             item = entries[i]
             if isinstance(item, BatchEntry):
                 # A batch whole, as stored: no object per member (acknowledged as one).
@@ -274,7 +328,7 @@ class WireSubscriber:
             self.conn.write(encode_payload(cmd, metadata, payload))
             spent += e.batch_size or len(members)
             i = j
-        return spent
+        return spent, i
 
     def _stored(self, first: Position) -> StoredBatch | None:
         topic = self.conn.ctx.broker.served(self.topic)
@@ -356,6 +410,7 @@ class WireConsumer(WireSubscriber):
     ) -> None:
         super().__init__(conn, consumer_id, topic, subscription, read_compacted)
         self.service_id = service_id
+        self.read_ahead = not shared
         self._detached: asyncio.Future[None] | None = None
         # Exclusive: only appends and its own redeliveries bring it messages.
         self._poll_s = _SHARED_POLL_S if shared else _POLL_S
@@ -378,7 +433,7 @@ class WireConsumer(WireSubscriber):
                 )
                 remaining = deadline - loop.time()
                 if delivered.entries or self.closed or remaining <= 0 or seen is None:
-                    return _Page(delivered.entries, delivered.redelivery_counts)
+                    return _Page(delivered.entries, delivered.redelivery_counts, delivered.given_back)
                 await self._wait(seen, min(remaining, self._poll_s))
 
     async def _idle(self) -> None:
@@ -457,8 +512,10 @@ class WireReader(WireSubscriber):
     ) -> None:
         super().__init__(conn, consumer_id, topic, subscription, read_compacted)
         self.position = start
+        self._seeks = 0  # a read that began before a seek must not move the position after it
 
     async def _fetch(self, limit: int) -> _Page:
+        seeks = self._seeks
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _POLL_S
         async with self._thread_wait() as on_thread:
@@ -489,7 +546,7 @@ class WireReader(WireSubscriber):
             if not more:
                 break
             entries, nxt = entries + more, after
-        if not self.closed:
+        if not self.closed and seeks == self._seeks:
             self.position = nxt
         return _Page(entries)
 
@@ -502,7 +559,9 @@ class WireReader(WireSubscriber):
         return None  # a reader reads on; nothing is pending on the broker's side
 
     async def seek(self, *, message_id: str | None, publish_time: int | None) -> None:
-        self.position = await self.conn.call(_reader_target, self.conn, self.topic, message_id, publish_time)
+        target = await self.conn.call(_reader_target, self.conn, self.topic, message_id, publish_time)
+        self._seeks += 1
+        self.position = target
 
     async def mark_delete(self) -> Position:
         return before(self.position)
@@ -520,6 +579,12 @@ def _last_message(conn: PulsarConnection, topic: TopicName, read_compacted: bool
     if entries and entries[0].position == last:
         return entry_id_data(entries[0])
     return id_data(last)
+
+
+def _retrieve(task: asyncio.Task[_Page]) -> None:
+    """Take a dropped read's outcome, so that its error is not reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _bit(words: Sequence[int], i: int) -> bool:
