@@ -506,7 +506,9 @@ class SealedLedger:
         the footer places it (entries ``_starts[rg]`` .. in order, of this ledger): a damaged
         footer or page header that decodes into other rows is caught here."""
         try:
-            rows = self._file.read_row_group(rg)
+            # On this thread: Arrow's pool costs more CPU than it saves a consumer's page, and
+            # several readers are several worker threads already.
+            rows = self._file.read_row_group(rg, use_threads=False)
         except Exception as e:
             raise damage_of(self.path, e) or e from e
         first = self._starts[rg]

@@ -646,10 +646,13 @@ class SubscriptionService:
                     state.expire_ack_timeouts()
                     if consumer is state.consumer:
                         # Pending deliveries are memory the consumer holds on the server: past the
-                        # bound it gets nothing more until it acknowledges (Pulsar blocks it the same way).
-                        room = max_unacked - state.unacked() if max_unacked else limit
+                        # bound it gets nothing more until it acknowledges. Counted in deliveries (a
+                        # batch delivered whole is one, as it is one pending key): Pulsar does not
+                        # bound these consumers at all, and a stream of batches must not be held to
+                        # the acks of a client that sends them every 100 ms.
+                        room = max_unacked - len(state.pending) if max_unacked else limit
                         out = (
-                            self._deliver(state, consumer, min(limit, room), whole)
+                            self._deliver(state, consumer, limit if whole else min(limit, room), whole)
                             if room > 0
                             else Delivery([])
                         )

@@ -174,7 +174,8 @@ class Settings(BaseSettings):
         default=50_000,
         ge=0,
         description="Delivered, unacknowledged messages a consumer may hold before receive delivers "
-        "no more (Pulsar's maxUnackedMessagesPerConsumer; 0 = unbounded).",
+        "no more (Pulsar's maxUnackedMessagesPerConsumer; 0 = unbounded). Exclusive and Failover "
+        "consumers count deliveries: a Pulsar batch delivered whole is one.",
     )
 
     spark_master: str = "local[*]"

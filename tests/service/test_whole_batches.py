@@ -158,15 +158,17 @@ def test_a_negative_ack_of_a_member_gives_back_its_batch(broker, subs) -> None:
     assert members(list(again.entries)) == produced[0] and again.redelivery_counts == [1, 1, 1]
 
 
-def test_the_unacked_bound_counts_every_member(broker, subs) -> None:
-    broker.settings.max_unacked_messages_per_consumer = 5
-    produce_batches(broker, 4, 4)
+def test_the_unacked_bound_counts_deliveries_and_stats_count_members(broker, subs) -> None:
+    broker.settings.max_unacked_messages_per_consumer = 2
+    produce_batches(broker, 4, 4, 4)
     cid = attach(subs)
-    first = receive(subs, cid)
-    assert members(first) and subs.get(NAME, "s").unacked() == 8  # one read, whole batches
-    assert receive(subs, cid) == []  # over the bound: nothing more until an ack
+    first = receive(subs, cid, 5)
+    assert len(first) == 2 and subs.get(NAME, "s").unacked() == 8  # one read: 5 asked, 2 batches
+    assert receive(subs, cid) == []  # two deliveries held: nothing more until an ack
     stats = subs.stats(NAME)[0]
     assert stats.unacked == 8 and stats.consumers[0].unacked == 8
+    subs.ack(NAME, "s", cid, [], cumulative=False, batches=[(first[0].position, 4)])
+    assert [type(i) for i in receive(subs, cid)] == [BatchEntry]
 
 
 def test_acks_of_whole_batches_survive_a_restart(broker, subs, settings: Settings, db: Database) -> None:
