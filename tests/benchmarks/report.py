@@ -1066,6 +1066,7 @@ def vs_pulsar_tables(r: VsPulsarResult) -> list[Table]:
                 continue
             facts = [f"ready in {side.ready_s:.0f} s" if not math.isnan(side.ready_s) else "not started"]
             client = []
+            busy = []
             for what, x in side.runs.items():
                 if x.error is not None:
                     facts.append(f"{what} FAILED: {x.error}")
@@ -1080,8 +1081,14 @@ def vs_pulsar_tables(r: VsPulsarResult) -> list[Table]:
                 facts.append(part)
                 if not what.startswith("latency-") and x.messages:
                     client.append(f"{what} {x.client_cpu_s / x.messages * 1e6:.2f}")
+                    if x.wall_s > 0:
+                        cores = (x.broker_cpu_s / x.wall_s, x.client_cpu_s / x.wall_s)
+                        busy.append(f"{what} {sum(cores):.2f} ({cores[0]:.2f} + {cores[1]:.2f})")
             if client:
                 facts.append("pulsar-perf's own CPU s per million: " + ", ".join(client))
+            if busy:
+                lead = f"cores busy over the run's wall time, broker + pulsar-perf (of {r.cores}): "
+                facts.append(lead + ", ".join(busy))
             if side.error is not None:
                 facts.append(f"FAILED: {side.error}")
             t.notes.append(f"{side.name}: " + "; ".join(facts))
