@@ -291,8 +291,10 @@ class Subscription:
         """Acknowledge one delivered message beyond the mark-delete position (Exclusive,
         Failover): a member of a batch delivered whole counts towards its batch, which is
         consumed once every member is."""
+        if pos in self.acked:
+            return  # again: a client's ack set names every acknowledged member of a batch each time
         runs = self.runs
-        if runs and pos not in self.acked:
+        if runs:
             first = pos if pos in runs.lengths else (None if pos in self.pending else runs.of(pos))
             if first is not None:
                 self.acked.add(pos)

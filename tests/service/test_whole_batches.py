@@ -122,6 +122,22 @@ def test_members_acked_one_by_one_consume_their_batch(broker, subs) -> None:
     assert st.mark_delete == produced[0][-1] and st.unacked() == 0 and not st.pending
 
 
+def test_members_acked_again_count_once(broker, subs) -> None:
+    # A client's batch-index ack names every member acknowledged so far, each time.
+    produced = produce_batches(broker, 4)
+    cid = attach(subs)
+    receive(subs, cid)
+    st = subs.get(NAME, "s")
+    subs.ack(NAME, "s", cid, produced[0][:2], cumulative=False)
+    subs.ack(NAME, "s", cid, produced[0][:2], cumulative=False)
+    assert st.unacked() == 4 and st.mark_delete == Position(-1, -1)
+    subs.redeliver(NAME, "s", cid)
+    again = subs.receive(NAME, "s", cid, max_messages=100, whole=True)
+    assert members(list(again.entries)) == produced[0][2:]
+    subs.ack(NAME, "s", cid, produced[0], cumulative=False)
+    assert st.mark_delete == produced[0][-1] and st.unacked() == 0
+
+
 def test_a_cumulative_ack_inside_a_batch_keeps_the_rest_pending(broker, subs) -> None:
     produced = produce_batches(broker, 5, 2)
     cid = attach(subs)
