@@ -39,12 +39,14 @@ from ledger.entry import Entry
 from ledger.row_group_cache import RowGroupCache, RowGroupKey, shared
 from ledger.schema import (
     ARROW_SCHEMA,
+    BATCH_INDEX,
     ENTRY_ID,
     LEDGER_ID,
     PRODUCER_NAME,
     PROPERTIES,
     PUBLISH_TIME,
     SCHEMA_VERSION,
+    SEQUENCE_ID,
     SPARSE_COLUMNS,
     entries_to_table,
     is_ledger_schema,
@@ -105,7 +107,17 @@ LEDGER_WRITER_OPTIONS: dict[str, object] = {
 # less CPU for ~7% more bytes on random values (more on very repetitive ones: 0.13 -> 0.47 MB a
 # ledger of identical values).
 SEAL_CODEC = "lz4"
-SEAL_WRITER_OPTIONS: dict[str, object] = {"compression": SEAL_CODEC, **LEDGER_WRITER_OPTIONS}
+# The ids and times climb by small steps (entry ids by one): delta-encoded (Parquet's
+# DELTA_BINARY_PACKED, which Spark's and Arrow's readers decode) they take a few bits a row
+# instead of eight bytes, which LZ4 shrinks far less than zstd did. With them a sealed ledger of
+# pulsar-perf messages is smaller than it was with zstd (random values 5.3 -> 5.2 MB, identical
+# ones 0.13 -> 0.04 MB a 50,000-row ledger), and writes and reads a little faster.
+SEAL_DELTA_COLUMNS = (ENTRY_ID, PUBLISH_TIME, SEQUENCE_ID, BATCH_INDEX)
+SEAL_WRITER_OPTIONS: dict[str, object] = {
+    "compression": SEAL_CODEC,
+    "column_encoding": dict.fromkeys(SEAL_DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
+    **LEDGER_WRITER_OPTIONS,
+}
 
 
 def seal_table(
