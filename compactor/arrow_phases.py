@@ -143,12 +143,12 @@ PROBE_ROWS = 1_000_000
 # How compacted parts are encoded. They are read hot -- by every readCompacted consumer and
 # by the next incremental round, which copies the previous ledger's rows -- so LZ4: it encodes
 # about twice as fast as zstd and decodes several times faster, for a few percent more bytes
-# (the sealed ledgers, written once and read in bulk, stay zstd). Otherwise encoded as every
+# (sealed ledgers are LZ4 too, since sealing's CPU counts on the produce path). Otherwise encoded as every
 # ledger file is (``ledger.parquet_store.LEDGER_WRITER_OPTIONS``): a compacted ledger's keys
 # are unique and its values mostly so, so no dictionary for them.
 PART_CODEC = "lz4"
 PART_WRITER_OPTIONS: dict[str, object] = {"compression": PART_CODEC, **LEDGER_WRITER_OPTIONS}
-# Values that their sealed ledgers' zstd could not shrink by a tenth (random or already
+# Values that their sealed ledgers' codec could not shrink by a tenth (random or already
 # compressed payloads) are written uncompressed: LZ4 would save nothing and cost a pass over
 # every byte (measured on 4 KB random values: 0.62 GB/s written with LZ4, 0.97 without).
 INCOMPRESSIBLE_RATIO = 0.9

@@ -194,7 +194,7 @@ class CompactionInputs:
 
     @property
     def values_compress(self) -> bool:
-        """Whether the new values compress (their sealed ledgers' zstd saved a tenth or more;
+        """Whether the new values compress (their sealed ledgers' codec saved a tenth or more;
         unknown: yes), so that compacted parts should compress them too."""
         stored, decoded = self.value_bytes
         return decoded == 0 or stored < arrow_phases.INCOMPRESSIBLE_RATIO * decoded

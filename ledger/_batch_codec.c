@@ -410,7 +410,22 @@ static int parse_key_value(const uint8_t *p, const uint8_t *end, Props *ps, cons
 /* Parses one SingleMessageMetadata: 0, -1 (malformed, *err says why), -2 (Python error set). */
 static int parse_member(const uint8_t *p, const uint8_t *end, Member *m, Props *ps, const char **err)
 {
-    memset(m, 0, sizeof(*m));
+    /* Field by field, not memset: GCC makes that a `rep stos`, whose start-up and stores (which
+     * the loads of the fields just after cannot take from the store buffer) cost about a third
+     * of a walk of pulsar-perf's members (~20 -> ~13 ns a member checked). */
+    m->has_key = 0;
+    m->key = NULL;
+    m->key_len = 0;
+    m->has_payload_size = 0;
+    m->payload_size = 0;
+    m->compacted_out = 0;
+    m->event_time = 0;
+    m->has_ordering_key = 0;
+    m->ordering_key = NULL;
+    m->ordering_key_len = 0;
+    m->has_sequence_id = 0;
+    m->sequence_id = 0;
+    m->null_value = 0;
     ps->len = 0;
     while (p < end) {
         uint64_t tag, v;

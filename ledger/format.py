@@ -245,6 +245,30 @@ def encode_frames(
     return buf
 
 
+def frame_parts(
+    first_entry_id: int, bodies: Sequence[bytes], counts: Sequence[int] | None = None
+) -> tuple[list[Buffer], int]:
+    """:func:`encode_frames`' bytes as the pieces of one gathered write (``os.pwritev``), and
+    their total length: each frame's header, its entry id, and the rest of its body as a view,
+    so that a body (a whole batch's payload) is not copied again into one buffer, zeroed first."""
+    total = sum(counts or ()) + (len(bodies) if counts is None else counts.count(0))
+    if first_entry_id < 0 or first_entry_id + total > 2**64:
+        raise ValueError(f"entry ids out of range: {first_entry_id} + {total}")
+    parts: list[Buffer] = []
+    size = 0
+    entry_id = first_entry_id
+    id_size = _ENTRY_ID.size
+    for i, body in enumerate(bodies):
+        n = counts[i] if counts is not None else 0
+        length = len(body) | BATCH_FRAME if n else len(body)
+        head = _ENTRY_ID.pack(entry_id)
+        rest = memoryview(body)[id_size:]
+        parts += (_FRAME_HEADER.pack(length, crc32c.crc32c(rest, crc32c.crc32c(head))), head, rest)
+        size += FRAME_HEADER_SIZE + len(body)
+        entry_id += n or 1
+    return parts, size
+
+
 def encode_batch_body(entry_id: int, batch: StoredBatch) -> bytes:
     """The body of a batch frame (see "batch body" in the module docstring)."""
     flags = 0

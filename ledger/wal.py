@@ -494,10 +494,10 @@ class WriteAheadLog(FramedEntries):
             first = self._written
             if not bodies:
                 return first, self._write_end
-            data = fmt.encode_frames(first, bodies, counts)
+            parts, _ = fmt.frame_parts(first, bodies, counts)
             offset = self._write_end
             try:
-                _pwrite_all(self._fd, data, offset)
+                _pwritev_all(self._fd, parts, offset)
             except OSError as e:
                 # Drop the partial batch so the file again ends at the last whole frame.
                 try:
@@ -909,6 +909,21 @@ def _pwrite_all(fd: int, data: fmt.Buffer, offset: int) -> None:
             raise OSError(f"pwrite wrote {n} bytes at offset {offset}")
         view = view[n:]
         offset += n
+
+
+# At most this many buffers a gathered write (Linux's IOV_MAX is 1024).
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+
+
+def _pwritev_all(fd: int, parts: Sequence[fmt.Buffer], offset: int) -> None:
+    """Write ``parts`` one after the other at ``offset``, gathered (no copy into one buffer)."""
+    for i in range(0, len(parts), _IOV_MAX):
+        chunk = parts[i : i + _IOV_MAX]
+        want = sum(len(p) for p in chunk)
+        n = os.pwritev(fd, chunk, offset)
+        if n < want:  # a short write (rare): the rest in plain writes
+            _pwrite_all(fd, memoryview(b"".join(chunk))[n:], offset + n)
+        offset += want
 
 
 def _pread_exact(fd: int, n: int, offset: int) -> bytes:

@@ -183,7 +183,7 @@ def compaction_table(r: SizeResult, title: str) -> Table:
     t.notes.append(
         f"input: {f_int(r.messages)} messages, {f_int(r.spec.keys)} keys, {r.spec.value_bytes}-byte values, "
         f"{r.spec.tombstone_share:.0%} tombstones, {r.ledgers} sealed ledgers; "
-        f"{f_mb(r.parquet_bytes)} MB of Parquet (zstd; random values do not compress), "
+        f"{f_mb(r.parquet_bytes)} MB of Parquet (random values do not compress), "
         f"{f_mb(r.payload_bytes)} MB of key+value payload; generated in {f_s(r.generate_s)} s"
     )
     if proj and duck:

@@ -1,7 +1,7 @@
 """Synthetic topics for the benchmarks, written as sealed ledgers by the project's own code.
 
 ``generate(topic_root, spec)`` writes ``spec.messages`` messages over ``spec.keys`` keys as
-sealed original ledgers (``ledger.parquet_store.seal_table``: zstd Parquet, temporary name,
+sealed original ledgers (``ledger.parquet_store.seal_table``: LZ4 Parquet, temporary name,
 fsync, rename), ``spec.entries_per_ledger`` entries each (the service's default roll-over,
 50,000), ledger ids ``first_ledger_id``, ``first_ledger_id + 1``, ... One ledger is built and
 written at a time, so memory stays bounded whatever the size.

@@ -274,3 +274,12 @@ def test_batches_round_trip(first: int, batch: list[Record]) -> None:
     assert decoded == [as_entry(first + i, r) for i, r in enumerate(batch)]
     # One frame at a time gives the same bytes as the batch.
     assert b"".join(fmt.encode_record(first + i, r) for i, r in enumerate(batch)) == data
+
+
+def test_frame_parts_are_the_bytes_of_encode_frames() -> None:
+    bodies = [fmt.encode_body(0, Record(key="k", value=b"v" * i)) for i in range(5)]
+    counts = [0, 3, 0, 2, 0]
+    parts, size = fmt.frame_parts(7, bodies, counts)
+    joined = b"".join(bytes(p) for p in parts)
+    assert joined == bytes(fmt.encode_frames(7, bodies, counts))
+    assert size == len(joined)
