@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from api.pulsar import pulsar_api_pb2 as pb
@@ -142,6 +142,8 @@ def test_numbers_outside_uint64_are_written_alike(batch: tuple[list[Entry], int]
 @given(batches())
 def test_a_batch_message_reads_back_as_the_members_sent(batch: tuple[list[Entry], int]) -> None:
     members, n = batch
+    # A stored message's sequence id is below 2**63 (a SEND above it is refused).
+    assume(all((e.sequence_id or 0) < 2**63 for e in members))
     sent = {}
     for name in IMPLEMENTATIONS:
         with batch_codec.use_native(name == "native"):
