@@ -104,8 +104,6 @@ class WireSubscriber:
         self.subscription = subscription
         self.read_compacted = read_compacted
         self.permits = 0
-        # The permits of the client's last FLOW: what a page read ahead asks for.
-        self.last_grant = _PAGE
         # Whether the next page is read while the client holds no permits, to be sent the
         # moment its FLOW comes (never for a subscription others share: the messages would
         # wait here while another consumer could take them).
@@ -172,8 +170,6 @@ class WireSubscriber:
 
     def grant(self, permits: int) -> None:
         self.permits += permits
-        if permits > 0:
-            self.last_grant = permits
         if self.permits > 0:
             self._permitted.set()
 
@@ -256,10 +252,10 @@ class WireSubscriber:
                 ahead.add_done_callback(_retrieve)
 
     def _page_size(self) -> int:
-        """Messages to ask for: what the client's permits (or its last FLOW) allow; reading
-        ahead, several FLOWs' worth (:data:`_READ_AHEAD_PAGE`)."""
-        size = max(self.permits, self.last_grant)
-        return _READ_AHEAD_PAGE if self.read_ahead else min(size, _PAGE)
+        """Messages to ask for: what the client's permits allow (never more: on a subscription
+        others share, what one consumer takes the others cannot have); reading ahead, several
+        FLOWs' worth (:data:`_READ_AHEAD_PAGE`)."""
+        return _READ_AHEAD_PAGE if self.read_ahead else min(self.permits, _PAGE)
 
     def _send(self, page: _Page, start: int, permits: int | None) -> tuple[int, int]:
         """Write ``page``'s items from ``start`` on as MESSAGE frames, the members of one
