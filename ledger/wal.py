@@ -494,10 +494,16 @@ class WriteAheadLog(FramedEntries):
             first = self._written
             if not bodies:
                 return first, self._write_end
-            parts, _ = fmt.frame_parts(first, bodies, counts)
             offset = self._write_end
             try:
-                _pwritev_all(self._fd, parts, offset)
+                if sum(map(len, bodies)) >= _GATHER_MIN_BODY * len(bodies):
+                    # Large bodies (Pulsar batches): gathered, each written where it lies.
+                    _pwritev_all(self._fd, fmt.frame_parts(first, bodies, counts)[0], offset)
+                else:
+                    # Many small ones (REST's records, messages sent alone): three buffers a
+                    # frame cost more in the gathered write than one copy (1,000 records of
+                    # 140 bytes: 1.17 ms gathered, 0.61 ms copied).
+                    _pwrite_all(self._fd, fmt.encode_frames(first, bodies, counts), offset)
             except OSError as e:
                 # Drop the partial batch so the file again ends at the last whole frame.
                 try:
@@ -911,6 +917,9 @@ def _pwrite_all(fd: int, data: fmt.Buffer, offset: int) -> None:
         offset += n
 
 
+# Bodies of at least this many bytes on average are written gathered (``os.pwritev``), smaller
+# ones copied into one buffer first.
+_GATHER_MIN_BODY = 2048
 # At most this many buffers a gathered write (Linux's IOV_MAX is 1024).
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 

@@ -194,3 +194,18 @@ def test_small_and_large_reads_of_a_log_agree(path: Path) -> None:
         assert len(everything) == 116
         for start in range(0, 116, 7):
             assert wal.read(start, 9) == everything[start : start + 9]
+
+
+def test_appends_of_large_and_of_small_frames_read_back_alike(path: Path) -> None:
+    # Large bodies (batches) are written gathered, many small ones copied into one buffer:
+    # either way the same frames, through a restart.
+    big, big_members = batch(600, tag="big")
+    assert len(big.payload) > 2048
+    small = [single(i) for i in range(300)]
+    with WriteAheadLog.open(path, LEDGER, fsync="always") as wal:
+        wal.sync(wal.append([big])[1])
+        wal.sync(wal.append(small)[1])
+        wal.sync(wal.append([big, single(300)])[1])
+    expected = entries_of([*big_members, *small, *big_members, single(300)], 0)
+    with WriteAheadLog.open(path, LEDGER, fsync="always") as wal:
+        assert wal.read(0, 10_000) == expected
