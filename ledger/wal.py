@@ -219,14 +219,24 @@ class FramedEntries:
         other threads append: it reads from offsets kept in memory. Frames are checked again
         (CRC, entry id), so damage since they were written raises :class:`CorruptRecordError`.
         """
+        found = self._range(start_entry, max_entries)
+        if found is None:
+            return []
+        first, stop, lo, hi = found
+        return self._decode_frames(self._frame_bytes(lo, hi), lo, first, start_entry, stop, self._where)
+
+    def _range(self, start_entry: int, max_entries: int) -> tuple[int, int, int, int] | None:
+        """``(first, stop, lo, hi)`` of a read of up to ``max_entries`` readable entries from
+        ``start_entry``: the first entry of the first frame it touches, the entry it stops
+        before, and where its frames start and end (None when there is nothing to read)."""
         if start_entry < 0 or max_entries < 0:
             raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
         with self._cond:
             stop = min(self._entries, start_entry + max_entries)
             if start_entry >= stop:
-                return []
+                return None
             first, lo, hi = self._span(start_entry, stop)
-        return self._decode_frames(self._frame_bytes(lo, hi), lo, first, start_entry, stop, self._where)
+        return first, stop, lo, hi
 
     def read_batches(self, start_entry: int, max_entries: int) -> list[LedgerItem]:
         """What :meth:`read` reads from ``start_entry`` on, a batch whole (a
@@ -234,13 +244,10 @@ class FramedEntries:
         entry: a batch the limit cuts is given whole, so the read may cover more than
         ``max_entries`` entries. Members of a batch begun before ``start_entry`` come as
         entries. No object per member of a whole batch."""
-        if start_entry < 0 or max_entries < 0:
-            raise ValueError(f"bad read range: start {start_entry}, max {max_entries}")
-        with self._cond:
-            stop = min(self._entries, start_entry + max_entries)
-            if start_entry >= stop:
-                return []
-            first, lo, hi = self._span(start_entry, stop)
+        found = self._range(start_entry, max_entries)
+        if found is None:
+            return []
+        first, stop, lo, hi = found
         items = self._decode_appended(self._frame_bytes(lo, hi), lo, first, stop, self._where)
         out: list[LedgerItem] = []
         at = first
