@@ -177,6 +177,11 @@ class BatchEntry(NamedTuple):
 LedgerItem = Entry | BatchEntry
 
 
+def item_entries(item: LedgerItem) -> int:
+    """Entries ``item`` covers in its ledger: a whole batch's members, else one."""
+    return item.batch.count if type(item) is BatchEntry else 1
+
+
 def message_id(ledger_id: int, entry_id: int, batch_index: int | None) -> str:
     """The id a client sees for the message stored at ``(ledger_id, entry_id)``.
 

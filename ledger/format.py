@@ -225,9 +225,7 @@ def encode_frames(
     encode the (costly) bodies before it knows the ids and only number and checksum them under
     its lock. Frame ``i`` is ``FRAME_HEADER_SIZE + len(bodies[i])`` bytes long.
     """
-    total = sum(counts or ()) + (len(bodies) if counts is None else counts.count(0))
-    if first_entry_id < 0 or first_entry_id + total > 2**64:
-        raise ValueError(f"entry ids out of range: {first_entry_id} + {total}")
+    _check_ids(first_entry_id, bodies, counts)
     buf = bytearray(sum(FRAME_HEADER_SIZE + len(b) for b in bodies))
     view = memoryview(buf)
     pos = 0
@@ -245,15 +243,20 @@ def encode_frames(
     return buf
 
 
+def _check_ids(first_entry_id: int, bodies: Sequence[Buffer], counts: Sequence[int] | None) -> None:
+    """``ValueError`` unless the entries of ``bodies`` from ``first_entry_id`` on have ids that fit."""
+    total = sum(counts or ()) + (len(bodies) if counts is None else counts.count(0))
+    if first_entry_id < 0 or first_entry_id + total > 2**64:
+        raise ValueError(f"entry ids out of range: {first_entry_id} + {total}")
+
+
 def frame_parts(
     first_entry_id: int, bodies: Sequence[bytes], counts: Sequence[int] | None = None
 ) -> tuple[list[Buffer], int]:
     """:func:`encode_frames`' bytes as the pieces of one gathered write (``os.pwritev``), and
     their total length: each frame's header, its entry id, and the rest of its body as a view,
     so that a body (a whole batch's payload) is not copied again into one buffer, zeroed first."""
-    total = sum(counts or ()) + (len(bodies) if counts is None else counts.count(0))
-    if first_entry_id < 0 or first_entry_id + total > 2**64:
-        raise ValueError(f"entry ids out of range: {first_entry_id} + {total}")
+    _check_ids(first_entry_id, bodies, counts)
     parts: list[Buffer] = []
     size = 0
     entry_id = first_entry_id

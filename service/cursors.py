@@ -63,7 +63,7 @@ from service.dispatchers import (
 from service.errors import Conflict, InvalidInput, NotFound, NotOwner, TooLarge, Unavailable
 from service.names import TopicName
 from service.negative_acks import DEFAULT_DELAY_MS, NegativeAcks
-from service.pending_runs import Runs
+from service.pending_runs import Runs, members_of
 from service.topics import EARLIEST, LATEST, Broker, ManagedTopic
 
 COMPACTION_CURSOR = "__compaction"
@@ -313,8 +313,7 @@ class Subscription:
         member by member when it is not pending as one (a part acknowledged, or given back)."""
         runs, pending = self.runs, self.pending
         if runs.lengths.get(first) != n or first in runs.acked:
-            for i in range(n):
-                pos = Position(first.ledger_id, first.entry_id + i)
+            for pos in members_of(first, n):
                 if pos > self.mark_delete:
                     self.ack_member(pos)
             return
@@ -326,7 +325,7 @@ class Subscription:
             # mark-delete position moves to the batch's last member at once.
             self.mark_delete = max(self.mark_delete, Position(first.ledger_id, first.entry_id + n - 1))
         else:  # acknowledged before an older one: kept as individual acks until that one is
-            self.acked.update(Position(first.ledger_id, first.entry_id + i) for i in range(n))
+            self.acked.update(members_of(first, n))
 
     def advance_mark_delete(self) -> None:
         if self.dispatcher is not None:
@@ -838,7 +837,7 @@ class SubscriptionService:
                     raise InvalidInput(f"message {last} was not delivered to this subscription")
             dispatcher = state.dispatcher
             if batches and (dispatcher is not None or cumulative):
-                ids = ids + [Position(f.ledger_id, f.entry_id + i) for f, n in batches for i in range(n)]
+                ids = ids + [m for f, n in batches for m in members_of(f, n)]
                 batches = ()
             if dispatcher is not None:
                 if cumulative:  # Pulsar's client refuses it the same way

@@ -49,7 +49,7 @@ from compactor.spark import local_cores
 from ledger import paths
 from ledger.batches import appended_table
 from ledger.checksums import IntegrityError
-from ledger.entry import Appended, BatchEntry, Entry, LedgerItem, Position, StoredBatch, entry_count
+from ledger.entry import Appended, Entry, LedgerItem, Position, StoredBatch, entry_count, item_entries
 from ledger.file_cache import FileCache
 from ledger.local_copies import LocalCopies
 from ledger.open_log import OpenLog
@@ -876,9 +876,8 @@ class ManagedLedger:
             if chunk:
                 last = chunk[-1]
                 if whole:
-                    got += sum(i.batch.count if type(i) is BatchEntry else 1 for i in chunk)
-                    end = last.entry_id + (last.batch.count if type(last) is BatchEntry else 1)
-                    pos = Position(last.ledger_id, end)
+                    got += sum(map(item_entries, chunk))
+                    pos = Position(last.ledger_id, last.entry_id + item_entries(last))
                 else:
                     got += len(chunk)
                     pos = last.position.next()

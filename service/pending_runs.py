@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
+from ledger.entry import Position
+
 Key = tuple[int, int]
+
+
+def members_of(first: Key, n: int) -> list[Position]:
+    """The positions of the ``n`` members of the batch whose first member is at ``first``."""
+    lid, eid = first
+    return [Position(lid, eid + i) for i in range(n)]
 
 
 class Runs:
@@ -79,6 +87,5 @@ class Runs:
         n = self.lengths.get(first, 1)
         return (first[0], first[1] + n - 1)
 
-    def members(self, first: Key) -> list[Key]:
-        lid, eid = first
-        return [(lid, eid + i) for i in range(self.lengths.get(first, 1))]
+    def members(self, first: Key) -> list[Position]:
+        return members_of(first, self.lengths.get(first, 1))

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError as DuplicateRow
 
 from ledger import paths, row_group_cache
 from ledger.checksums import IntegrityError
-from ledger.entry import Appended, BatchEntry, Entry, LedgerItem, Position, StoredBatch, record_size
+from ledger.entry import Appended, Entry, LedgerItem, Position, StoredBatch, item_entries, record_size
 from ledger.storage import StoragePath, as_storage_path
 from service import deduplication, models
 from service.clock import now_ms
@@ -609,7 +609,7 @@ class Broker:
         if not out and timeout_s > 0:
             topic.ledger.wait_for_entries(Position(nxt.ledger_id, nxt.entry_id - 1), timeout_s)
             out, nxt = read(topic, nxt, limit, read_compacted)
-        topic.messages_out.add(messages_in(out) if whole else len(out))
+        topic.messages_out.add(sum(map(item_entries, out)) if whole else len(out))
         return out, nxt
 
     def producer_sequences(self, name: TopicName) -> ProducerSequences:
@@ -687,11 +687,6 @@ class Broker:
                 return out, nxt
             rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))
             return out + rest, nxt_pos
-
-
-def messages_in(items: Sequence[LedgerItem]) -> int:
-    """Messages ``items`` hold: a whole batch counts its members."""
-    return sum(i.batch.count if type(i) is BatchEntry else 1 for i in items)
 
 
 def _lost(name: TopicName) -> OwnershipLost:

@@ -54,6 +54,7 @@ from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
 from service.dispatchers import rest_of_batch
 from service.errors import Conflict, NotFound, NotOwner, OwnershipLost, ServiceError, Unavailable
 from service.names import TopicName
+from service.pending_runs import members_of
 from service.topics import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
@@ -353,7 +354,7 @@ class WireSubscriber:
                     del self.batches[pos]
                     whole.append((pos, n))
                     continue
-                members = [Position(pos.ledger_id, pos.entry_id + i) for i in range(n)]
+                members = members_of(pos, n)
             assert isinstance(members, list)
             if data.ack_set:
                 acked = [m for m in members if not _bit(data.ack_set, m.entry_id - pos.entry_id)]
