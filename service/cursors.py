@@ -50,20 +50,12 @@ from service import models
 from service.clock import now_ms
 from service.compacted_view import RetiredView
 from service.dead_letters import DeadLetterPolicy, make_policy, write_dead_letters
-from service.dispatchers import (
-    EXCLUSIVE,
-    FAILOVER,
-    KEY_SHARED,
-    SHARED,
-    SUBSCRIPTION_TYPES,
-    Dispatcher,
-    read_positions,
-    rest_of_batch,
-)
+from service.dispatchers import Dispatcher, read_positions, rest_of_batch
 from service.errors import Conflict, InvalidInput, NotFound, NotOwner, TooLarge, Unavailable
 from service.names import TopicName
 from service.negative_acks import DEFAULT_DELAY_MS, NegativeAcks
 from service.pending_runs import Runs, members_of
+from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, SUBSCRIPTION_TYPES
 from service.topics import EARLIEST, LATEST, Broker, ManagedTopic
 
 COMPACTION_CURSOR = "__compaction"

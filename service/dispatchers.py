@@ -1,7 +1,7 @@
 """Delivery to several consumers of one subscription: Pulsar's Shared and Key_Shared dispatchers.
 
 Exclusive and Failover subscriptions deliver to one consumer at a time and keep the simpler
-rewinding cursor of ``service.cursors.Subscription``; this module is the rest.
+rewinding cursor of ``service.subscriptions.Subscription``; this module is the rest.
 
 The service is pulled, not pushed: a consumer's receive request is its permits (Pulsar's flow
 permits), and a message goes to the consumer whose receive reads it. With several consumers
@@ -40,16 +40,10 @@ from service.clock import now_ms
 from service.errors import Conflict
 
 if TYPE_CHECKING:
-    from service.cursors import Subscription
     from service.managed_ledger import ManagedLedger
+    from service.subscription_types import SubscriptionState
 
 Key = tuple[int, int]
-
-EXCLUSIVE = "Exclusive"
-FAILOVER = "Failover"
-SHARED = "Shared"
-KEY_SHARED = "Key_Shared"
-SUBSCRIPTION_TYPES = (EXCLUSIVE, FAILOVER, SHARED, KEY_SHARED)
 
 #: Pulsar's ``StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE``.
 RANGE_SIZE = 2 << 15
@@ -213,7 +207,7 @@ class Dispatcher:
         self.outstanding[consumer_id] = {}
         self.timeouts[consumer_id] = deque()
 
-    def remove_consumer(self, state: Subscription, consumer_id: str) -> None:
+    def remove_consumer(self, state: SubscriptionState, consumer_id: str) -> None:
         """Its pending messages go back to be delivered to the others."""
         self.redeliver(state, consumer_id)
         if self.selector is not None:
@@ -229,7 +223,7 @@ class Dispatcher:
 
     # ------------------------------------------------------------ bookkeeping
 
-    def _take(self, state: Subscription, consumer_id: str, pos: Key, h: int, count: int) -> None:
+    def _take(self, state: SubscriptionState, consumer_id: str, pos: Key, h: int, count: int) -> None:
         state.pending[pos] = count
         self.owner[pos] = (consumer_id, h)
         self.outstanding[consumer_id][pos] = None
@@ -268,13 +262,15 @@ class Dispatcher:
             else:
                 del self.replay_hashes[h]
 
-    def acknowledged(self, state: Subscription, pos: Key) -> None:
+    def acknowledged(self, state: SubscriptionState, pos: Key) -> None:
         state.pending.pop(pos, None)
         self._release(pos)
         if pos in self.replay:
             self._from_replay(pos)
 
-    def redeliver(self, state: Subscription, consumer_id: str, positions: Iterable[Key] | None = None) -> int:
+    def redeliver(
+        self, state: SubscriptionState, consumer_id: str, positions: Iterable[Key] | None = None
+    ) -> int:
         """Put the consumer's pending messages (all, or those of ``positions`` it holds) back to
         be delivered again; how many."""
         mine = self.outstanding.get(consumer_id)
@@ -288,7 +284,7 @@ class Dispatcher:
             self._to_replay(pos, h)
         return len(chosen)
 
-    def floor(self, state: Subscription) -> Key:
+    def floor(self, state: SubscriptionState) -> Key:
         """The smallest position not known consumed: the mark-delete position may reach just below."""
         low: Key = state.read_pos
         if state.pending:
@@ -312,7 +308,7 @@ class Dispatcher:
         self.delayed.clear()
         self.delayed_due.clear()
 
-    def expire_ack_timeouts(self, state: Subscription, now: float) -> None:
+    def expire_ack_timeouts(self, state: SubscriptionState, now: float) -> None:
         for consumer_id, pages in self.timeouts.items():
             while pages and pages[0][0] <= now:
                 _, positions = pages.popleft()
@@ -335,7 +331,7 @@ class Dispatcher:
             if h is not None:
                 self._to_replay(pos, h)
 
-    def over_redelivered(self, state: Subscription, max_redeliver_count: int, limit: int) -> list[Key]:
+    def over_redelivered(self, state: SubscriptionState, max_redeliver_count: int, limit: int) -> list[Key]:
         """Positions waiting in ``replay`` that were delivered more than ``max_redeliver_count``
         times after the first (the dead letter policy's), smallest first."""
         counts = state.redelivered
@@ -351,7 +347,9 @@ class Dispatcher:
         holder = self.held.get(h)
         return holder is None or holder[0] == consumer_id
 
-    def deliver(self, state: Subscription, consumer_id: str, limit: int) -> tuple[list[Entry], list[int]]:
+    def deliver(
+        self, state: SubscriptionState, consumer_id: str, limit: int
+    ) -> tuple[list[Entry], list[int]]:
         """Up to ``limit`` messages for ``consumer_id``: those waiting in ``replay`` first, in id
         order, then new ones from the read position; with their redelivery counts."""
         out: list[Entry] = []
