@@ -40,7 +40,6 @@ from api.routes import (
 from migrations import upgrade
 from service.authorization import Authorizer
 from service.compaction import CompactionService
-from service.cursors import SubscriptionService
 from service.db import Database
 from service.engine import SparkEngine
 from service.instances import InstanceRegistry
@@ -53,6 +52,7 @@ from service.scheduler import CompactionScheduler
 from service.schemas import SchemaRegistry
 from service.scrubber import Scrubber
 from service.settings import Settings
+from service.subscription_service import SubscriptionService
 from service.tenants import TenantService
 from service.tokens import TokenVerifier, read_key
 from service.topics import Broker

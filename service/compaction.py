@@ -42,7 +42,7 @@ from ledger.storage import StoragePath
 from service import models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
-from service.cursors import COMPACTION_CURSOR
+from service.cursor_store import COMPACTION_CURSOR
 from service.errors import CompactionUnavailable, Conflict, NotOwner
 from service.integrity import (
     COMPACTED,

@@ -25,8 +25,9 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ledger import object_wal, wal
-from service.cursors import Subscription, backlog_of
 from service.stats import resource_stats
+from service.subscription_stats import backlog_of
+from service.subscriptions import Subscription
 from service.topics import Broker, ManagedTopic
 
 # Compaction latency buckets, milliseconds (a round takes from a fraction of a second to minutes).

@@ -5,7 +5,7 @@ Pulsar tracks them in the client and then asks the broker to redeliver; here the
 them, so a client that stops after a negative acknowledgement loses nothing either. As in
 Pulsar, a Shared or Key_Shared subscription redelivers exactly the messages negatively
 acknowledged; an Exclusive or Failover one redelivers every unacknowledged message (order is
-the point of those types), see ``service.cursors``.
+the point of those types), see ``service.subscriptions``.
 """
 
 from __future__ import annotations

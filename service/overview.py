@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from service import models
-from service.cursors import backlog_of
+from service.subscription_stats import backlog_of
 from service.topics import Broker
 
 

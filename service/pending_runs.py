@@ -1,7 +1,7 @@
 """Whole stored batches a subscription delivered and its consumer has not acknowledged yet.
 
 A Pulsar batch delivered whole (``ledger.entry.BatchEntry``) is one key in the subscription's
-``pending`` (its first member's position, see ``service.cursors``), not one key per member:
+``pending`` (its first member's position, see ``service.subscriptions``), not one key per member:
 delivering a batch of a thousand members and acknowledging it whole then cost what one message
 does. This keeps what the key stands for: how many members follow it, and how many of them
 were acknowledged one by one.

@@ -88,7 +88,7 @@ class ManagedTopic:
     # Views a round replaced, retired once the round has let the topic go: deleting their
     # files (requests, on object storage) is no part of the round a client waits for.
     retiring: list[CompactedView] = field(default_factory=list)
-    # Durable subscriptions by name (service.cursors.Subscription), loaded at start.
+    # Durable subscriptions by name (service.subscriptions.Subscription), loaded at start.
     subscriptions: dict[str, Any] = field(default_factory=dict)
     # Messages delivered to consumers and readers since the service started (pulsar_out_messages_total).
     messages_out: Tally = field(default_factory=Tally)

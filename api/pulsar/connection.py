@@ -40,8 +40,8 @@ from service.schemas import SchemaRegistry
 if TYPE_CHECKING:
     from api.pulsar.consume import WireSubscriber
     from api.pulsar.produce import WireProducer
-    from service.cursors import SubscriptionService
     from service.settings import Settings
+    from service.subscription_service import SubscriptionService
     from service.tenants import TenantService
     from service.tokens import TokenVerifier
     from service.topics import Broker

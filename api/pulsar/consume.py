@@ -50,11 +50,12 @@ from api.pulsar.messages import (
 from api.pulsar.schemas import consumer_schema
 from ledger.entry import BatchEntry, Entry, LedgerItem, Position, StoredBatch
 from service.authorization import Rule
-from service.cursors import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, before
 from service.dispatchers import rest_of_batch
 from service.errors import Conflict, NotFound, NotOwner, OwnershipLost, ServiceError, Unavailable
 from service.names import TopicName
 from service.pending_runs import members_of
+from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
+from service.subscriptions import before
 from service.topics import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,11 @@ from prometheus_client.registry import Collector
 
 from api.pulsar.connection import BrokerContext, PulsarConnection, install_handlers
 from service.authorization import Authorizer
-from service.cursors import SubscriptionService
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
 from service.settings import Settings
+from service.subscription_service import SubscriptionService
 from service.tenants import TenantService
 from service.tokens import TokenVerifier
 from service.topics import Broker

@@ -10,8 +10,10 @@ from pydantic import BaseModel, ConfigDict
 from api.deps import BrokerDep, CanConsume, CanLookup, TopicDep
 from api.routes.admin import CompactionDep
 from service.compaction import CompactionRecord, CompactionService
-from service.cursors import COMPACTION_CURSOR, ConsumerStats, SubscriptionService, backlog_of
+from service.cursor_store import COMPACTION_CURSOR
 from service.names import TopicName
+from service.subscription_service import SubscriptionService
+from service.subscription_stats import ConsumerStats, backlog_of
 from service.topics import Broker
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])

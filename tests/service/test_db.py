@@ -37,8 +37,8 @@ def test_subscriptions_made_with_a_read_compacted_flag_survive_its_removal(setti
 
     from ledger.entry import Record
     from migrations import alembic_config, upgrade
-    from service.cursors import SubscriptionService
     from service.names import TopicName
+    from service.subscription_service import SubscriptionService
     from service.topics import Broker
 
     name = TopicName("t", "ns", "migrated")

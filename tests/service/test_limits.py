@@ -158,7 +158,7 @@ def test_a_failed_sealing_is_retried_in_the_background(tight: Settings, broker: 
 
 
 def test_a_consumer_holds_at_most_max_unacked_messages(settings: Settings, broker: Broker) -> None:
-    from service.cursors import SubscriptionService
+    from service.subscription_service import SubscriptionService
 
     settings.max_unacked_messages_per_consumer = 5
     subs = SubscriptionService(broker=broker)

@@ -12,12 +12,12 @@ from compactor import TwoPhaseCompactor
 from compactor.two_phase import shared_group
 from ledger.entry import Position, Record
 from service.compaction import CompactionService
-from service.cursors import SubscriptionService
 from service.errors import InvalidInput
 from service.names import TopicName, partition
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore, Scope
 from service.scheduler import CompactionScheduler, apply_retention, due
+from service.subscription_service import SubscriptionService
 from service.tenants import TenantService
 from service.topics import Broker
 

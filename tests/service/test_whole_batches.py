@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from ledger.entry import BatchEntry, Entry, LedgerItem, Position, Record
-from service.cursors import SubscriptionService
 from service.db import Database
 from service.names import TopicName
 from service.settings import Settings
+from service.subscription_service import SubscriptionService
 from service.topics import Broker
 from tests.batches import batch
 

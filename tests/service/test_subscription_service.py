@@ -9,11 +9,11 @@ import time
 import pytest
 
 from ledger.entry import Position, Record
-from service.cursors import SubscriptionService
 from service.db import Database
 from service.errors import Conflict, InvalidInput, NotFound
 from service.names import TopicName
 from service.settings import Settings
+from service.subscription_service import SubscriptionService
 from service.topics import Broker
 
 NAME = TopicName("t", "ns", "events")
