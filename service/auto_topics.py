@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 
 from service.errors import Conflict, NotFound
+from service.managed_topic import ManagedTopic
 from service.names import TopicName, partition_of
 from service.partitions import PartitionedTopics
 from service.tenants import TenantService
-from service.topics import Broker, ManagedTopic
+from service.topics import Broker
 
 
 def topic_for_use(

@@ -53,10 +53,11 @@ from service.integrity import (
     names_file,
     skip_damaged_path,
 )
+from service.managed_topic import DroppedView, ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName
 from service.policies import PolicyStore
-from service.topics import Broker, DroppedView, ManagedTopic
+from service.topics import Broker
 
 log = logging.getLogger(__name__)
 

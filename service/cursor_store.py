@@ -11,8 +11,8 @@ from service import models
 from service.clock import now_ms
 from service.db import Database
 from service.errors import NotFound
+from service.managed_topic import ManagedTopic
 from service.subscriptions import Subscription
-from service.topics import ManagedTopic
 
 #: The compactor's own cursor on each topic (``service.compaction``), no client's subscription.
 COMPACTION_CURSOR = "__compaction"

@@ -25,10 +25,11 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ledger import object_wal, wal
+from service.managed_topic import ManagedTopic
 from service.stats import resource_stats
 from service.subscription_stats import backlog_of
 from service.subscriptions import Subscription
-from service.topics import Broker, ManagedTopic
+from service.topics import Broker
 
 # Compaction latency buckets, milliseconds (a round takes from a fraction of a second to minutes).
 COMPACTION_LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000)

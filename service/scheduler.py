@@ -15,10 +15,11 @@ from ledger.entry import Position
 from service.clock import now_ms
 from service.compaction import CompactionService
 from service.errors import Conflict, NotFound
+from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName, partition_of
 from service.policies import Policy, PolicyStore
-from service.topics import Broker, ManagedTopic
+from service.topics import Broker
 
 log = logging.getLogger(__name__)
 

@@ -54,9 +54,10 @@ from service.clock import now_ms
 from service.compacted_view import RetiredView
 from service.integrity import compacted_damage_line
 from service.managed_ledger import LedgerInfo
+from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName
-from service.topics import Broker, ManagedTopic
+from service.topics import Broker
 
 log = logging.getLogger(__name__)
 

@@ -36,13 +36,15 @@ from service.dead_letters import make_policy
 from service.deliveries import Delivery, deliver_in_order, deliver_shared, expire_nacks
 from service.dispatchers import Dispatcher
 from service.errors import Conflict, InvalidInput, NotFound
+from service.managed_topic import ManagedTopic
 from service.names import TopicName
 from service.negative_acks import DEFAULT_DELAY_MS
 from service.pending_runs import members_of
 from service.subscription_stats import SubscriptionStats, subscription_backlog, subscription_stats
 from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, SUBSCRIPTION_TYPES
 from service.subscriptions import NOTHING, ConsumerInfo, Subscription, before
-from service.topics import EARLIEST, LATEST, Broker, ManagedTopic
+from service.topic_reads import EARLIEST, LATEST
+from service.topics import Broker
 
 RESERVED_PREFIX = "__"
 MAX_WAIT_MS = 30_000

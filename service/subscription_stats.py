@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from ledger.checksums import IntegrityError
 from ledger.entry import Position
 from service.compacted_view import RetiredView
+from service.managed_topic import ManagedTopic
 from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED
 from service.subscriptions import NOTHING, Subscription
-from service.topics import ManagedTopic
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from ledger.entry import Position
 
 if TYPE_CHECKING:
-    from service.topics import ManagedTopic
+    from service.managed_topic import ManagedTopic
 
 EXCLUSIVE = "Exclusive"
 FAILOVER = "Failover"

@@ -31,10 +31,10 @@ from itertools import takewhile
 from ledger.entry import Position
 from service.dead_letters import DeadLetterPolicy
 from service.dispatchers import Dispatcher
+from service.managed_topic import ManagedTopic
 from service.negative_acks import DEFAULT_DELAY_MS, NegativeAcks
 from service.pending_runs import Runs, members_of
 from service.subscription_types import EXCLUSIVE
-from service.topics import ManagedTopic
 
 NOTHING = Position(-1, -1)
 

@@ -1,4 +1,5 @@
-"""Topics: creating, deleting, listing them, and the live state of each loaded topic.
+"""Topics: the ``Broker``, which creates, deletes, lists and loads them and takes every produce
+and read on them.
 
 The ``Broker`` owns one ``ManagedTopic`` per topic it serves. A single instance (SQLite, the
 default) serves every topic of the metadata store, loaded (and recovered) at start-up. With
@@ -12,32 +13,23 @@ Everything a route asks of a topic goes through it.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError as DuplicateRow
 
-from ledger import paths, row_group_cache
-from ledger.checksums import IntegrityError
+from ledger import row_group_cache
 from ledger.entry import Appended, Entry, LedgerItem, Position, StoredBatch, item_entries, record_size
-from ledger.storage import StoragePath, as_storage_path
-from service import deduplication, models
+from service import deduplication, models, topic_reads
 from service.clock import now_ms
-from service.compacted_view import CompactedView, LayerFiles, RetiredView
-from service.counters import Tally
 from service.db import Database
 from service.deduplication import ProducerSequences
 from service.errors import (
-    BeingRepaired,
     Conflict,
-    DamagedData,
     InvalidInput,
     NotFound,
     NotOwner,
@@ -47,63 +39,15 @@ from service.errors import (
 )
 from service.instances import db_now_ms
 from service.managed_ledger import LedgerResources, ManagedLedger
+from service.managed_topic import CompactedDamageHandler, ManagedTopic
 from service.names import TopicName
 from service.ownership import Lease, LeaseOwnership, forever
 from service.resources import descriptor_limit, ledger_file_budget
 from service.settings import Settings
+from service.topic_files import remove_orphan_dirs, remove_topic_files, topic_root, topic_store
 from service.wal_objects import ObjectWal
 
 log = logging.getLogger(__name__)
-
-EARLIEST = "earliest"
-LATEST = "latest"
-
-
-@dataclass(frozen=True)
-class DroppedView:
-    """A compacted ledger dropped for damage: which, up to where, and what was found."""
-
-    ledger_id: int
-    horizon: Position
-    finding: str
-
-
-# Called with the topic, the view and the damage when a read meets a damaged compacted ledger:
-# the compaction service drops the view and starts a rebuild (service.compaction).
-CompactedDamageHandler = Callable[["ManagedTopic", CompactedView, IntegrityError], None]
-
-
-@dataclass
-class ManagedTopic:
-    """A loaded topic: its log and the state of its compaction."""
-
-    name: TopicName
-    topic_id: int
-    ledger: ManagedLedger
-    # Serialises compaction rounds and deletion of this topic.
-    admin_lock: threading.Lock = field(default_factory=threading.Lock)
-    view: CompactedView | None = None
-    # The files of the compacted views alive now (the view, and replaced ones still leased).
-    layer_files: LayerFiles = field(default_factory=LayerFiles)
-    # Views a round replaced, retired once the round has let the topic go: deleting their
-    # files (requests, on object storage) is no part of the round a client waits for.
-    retiring: list[CompactedView] = field(default_factory=list)
-    # Durable subscriptions by name (service.subscriptions.Subscription), loaded at start.
-    subscriptions: dict[str, Any] = field(default_factory=dict)
-    # Messages delivered to consumers and readers since the service started (pulsar_out_messages_total).
-    messages_out: Tally = field(default_factory=Tally)
-    # Set while a damaged compacted ledger, dropped, is rebuilt from the originals: reads of
-    # the compacted view up to its horizon answer 503 until the rebuild commits.
-    repair: DroppedView | None = None
-    # This instance's hold on the topic: writes are acknowledged only while it is valid.
-    lease: Lease = field(default_factory=forever)
-    # Pulsar's deduplication state, built from the ledgers on first use (service.deduplication).
-    sequences: ProducerSequences | None = None
-    sequences_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def compacted_view(self) -> CompactedView | None:
-        return self.view
-
 
 # How often the scrub's passes sweep the write-ahead objects at most (COMPACTOR_WAL=object).
 WAL_SWEEP_EVERY_S = 60.0
@@ -179,7 +123,7 @@ class Broker:
                 self._acquire_by_id(topic_id)
         if self.ownership is None:
             # Not with several instances: another one may be creating a topic's files right now.
-            self._remove_orphan_dirs({name for _, name in topics})
+            remove_orphan_dirs(self.settings.data_dir, self.storage, {name for _, name in topics})
             self.sweep_write_ahead(force=True)
         self._sweeper = threading.Thread(
             target=self._close_idle_files, name="ledger-file-sweeper", daemon=True
@@ -201,13 +145,13 @@ class Broker:
         fence = self.ownership.fence(topic_id, lease.epoch) if self.ownership is not None else None
         ml = ManagedLedger.recover(
             topic_id=topic_id,
-            root=self._root(name),
+            root=topic_root(self.settings.data_dir, name),
             db=self.db,
             settings=self.settings,
             shared=self.resources,
             epoch=lease.epoch,
             fence=fence,
-            store=self._store(name),
+            store=topic_store(self.storage, name),
         )
         ml.name = str(name)
         topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml, lease=lease)
@@ -370,37 +314,9 @@ class Broker:
             except Exception:  # noqa: BLE001 - the leases then lapse on their own
                 log.exception("releasing the topic leases failed")
 
-    def _root(self, name: TopicName) -> Path:
-        """The topic's directory on the local disk: its write-ahead files."""
-        return paths.topic_dir(self.settings.data_dir, name.tenant, name.namespace, name.topic)
-
-    def _store(self, name: TopicName) -> StoragePath:
-        """The topic's directory in the ledger storage: its sealed and compacted ledgers (the
-        same directory as :meth:`_root` when that storage is the local data directory)."""
-        return self.storage.at(f"ledgers/{name.tenant}/{name.namespace}/{name.topic}")
-
     def _remove_files(self, name: TopicName) -> None:
         """Every file of a topic, on the local disk and in the ledger storage."""
-        root, store = self._root(name), self._store(name)
-        shutil.rmtree(root, ignore_errors=True)
-        if store.local != root:
-            store.delete_tree()
-        if self.resources.copies is not None:
-            self.resources.copies.drop_tree(store)
-
-    def _remove_orphan_dirs(self, existing: set[TopicName]) -> None:
-        """A topic deleted in the metadata store whose files a crash left behind (on the local
-        disk and in the ledger storage)."""
-        base = as_storage_path(self.settings.data_dir / "ledgers")
-        stored = self.storage.at("ledgers")
-        bases = [base] if base.local == stored.local else [base, stored]
-        for ledgers in bases:
-            for tenant in ledgers.dirs():
-                for namespace in tenant.dirs():
-                    for topic in namespace.dirs():
-                        if TopicName(tenant.name, namespace.name, topic.name) not in existing:
-                            log.warning("removing files of deleted topic %s", topic)
-                            topic.delete_tree()
+        remove_topic_files(self.settings.data_dir, self.storage, self.resources.copies, name)
 
     # ---------------------------------------------------------------- admin
 
@@ -419,7 +335,7 @@ class Broker:
                 s.add(row)
                 s.flush()
                 topic_id = row.id
-            root = self._root(name)
+            root = topic_root(self.settings.data_dir, name)
             self._remove_files(name)  # left by a deletion that crashed before removing them
             ml = ManagedLedger.create(
                 topic_id=topic_id,
@@ -427,7 +343,7 @@ class Broker:
                 db=self.db,
                 settings=self.settings,
                 shared=self.resources,
-                store=self._store(name),
+                store=topic_store(self.storage, name),
             )
             ml.name = str(name)
             topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml)
@@ -556,16 +472,7 @@ class Broker:
 
     def resolve_start(self, topic: ManagedTopic, start: str) -> Position:
         """``earliest``, ``latest`` or ``"L:E"`` as a position of the topic's log."""
-        if start == EARLIEST:
-            # Not the oldest ledger's first entry: a compacted ledger may hold records from
-            # ledgers that retention has since deleted, and reads move on past missing ids.
-            return Position(0, 0)
-        if start == LATEST:
-            return topic.ledger.end_position()
-        try:
-            return Position.parse(start)
-        except ValueError as e:
-            raise InvalidInput(f"invalid startMessageId: {e}") from None
+        return topic_reads.resolve_start(topic, start)
 
     def read(
         self, name: TopicName, start: str, max_messages: int, *, read_compacted: bool = False
@@ -622,71 +529,22 @@ class Broker:
             return topic.sequences
 
     def last_message_id(self, name: TopicName, *, read_compacted: bool) -> Position | None:
-        """The id of the topic's last message, None when it has none. Pulsar's rule for a
-        reader of the compacted view: once compaction has reached the end of the log, the last
-        message it can read is the compacted ledger's last (the log's tail may be deletes that
-        compaction removed, and waiting for them would wait for ever)."""
-        topic = self.topic(name)
-        while True:
-            last = topic.ledger.last_position()
-            view = topic.view if read_compacted else None
-            if view is None or (last is not None and last > view.horizon):
-                return last
-            try:
-                with view.lease():
-                    return view.ledger.last_position
-            except RetiredView:
-                continue  # a compaction committed meanwhile: ask its ledger
+        """The id of the topic's last message a reader of that kind sees, None when it has none
+        (:func:`service.topic_reads.last_message_id`)."""
+        return topic_reads.last_message_id(self.topic(name), read_compacted)
 
     def read_batches_at(
         self, topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
     ) -> tuple[list[LedgerItem], Position]:
-        """:meth:`read_at`, with the log's stored batches whole where the read holds them
-        (``ManagedLedger.read_batches``); the compacted view's messages come as entries."""
-        view = topic.view if read_compacted else None
-        if read_compacted and (topic.repair is not None or (view is not None and pos <= view.horizon)):
-            return self.read_at(topic, pos, limit, read_compacted)  # type: ignore[return-value]
-        return topic.ledger.read_batches(pos, limit)
+        """:func:`service.topic_reads.read_batches_at`, with this broker's damage handler."""
+        return topic_reads.read_batches_at(topic, pos, limit, read_compacted, self.on_compacted_damage)
 
     def read_at(
         self, topic: ManagedTopic, pos: Position, limit: int, read_compacted: bool
     ) -> tuple[list[Entry], Position]:
-        """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts.
-
-        A damaged original ledger raises ``DamagedData`` (500); a damaged compacted ledger is
-        dropped and rebuilt, and reads of the compacted view answer ``BeingRepaired`` (503)
-        until the rebuild commits."""
-        while True:
-            view = topic.view if read_compacted else None
-            repair = topic.repair
-            if read_compacted and view is None and repair is not None and pos <= repair.horizon:
-                raise BeingRepaired(
-                    f"compacted ledger {repair.ledger_id} of {topic.name} is damaged ({repair.finding}); "
-                    "it was dropped and is being rebuilt from the original ledgers",
-                    retry_after=5,
-                )
-            if view is None or pos > view.horizon:
-                return topic.ledger.read(pos, limit)
-            try:
-                with view.lease():
-                    out, nxt = view.ledger.read(pos, limit)
-            except RetiredView:
-                continue  # a compaction committed meanwhile: read its ledger instead
-            except IntegrityError as e:
-                if self.on_compacted_damage is None:
-                    raise DamagedData(
-                        f"compacted ledger {view.ledger_id} of {topic.name} is damaged: "
-                        f"{e.path.name}: {e.check} failed: {e.detail}",
-                        topic=str(topic.name),
-                        ledger_id=view.ledger_id,
-                        check=e.check,
-                    ) from e
-                self.on_compacted_damage(topic, view, e)
-                continue  # now 503 while it is rebuilt
-            if nxt is not None:
-                return out, nxt
-            rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))
-            return out + rest, nxt_pos
+        """Up to ``limit`` messages from ``pos`` inclusive, and where the next read starts
+        (:func:`service.topic_reads.read_at`, with this broker's damage handler)."""
+        return topic_reads.read_at(topic, pos, limit, read_compacted, self.on_compacted_damage)
 
 
 def _lost(name: TopicName) -> OwnershipLost:

@@ -56,7 +56,7 @@ from service.names import TopicName
 from service.pending_runs import members_of
 from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
 from service.subscriptions import before
-from service.topics import EARLIEST, LATEST
+from service.topic_reads import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
 _tuple_new = tuple.__new__
