@@ -1,8 +1,9 @@
 """A durable subscription: its cursor (a mark-delete position and individual acks) and the
 in-memory delivery state of its consumers -- what is pending, redelivered, under an ack timeout.
 
-The verbs over subscriptions are ``service.subscription_service``'s; the pages it delivers,
-``service.deliveries``'; its cursor's rows, ``service.cursor_store``'s.
+The verbs over subscriptions are in ``service.subscription_service``, the pages a
+subscription delivers are made in ``service.deliveries``, and its cursor's rows are kept by
+``service.cursor_store``.
 
 Invariants of a subscription:
 - every id at or before ``mark_delete`` is consumed; ``acked`` holds the ids beyond it that
@@ -17,7 +18,6 @@ Invariants of a subscription:
 
 Shared and Key_Shared keep ``pending`` in no particular order and redeliver single messages
 (``Dispatcher.replay``); the mark-delete position then advances below ``Dispatcher.floor``.
-
 """
 
 from __future__ import annotations
