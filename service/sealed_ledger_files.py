@@ -7,8 +7,8 @@ recorded, a file verified, an operator accepting the loss of its damaged entries
 :class:`service.managed_ledger.ManagedLedger`, on its state (``service.ledger_state``). Order
 that keeps a crash harmless: metadata first, then the files (a crash in between leaves only
 files that recovery or the sweep removes, never a ledger without its file). The ledger's lock
-is held only to read or change the ledger list and its infos, never while a file is opened,
-written or removed."""
+is held to read or change the ledger list and its infos (with the metadata rows of the ledgers
+retention deletes), never while a file is opened, written or removed."""
 
 from __future__ import annotations
 

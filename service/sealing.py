@@ -11,9 +11,11 @@ checks the file (:func:`_seal_file`), the publisher publishes it and commits the
 write-ahead log meanwhile. :func:`seal` runs both steps inline (recovery at start-up).
 
 :class:`Sealing` is one of the jobs of :class:`service.managed_ledger.ManagedLedger`, on its
-state (``service.ledger_state``): the sealer's and publisher's steps run without the ledger's
-lock and take it only to hand their result back (the cache trimmed, the ledger's info
-replaced by its CLOSED one, the waiters of ``wait_sealed`` notified)."""
+state (``service.ledger_state``). What an append calls (``_remember``, which hands the next
+whole row groups to the sealer) and ``wait_sealed`` run under the ledger's lock; the sealer's
+and publisher's steps run without it and take it only to hand their result back (the cache
+trimmed, the ledger's info replaced by its CLOSED one, a failure recorded, the waiters of
+``wait_sealed`` notified)."""
 
 from __future__ import annotations
 
