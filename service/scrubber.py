@@ -53,7 +53,7 @@ from service import models
 from service.clock import now_ms
 from service.compacted_view import RetiredView
 from service.integrity import compacted_damage_line
-from service.managed_ledger import LedgerInfo
+from service.ledger_info import LedgerInfo
 from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName

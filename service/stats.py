@@ -13,7 +13,7 @@ from ledger.entry import Position
 from ledger.file_cache import FileCacheStats
 from ledger.row_group_cache import RowGroupCacheStats
 from service import models
-from service.managed_ledger import LedgerInfo
+from service.ledger_info import LedgerInfo
 from service.names import TopicName
 from service.resources import DEGRADED_FOR_S, DescriptorLimit, descriptor_limit, open_descriptors
 from service.seal_backlog import SealBacklogStats

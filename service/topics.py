@@ -38,7 +38,8 @@ from service.errors import (
     Unavailable,
 )
 from service.instances import db_now_ms
-from service.managed_ledger import LedgerResources, ManagedLedger
+from service.ledger_resources import LedgerResources
+from service.managed_ledger import ManagedLedger
 from service.managed_topic import CompactedDamageHandler, ManagedTopic
 from service.names import TopicName
 from service.ownership import Lease, LeaseOwnership, forever

@@ -10,7 +10,8 @@ from pydantic import BaseModel
 from api.deps import AuthorizationDep, CanLookup, PartitionedDep, PeersDep, TenantAdmin, TopicDep
 from api.peers import Peers
 from compactor.progress import ProgressSnapshot, combined
-from service.compaction import CompactionService, CompactionStatus
+from service.compaction import CompactionService
+from service.compaction_runs import CompactionStatus
 from service.errors import Conflict, NotOwner, Unavailable
 from service.models import CompactionRun
 from service.names import TopicName

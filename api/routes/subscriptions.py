@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict
 
 from api.deps import BrokerDep, CanConsume, CanLookup, TopicDep
 from api.routes.admin import CompactionDep
-from service.compaction import CompactionRecord, CompactionService
+from service.compaction import CompactionService
+from service.compaction_runs import CompactionRecord
 from service.cursor_store import COMPACTION_CURSOR
 from service.names import TopicName
 from service.subscription_service import SubscriptionService

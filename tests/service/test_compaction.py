@@ -16,7 +16,9 @@ from compactor import TwoPhaseCompactor
 from compactor.two_phase import shared_group
 from ledger.entry import Entry, Position, Record
 from service import models
-from service.compaction import COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR, CompactionService
+from service.compaction import CompactionService
+from service.compaction_cursor import COMPACTED_LEDGER_PROPERTY
+from service.cursor_store import COMPACTION_CURSOR
 from service.names import TopicName, partition
 from service.stats import internal_stats
 from service.topics import Broker

@@ -7,7 +7,8 @@ import pytest
 
 from compactor import TwoPhaseCompactor
 from ledger.entry import Record
-from service.compaction import ERROR, SUCCESS, CompactionService
+from service.compaction import CompactionService
+from service.compaction_runs import ERROR, SUCCESS
 from service.metrics import ServiceMetrics
 from service.names import TopicName
 from service.topics import Broker

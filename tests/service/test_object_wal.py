@@ -14,8 +14,10 @@ from ledger.storage import Storage
 from service import models
 from service.db import Database
 from service.errors import OwnershipLost
-from service.managed_ledger import LedgerInfo, ManagedLedger, _seal
+from service.ledger_info import LedgerInfo
+from service.managed_ledger import ManagedLedger
 from service.names import TopicName
+from service.sealing import seal
 from service.settings import Settings
 from service.topics import Broker
 
@@ -178,7 +180,7 @@ def test_an_owner_fenced_off_acknowledges_nothing_and_cannot_replace_what_the_ne
         old_wal = old._wal
         stale = LedgerInfo(sealed.ledger_id, "OPEN", 0, 0, 0, sealed.created_at, epoch=1)
         with pytest.raises(OwnershipLost):
-            _seal(db, store, stale, old_wal, old_wal.read_all(), fence=fence_of(1), epoch=1)
+            seal(db, store, stale, old_wal, old_wal.read_all(), fence=fence_of(1), epoch=1)
         assert published.read_bytes() == before
         got, _ = new.read(acked[0], 100)
         assert [e.value for e in got] == [f"old-{i}".encode() for i in range(4)]
