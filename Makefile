@@ -47,7 +47,9 @@ lint: $(STAMP)
 proto: $(STAMP)
 	cd api/pulsar && ../../$(VENV)/bin/python -m grpc_tools.protoc -I. --python_out=. pulsar_api.proto
 
-# The client's API reference, from its docstrings, in site/ (the test suite builds it too, strictly).
+# The guide (docs/, mkdocs.yml) with the client's API reference from its docstrings, in site/
+# (the test suite builds it too, strictly, and checks every relative link of README.md,
+# BENCHMARKS.md and the guide).
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 TOPIC = "persistent://public/default/orders"
 PAGE = "/dashboard/topics/public/default/orders"
 ADMIN = "/admin/v2/persistent/public/default/orders"
-SCREENSHOT = Path(__file__).resolve().parents[2] / "dashboard.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 
 
 @pytest.fixture(scope="module")

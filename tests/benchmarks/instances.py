@@ -1,4 +1,4 @@
-"""Several instances on one PostgreSQL database and one storage root (README, "Running several
+"""Several instances on one PostgreSQL database and one storage root (docs/operations.md, "Running several
 instances"): produce throughput through one instance and through two, and the time from a
 kill -9 of a topic's owner until another instance acknowledges a produce of that topic.
 

@@ -3,7 +3,7 @@ column's pages of a sealed ledger, a compacted part and a manifest, files trunca
 replaced, the metadata's checksum changed. Each time: the damage is reported (a JSON reason
 naming topic, ledger and check; a one-line ``lastError``; stats; the scrubber), the rest of the
 topic stays readable, no damaged value is ever returned as data, and the repair the data
-allows happens (README, "Integrity and repair")."""
+allows happens (docs/operations.md, "Integrity and repair")."""
 
 from __future__ import annotations
 
