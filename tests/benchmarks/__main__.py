@@ -11,11 +11,11 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``rounds``: compaction rounds through a real ``compactor serve`` (REST trigger, then the
   round's ``compactionRuns`` figures), full and +1%, each against the same round in process.
 - ``scale``: 1M/100k, 5M/500k, 20M/2M (quick: 200k/20k, 1M/100k), the three compactors,
-  plus a PNG plot next to the output file.
+  plus a PNG plot (with 50M/5M when ``big`` ran too).
 - ``big``: 50M/5M, the project only, once (not in quick mode).
 - ``shapes``: a full round on differently shaped data (long keys with properties, big values,
   keyless messages, skewed, unique and few keys; ``tests.benchmarks.shapes``), 2M messages
-  each (quick: 200k), the project against DuckDB; ``--shapes`` picks some by name.
+  each (quick: 200k), the project against DuckDB, plus a PNG plot; ``--shapes`` picks some by name.
 - ``partitions``: a topic of 16 partitions (2M messages in all; quick: 4 x 50k), full and +1%
   rounds: every partition in one Spark job against one job per partition, outputs compared.
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
@@ -42,9 +42,12 @@ Sections (``--only`` takes a comma-separated subset; default all):
   consumer and a compaction every 5 s: its descriptors and RSS over time (with ``--quick``
   only when named in ``--only``, then 90 s).
 
-Every table goes to stdout as it is ready, progress to stderr, and all of them to the output
-file (default ``BENCHMARKS.md`` at the repository root) with the machine's description and
-the targets of issue 6. A size measured by one section is reused by the others.
+Every table goes to stdout as it is ready, progress to stderr. The output file (default
+``BENCHMARKS.md`` at the repository root) keeps today's figures, one section per area
+(``tests.benchmarks.document``): a run replaces the blocks of the sections it measured, each
+stamped with its command, the machine, the date and the commit, and keeps every other block as
+the file has it. Plots go to ``docs/img/`` beside the output file. The targets of issue 6 are
+printed, not written. A size measured by one section is reused by the others.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -59,7 +63,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tests.benchmarks import report
+from tests.benchmarks import document, report
 from tests.benchmarks.report import Table
 from tests.benchmarks.runner import IncrementalResult, SizeResult, log
 from tests.benchmarks.serving import ServingResult
@@ -154,19 +158,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if not args.only:  # the soak takes minutes: in quick mode only when asked for
             only.discard("soak")
     args.sections = only
+    args.out = args.out.resolve()  # plots are linked relative to it
     if args.runs < 0 or args.warmups < 0 or args.vs_pulsar_seconds < 0:
         p.error("--runs, --warmups and --vs-pulsar-seconds must not be negative")
     args.runs = args.runs or (2 if args.quick else 3)
     return args
 
 
-def emit(table: Table, tables: list[Table]) -> None:
-    tables.append(table)
+# What a run found, by block of BENCHMARKS.md (``tests.benchmarks.document.BLOCKS``): tables, and
+# lines of Markdown (plots).
+Found = dict[str, list[Table | str]]
+
+
+def plot_line(alt: str, path: Path, out: Path) -> str:
+    """A plot's Markdown, its path relative to the report."""
+    return f"![{alt}]({path.relative_to(out.parent).as_posix()})"
+
+
+def emit(table: Table, tables: Found, block: str) -> None:
+    tables.setdefault(block, []).append(table)
     print(table.text(), "\n", flush=True)
 
 
 def run_compaction(
-    args: argparse.Namespace, work_dir: Path, tables: list[Table]
+    args: argparse.Namespace, work_dir: Path, tables: Found
 ) -> tuple[
     SizeResult | None, IncrementalResult | None, SizeResult | None, list[SizeResult], dict[int, str], str, str
 ]:
@@ -201,17 +216,18 @@ def run_compaction(
         if sections & {"compaction", "incremental", "layers"}:
             main, w, last = bench.full_round(spec, keep="incremental" in sections)
             done[(spec.messages, spec.keys)] = main
-            emit(report.compaction_table(main, f"Full compaction: {spec.label}"), tables)
+            emit(report.compaction_table(main, f"Full compaction: {spec.label}"), tables, "compaction")
             if "incremental" in sections:
                 inc = bench.incremental(main, w, last)
-                emit(report.incremental_table(inc), tables)
+                emit(report.incremental_table(inc), tables, "incremental")
             if "layers" in sections:
                 from tests.benchmarks import layers
 
                 found = layers.run(spark, w, main.runs[project.name].median_s, runs=args.runs, log=log)
                 for table in report.layers_tables(found):
-                    emit(table, tables)
-                report.layers_plot(found, args.out.parent / "benchmarks-layers.png")
+                    emit(table, tables, "layers")
+                path = report.layers_plot(found, args.out.parent / document.PLOTS / "dirty-share.png")
+                tables["layers"].append(plot_line("round time against dirty share", path, args.out))
             bench.drop(w)
         if "scale" in sections:
             for s in SCALE_QUICK if args.quick else SCALE:
@@ -221,8 +237,8 @@ def run_compaction(
                     bench.drop(w)
                     done[(s.messages, s.keys)] = found
                 scale.append(found)
-                emit(report.compaction_table(found, f"Scale point: {s.label}"), tables)
-            emit(report.scale_table(scale), tables)
+                emit(report.compaction_table(found, f"Scale point: {s.label}"), tables, "scale-points")
+            emit(report.scale_table(scale), tables, "scale")
         if "shapes" in sections:
             from tests.benchmarks import shapes
 
@@ -238,7 +254,10 @@ def run_compaction(
                 keep=args.keep_work_dir,
                 log=log,
             )
-            emit(report.shapes_table(found_shapes), tables)
+            emit(report.shapes_table(found_shapes), tables, "shapes")
+            if found_shapes:
+                path = report.shapes_plot(found_shapes, args.out.parent / document.PLOTS / "shapes.png")
+                tables["shapes"].append(plot_line("a full round by shape of data", path, args.out))
         if "partitions" in sections:
             from tests.benchmarks import partitions
 
@@ -251,15 +270,15 @@ def run_compaction(
                 runs=args.runs,
                 log=log,
             )
-            emit(report.partitions_table(found_parts), tables)
+            emit(report.partitions_table(found_parts), tables, "partitions")
         if "big" in sections:
             big, w, last = bench.full_round(BIG, runs=1, warmups=0, compactors=[project], keep=True)
-            emit(report.big_table(big), tables)
+            emit(report.big_table(big), tables, "big")
             if "layers" in sections:  # and the +1% round on top of it (issue 17)
                 from tests.benchmarks import layers
 
                 seconds = layers.increment(spark, w, last[project.name].directory)
-                emit(report.big_increment_table(big, seconds), tables)
+                emit(report.big_increment_table(big, seconds), tables, "big-layers")
             bench.drop(w)
     finally:
         stop_spark()
@@ -283,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="compactor-bench-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     header_load = os.getloadavg()
-    tables: list[Table] = []
+    started_at = document.now()
+    tables: Found = {}
     failures: list[str] = []
     main_r: SizeResult | None = None
     inc: IncrementalResult | None = None
@@ -309,11 +329,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if args.serving_auth == "both":
                     serving, secured = compare_authentication(work_dir, params, log=log)
-                    emit(report.serving_table(serving), tables)
-                    emit(report.authentication_table(serving, secured), tables)
+                    emit(report.serving_table(serving), tables, "serving")
+                    emit(report.authentication_table(serving, secured), tables, "serving")
                 else:
                     serving = ServingBench(work_dir, params, log=log).run()
-                    emit(report.serving_table(serving), tables)
+                    emit(report.serving_table(serving), tables, "serving")
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"serving benchmark failed: {type(e).__name__}: {e}")
@@ -323,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             log("wire: starting `compactor serve` for Pulsar's binary protocol")
             try:
                 wparams = WireParams.quick(runs=args.runs) if args.quick else WireParams(runs=args.runs)
-                emit(wire_table(WireBench(work_dir, wparams, log=log).run()), tables)
+                emit(wire_table(WireBench(work_dir, wparams, log=log).run()), tables, "wire")
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"wire benchmark failed: {type(e).__name__}: {e}")
@@ -333,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             log("instances: several `compactor serve` on PostgreSQL")
             try:
                 iparams = InstancesParams.quick() if args.quick else InstancesParams(runs=args.runs)
-                emit(instances_table(InstancesBench(work_dir, iparams, log=log).run()), tables)
+                emit(instances_table(InstancesBench(work_dir, iparams, log=log).run()), tables, "instances")
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"instances benchmark failed: {type(e).__name__}: {e}")
@@ -345,12 +365,12 @@ def main(argv: list[str] | None = None) -> int:
                 shared_params = SharedParams(runs=args.runs)
                 if args.quick:
                     shared_params = SharedParams.quick(runs=args.runs)
-                emit(shared_table(SharedBench(work_dir, shared_params, log=log).run()), tables)
+                emit(shared_table(SharedBench(work_dir, shared_params, log=log).run()), tables, "shared")
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"shared benchmark failed: {type(e).__name__}: {e}")
         if "scrape" in args.sections:
-            emit(run_scrape_pairs(args, work_dir), tables)
+            emit(run_scrape_pairs(args, work_dir), tables, "scrape")
         if "soak" in args.sections:
             from tests.benchmarks.soak import SoakBench, SoakParams, soak_table
 
@@ -358,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 soak_params = SoakParams.quick() if args.quick else SoakParams()
                 soaked = SoakBench(work_dir, soak_params, log=log).run()
-                emit(soak_table(soaked), tables)
+                emit(soak_table(soaked), tables, "soak")
             except Exception as e:
                 traceback.print_exc()
                 failures.append(f"soak benchmark failed: {type(e).__name__}: {e}")
@@ -373,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 found_vs = VsPulsarBench(work_dir, vparams, log=log).run()
                 for table in report.vs_pulsar_tables(found_vs):
-                    emit(table, tables)
+                    emit(table, tables, "vs-pulsar")
                 failures += found_vs.errors()  # in the tables' notes, and here
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
@@ -410,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     replica.close()
                     stop_spark()
-                emit(report.service_rounds_table(found_rounds), tables)
+                emit(report.service_rounds_table(found_rounds), tables, "rounds")
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"rounds benchmark failed: {type(e).__name__}: {e}")
@@ -425,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                         'no S3 server: export COMPACTOR_TEST_S3_SETTINGS="$(.ci/s3)" first (it starts one)'
                     )
                 sparams = StorageParams.quick(runs=args.runs) if args.quick else StorageParams(runs=args.runs)
-                emit(storage_table(StorageBench(work_dir, sparams, log=log).run()), tables)
+                emit(storage_table(StorageBench(work_dir, sparams, log=log).run()), tables, "storage")
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"storage benchmark failed: {type(e).__name__}: {e}")
@@ -441,14 +461,13 @@ def main(argv: list[str] | None = None) -> int:
                     driver_memory=args.driver_memory or "8g",
                     log=log,
                 )
-                emit(cluster.table(found), tables)
+                emit(cluster.table(found), tables, "cluster")
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"cluster benchmark failed: {type(e).__name__}: {e}")
-        plot = None
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         if scale:
-            plot = report.scale_plot(scale, big, args.out.parent / "benchmarks-scale.png")
+            path = report.scale_plot(scale, big, args.out.parent / document.PLOTS / "scale.png")
+            tables["scale"].append(plot_line("time against size", path, args.out))
         if args.spark_profile and labels:
             from tests.benchmarks.spark_profile import profile_table, read_profiles
 
@@ -458,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 wanted[label.rsplit(" run ", 1)[0]] = ledger_id
             for what, ledger_id in wanted.items():
                 if ledger_id in profiles:
-                    emit(profile_table(profiles[ledger_id], what), tables)
+                    emit(profile_table(profiles[ledger_id], what), tables, "spark-profile")
             plans_path = args.out.parent / "benchmarks-spark-plans.txt"
             plans_path.write_text("\n\n".join(plans[-4:]) + "\n", encoding="utf-8")
             log(f"final physical plans of the last compaction: {plans_path}")
@@ -467,37 +486,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(target_table.text(), "\n", flush=True)
         total = time.perf_counter() - started
-        header = report.machine_lines(
-            spark_version=spark_version,
-            duckdb_version=duckdb_version,
-            driver_memory=driver_memory,
-            argv=argv,
-            load=header_load,
-            load_end=os.getloadavg(),
-            seconds=total,
-        )
-        extra = [f"**{f}**" for f in failures]
-        notes = [
-            "",
-            "## Notes",
-            "",
-            f"- {report.MEMORY_NOTE}.",
-            f"- {report.CPU_NOTE}.",
-            "- Time: wall clock of the whole compaction call, from reading the input to the last fsync "
-            "of the output (every compactor fsyncs its output, as the service needs a durable compacted "
-            "ledger); "
-            "inputs were just written, so they are in the page cache.",
-            "- Each size starts with one unmeasured warm-up round of every compactor (`--warmups`): on the "
-            "JVM the first round at a new size is measurably slower (JIT, heap growth). The 50M case runs "
-            "once, without one.",
-            "- The project's compactor runs on a SparkSession warmed up as the service warms its own at "
-            "start-up: one small compaction, then `compactor.warmup.warm_up_jit`'s empty jobs; DuckDB runs "
-            "with its default threads (= cores); the Python compactor is single-threaded.",
-            "- Outputs are checked equal row for row every run (ids, keys, values; message-id order).",
+        load_end = os.getloadavg()
+        import pyarrow
+
+        details = [
+            f"load average (1 min) {header_load[0]:.2f} at the start, {load_end[0]:.2f} at the end",
+            f"Python {platform.python_version()}, PySpark {spark_version}, DuckDB {duckdb_version}, "
+            f"PyArrow {pyarrow.__version__}"
+            + (f", Spark driver memory {driver_memory}" if driver_memory != "-" else ""),
+            f"wall time of the run {total:.0f} s",
         ]
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        doc = report.markdown(header, [target_table, *tables], plot=plot, extra=[*extra, *notes])
-        args.out.write_text(doc, encoding="utf-8")
+        document.report_run(args.out, tables, argv=argv, when=started_at, details=details)
         log(f"wrote {args.out} in {total:.0f} s total")
     finally:
         if not args.keep_work_dir:

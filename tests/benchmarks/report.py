@@ -1,8 +1,9 @@
-"""Tables, the targets of issue 6, the scale plot, and BENCHMARKS.md.
+"""Tables, the targets of issue 6, and the plots of a run's figures.
 
 Every figure is put in a :class:`Table`, which prints as aligned text (stdout) and as a
-Markdown table (``BENCHMARKS.md``). Units: seconds are wall clock; MB = 10^6 bytes;
-"msg/s" is messages of the input per second; memory in MiB (2^20 bytes).
+Markdown table (in a block of ``BENCHMARKS.md``, laid out by ``tests.benchmarks.document``).
+Units: seconds are wall clock; MB = 10^6 bytes; "msg/s" is messages of the input per second;
+memory in MiB (2^20 bytes).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import platform
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +90,7 @@ class Table:
         return "\n".join(out)
 
     def markdown(self) -> str:
-        out = [f"### {self.title}", ""]
+        out = [f"#### {self.title}", ""]
         out.append("| " + " | ".join(self.columns) + " |")
         out.append("| " + " | ".join("---" if i == 0 else "---:" for i in range(len(self.columns))) + " |")
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in self.rows]
@@ -111,36 +111,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def machine_lines(
-    *,
-    spark_version: str,
-    duckdb_version: str,
-    driver_memory: str,
-    argv: Sequence[str],
-    load: tuple[float, float, float],
-    load_end: tuple[float, float, float],
-    seconds: float,
-) -> list[str]:
-    """The report's header: when, on what, with what, and how it was run."""
-    import psutil
-    import pyarrow
-
-    command = " ".join(["python -m tests.benchmarks", *argv])
-    return [
-        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {os.cpu_count()} cores ({cpu_model()}), "
-        f"{psutil.virtual_memory().total / 2**30:.1f} GiB memory, {platform.system()} {platform.release()}",
-        f"- Load average (1/5/15 min) at the start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-        f"at the end: {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f} (the benchmark alone "
-        f"loads about {os.cpu_count()}; more means other work shared the cores)",
-        f"- Python {platform.python_version()}, Spark (PySpark) {spark_version}, DuckDB {duckdb_version}, "
-        f"PyArrow {pyarrow.__version__}",
-        f"- Spark: `local[*]` ({os.cpu_count()} cores), driver memory {driver_memory}, otherwise the "
-        "project's settings (`compactor.spark.get_spark`)",
-        f"- Command: `{command}`; wall time {seconds:.0f} s",
-    ]
 
 
 # --------------------------------------------------------------------------- compaction tables
@@ -263,20 +233,6 @@ def memory_cell(name: str, runs: CompactorRuns) -> str:
     if name == PROJECT:
         return f"driver {f_mib(peak.peak_self)} + Spark {f_mib(peak.peak_children)}"
     return f"+{f_mib(runs.max_delta_self)}"
-
-
-CPU_NOTE = (
-    "CPU s: user + system CPU time used during the call by the benchmark process (and, for the project, "
-    "its child processes: the Spark JVM and Python workers), median over the runs; less disturbed than "
-    "wall time by other work on the machine"
-)
-
-MEMORY_NOTE = (
-    "peak memory: project = peak RSS of the driver Python process + peak RSS of its child processes "
-    '("Spark": the driver JVM, which in local mode runs the executors, and any Python workers it '
-    "starts), sampled every 50 ms; DuckDB and Python = growth of the benchmark "
-    "process's RSS during the call (peak minus before), maximum over the runs"
-)
 
 
 def incremental_table(r: IncrementalResult) -> Table:
@@ -705,61 +661,29 @@ def targets(
     return t
 
 
-# --------------------------------------------------------------------------- plot
+# --------------------------------------------------------------------------- plots
 
 
 def scale_plot(results: Sequence[SizeResult], big: SizeResult | None, path: Path) -> Path:
     """Median time against messages, one line per compactor (log-log), saved as PNG."""
-    import matplotlib
+    from tests.benchmarks import plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    points = sorted(results, key=lambda r: r.messages)
-    for name, marker in ((PROJECT, "o"), (DUCKDB, "s"), (PYTHON, "^")):
-        xs = [r.messages for r in points if name in r.runs]
-        ys = [r.runs[name].median_s for r in points if name in r.runs]
+    points: dict[str, list[tuple[int, float]]] = {}
+    for name in (PROJECT, DUCKDB, PYTHON):
+        xy = [(r.messages, r.runs[name].median_s) for r in results if name in r.runs]
         if name == PROJECT and big is not None:
-            xs.append(big.messages)
-            ys.append(big.runs[PROJECT].median_s)
-        if xs:
-            ax.plot(xs, ys, marker=marker, label=name)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("messages (keys = messages / 10, 100-byte values)")
-    ax.set_ylabel("median wall time of a full compaction (s)")
-    ax.set_title(f"Full compaction time against size ({os.cpu_count()} cores)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+            xy.append((big.messages, big.runs[PROJECT].median_s))
+        if xy:
+            points[name] = xy
+    return plots.scale(points, path, cores=os.cpu_count())
 
 
-# --------------------------------------------------------------------------- the document
+def shapes_plot(results: Sequence[ShapeResult], path: Path) -> Path:
+    """The project's and DuckDB's median full round by shape, saved as PNG."""
+    from tests.benchmarks import plots
 
-
-def markdown(
-    header: list[str], tables: Sequence[Table], *, plot: Path | None, extra: Sequence[str] = ()
-) -> str:
-    out = [
-        "# Benchmarks",
-        "",
-        "Written by `python -m tests.benchmarks` (`make bench`, or `make bench-quick` for the two-minute "
-        "size);",
-        "see `tests/benchmarks/` for what each figure measures. Medians of the runs shown.",
-        "",
-        *header,
-        "",
-    ]
-    for t in tables:
-        out += [t.markdown(), ""]
-        if plot is not None and t.title == SCALE_TITLE:
-            out += [f"![time against size]({plot.name})", "", f"Plot: [{plot.name}]({plot.name})", ""]
-    out += list(extra)
-    return "\n".join(out).rstrip() + "\n"
+    rows = [(r.shape.name, r.median(PROJECT), r.median(DUCKDB)) for r in results]
+    return plots.shapes([(name, p, d, p / d) for name, p, d in rows], path)
 
 
 # --------------------------------------------------------------------------- layers (issue 17)
@@ -791,7 +715,6 @@ def layers_tables(r: LayersResult) -> list[Table]:
         "vectors; consolidating: `max_deltas=0`, the previous ledger's live rows copied into a new base "
         "(every incremental round before layers)"
     )
-    sweep.notes.append("![round time against dirty share](benchmarks-layers.png)")
     chain = Table(
         f"A chain of 1% rounds: {r.spec.label}, max deltas {r.max_deltas}, consolidation ratio "
         f"{r.consolidation_ratio}",
@@ -834,28 +757,17 @@ def layers_tables(r: LayersResult) -> list[Table]:
 
 def layers_plot(r: LayersResult, path: Path) -> Path:
     """Round time against dirty share: delta rounds, consolidating rounds, the full round."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from tests.benchmarks import plots
     from tests.benchmarks.measure import median as med
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    xs = [100 * p.share for p in r.sweep]
-    ax.plot(xs, [med(p.delta_s) for p in r.sweep], marker="o", label="delta round (layers)")
-    ax.plot(xs, [med(p.consolidate_s) for p in r.sweep], marker="s", label="consolidating round (copy)")
-    ax.axhline(r.full_s, color="grey", linestyle="--", label="full round")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"new messages, % of the topic ({r.spec.label})")
-    ax.set_ylabel("median wall time of the round (s)")
-    ax.set_title("Round time against dirty share")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return plots.dirty_share(
+        [100 * p.share for p in r.sweep],
+        [med(p.delta_s) for p in r.sweep],
+        [med(p.consolidate_s) for p in r.sweep],
+        r.full_s,
+        r.spec.label,
+        path,
+    )
 
 
 def big_increment_table(big: SizeResult, seconds: Sequence[float]) -> Table:
