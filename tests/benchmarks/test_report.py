@@ -183,7 +183,6 @@ def test_the_command_of_a_block(argv: list[str], expected: str) -> None:
 
 
 def test_the_plots_write_pngs_from_figures(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")  # the bench extra: the benchmarks' own dependency
     from tests.benchmarks import plots
 
     written = [
