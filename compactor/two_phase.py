@@ -22,7 +22,7 @@ there a round writes straight into the final ``<dir>/`` prefix, the manifest las
 names the new ledger until the caller's metadata commit, which is what publishes it (a prefix
 no commit names is an orphan, which the service removes). Spark SQL's own file reads and
 writes work on a local disk only: on object storage the input is read by Arrow tasks
-(:func:`arrow_phases.rows_frame`), and a round whose output only Spark SQL can write (ids that
+(:func:`sql_paths.rows_frame`), and a round whose output only Spark SQL can write (ids that
 do not pack; ``retainNullKey`` with the event-time and property strategies) is refused with
 ``ValueError`` before it writes anything.
 
@@ -47,7 +47,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compactor import arrow_phases
+from compactor import arrow_phases, sql_paths
+from compactor.parts import INCOMPRESSIBLE_RATIO
 from compactor.phases import (
     LATEST_ID,
     MAX_PACKED_ENTRY_ID,
@@ -60,8 +61,11 @@ from compactor.phases import (
     narrow_columns,
     phase_two,
 )
+from compactor.probe import PROBE_ROWS, probe_tasks
 from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
+from compactor.round_plan import IndexedPart, RoundPlan, TaskResult, group_segments
+from compactor.segments import Segment, ShippedFooter, bound, column_bytes, row_group_ids
 from compactor.spark import JOB_GROUP, await_group_tasks, job_group
 from ledger import deletion_vectors, prefetch
 from ledger.compacted_store import Manifest, write_manifest
@@ -145,7 +149,7 @@ def _footer_facts(meta: pq.FileMetaData) -> tuple[IdBounds | None, bool]:
     then nothing may be concluded), and whether its ``is_tombstone`` must be derived again
     (written before empty values deleted)."""
     derive = not flags_follow_rule(meta.metadata)
-    groups = arrow_phases.row_group_ids(meta)
+    groups = row_group_ids(meta)
     if groups is None:
         return None, derive
     bounds = EMPTY_BOUNDS
@@ -197,7 +201,7 @@ class CompactionInputs:
         """Whether the new values compress (their sealed ledgers' codec saved a tenth or more;
         unknown: yes), so that compacted parts should compress them too."""
         stored, decoded = self.value_bytes
-        return decoded == 0 or stored < arrow_phases.INCOMPRESSIBLE_RATIO * decoded
+        return decoded == 0 or stored < INCOMPRESSIBLE_RATIO * decoded
 
     @property
     def files(self) -> list[StoragePath]:
@@ -304,7 +308,7 @@ def plan_inputs(job: CompactionJob) -> CompactionInputs:
         if _may_hold_new_rows(job, b):
             rows += meta.num_rows
             new_rows += meta.num_rows
-            stored, decoded = arrow_phases.column_bytes(meta, [VALUE])
+            stored, decoded = column_bytes(meta, [VALUE])
             value_stored += stored
             value_decoded += decoded
             originals.append(path)
@@ -355,7 +359,7 @@ class _Round:
     incremental: bool
     delta: bool
     bytes_in: int
-    plan: arrow_phases.RoundPlan | None  # the Arrow path's; None: Spark SQL
+    plan: RoundPlan | None  # the Arrow path's; None: Spark SQL
     one_job: bool
     summary: DataFrame | None = None
     t0: float = 0.0
@@ -363,7 +367,7 @@ class _Round:
     phase_one_ms: int = 0
     renamed: bool = False
     # What the tasks handed back (the parts they described, the rows found dead).
-    written: arrow_phases.TaskResult = field(default_factory=arrow_phases.TaskResult)
+    written: TaskResult = field(default_factory=TaskResult)
 
     def read(self, entries: int, phase_one_ms: int) -> None:
         self.entries_read, self.phase_one_ms = entries, phase_one_ms
@@ -381,14 +385,14 @@ class TwoPhaseCompactor:
         *,
         fault_hook: FaultHook | None = None,
         min_part_bytes: int = MIN_PART_BYTES,
-        probe_rows: int = arrow_phases.PROBE_ROWS,
+        probe_rows: int = PROBE_ROWS,
     ) -> None:
         self.spark = spark
         self.fault_hook = fault_hook
         self.min_part_bytes = min_part_bytes
         self.probe_rows = probe_rows
 
-    def _group_count(self, segments: Sequence[arrow_phases.Segment], cores: int) -> int:
+    def _group_count(self, segments: Sequence[Segment], cores: int) -> int:
         """Groups (tasks, part files) of a round: one per core of the round's ``cores``, but
         none under ``min_part_bytes`` of input -- each task of phase two reads every later
         group's partial, so more groups than the work needs only cost."""
@@ -401,7 +405,7 @@ class TwoPhaseCompactor:
     def _labels(self, groups: int) -> tuple[int, ...]:
         found = _LABELS.get(groups)
         if found is None:
-            found = _LABELS[groups] = arrow_phases.spread_labels(self.spark, groups)
+            found = _LABELS[groups] = sql_paths.spread_labels(self.spark, groups)
         return found
 
     # ------------------------------------------------------------------ inputs
@@ -420,7 +424,7 @@ class TwoPhaseCompactor:
         if _on_object_storage(job):
             if not inputs.packed:
                 raise ValueError(NEEDS_ARROW)
-            return arrow_phases.rows_frame(self.spark, self.segments(job, inputs), columns).select(*columns)
+            return sql_paths.rows_frame(self.spark, self.segments(job, inputs), columns).select(*columns)
         reader = self.spark.read.schema(SPARK_DDL)
         frames: list[DataFrame] = []
         originals = set(inputs.originals)
@@ -437,7 +441,7 @@ class TwoPhaseCompactor:
         if inputs.previous_manifest is not None and inputs.previous_manifest.dead:
             # Its layers have dead rows: read with their deletion vectors applied.
             previous = [s for s in self.segments(job, inputs) if s.path not in originals]
-            frames.append(arrow_phases.rows_frame(self.spark, previous, COLUMNS))
+            frames.append(sql_paths.rows_frame(self.spark, previous, COLUMNS))
         else:
             frames.extend(read(inputs.previous_parts))
         frames.extend(df.where(id_range(job.previous_horizon, job.horizon)) for df in read(inputs.originals))
@@ -455,12 +459,12 @@ class TwoPhaseCompactor:
         *,
         incremental: bool = False,
         new_only: bool = False,
-    ) -> list[arrow_phases.Segment]:
+    ) -> list[Segment]:
         """The round's input as id-ordered segments: the previous compacted ledger's parts, layer
         by layer, each with its layer's deletion vector (whole; in an ``incremental`` round one
         segment per row group, so that its copy spreads over the tasks; none with
         ``new_only``), then the original ledgers clipped to ``(previous_horizon, horizon]``."""
-        out: list[arrow_phases.Segment] = []
+        out: list[Segment] = []
         manifest = inputs.previous_manifest
         if manifest is not None and not new_only:
             root = job.previous_compacted.parent  # type: ignore[union-attr]
@@ -469,9 +473,9 @@ class TwoPhaseCompactor:
                 deletes = root / dv.dir / dv.name if dv is not None and dv.count else None
                 for part, layer_row in zip(layer.parts, layer.part_starts(), strict=True):
                     part_path = root / layer.dir / part.name
-                    first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
-                    last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
-                    whole = arrow_phases.Segment(
+                    first = bound(part.first.ledger_id, part.first.entry_id) - 1
+                    last = bound(part.last.ledger_id, part.last.entry_id)
+                    whole = Segment(
                         part_path,
                         first,
                         last,
@@ -492,21 +496,21 @@ class TwoPhaseCompactor:
                         out.append(replace(whole, size=size, previous=True, row_groups=(rg,), first_row=row))
                         row += group.num_rows
         after = job.previous_horizon
-        lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
-        hi = arrow_phases.bound(job.horizon.ledger_id, job.horizon.entry_id)
+        lo = bound(after.ledger_id, after.entry_id) if after is not None else -1
+        hi = bound(job.horizon.ledger_id, job.horizon.entry_id)
         ids = dict(zip(job.inputs, job.input_ledger_ids, strict=True))
         for path in sorted(inputs.originals, key=lambda p: ids[p]):
             ledger = ids[path]
             footer = inputs.footers.get(path)
-            first, last = arrow_phases.bound(ledger, -1), arrow_phases.bound(ledger, MAX_PACKED_ENTRY_ID)
+            first, last = bound(ledger, -1), bound(ledger, MAX_PACKED_ENTRY_ID)
             out.append(
-                arrow_phases.Segment(
+                Segment(
                     path,
                     max(lo, first),
                     min(hi, last),
                     inputs.size(path),
                     derive_deletes=path in inputs.derive_deletes,
-                    footer=arrow_phases.ShippedFooter(footer) if footer is not None else None,
+                    footer=ShippedFooter(footer) if footer is not None else None,
                     checksum=job.input_checksums.get(ledger),
                 )
             )
@@ -527,10 +531,10 @@ class TwoPhaseCompactor:
         )
 
     @staticmethod
-    def _indexed(job: CompactionJob, manifest: Manifest) -> tuple[arrow_phases.IndexedPart, ...]:
+    def _indexed(job: CompactionJob, manifest: Manifest) -> tuple[IndexedPart, ...]:
         root = job.previous_compacted.parent  # type: ignore[union-attr]
         return tuple(
-            arrow_phases.IndexedPart(
+            IndexedPart(
                 keys=_copy_or(job, root / layer.dir / part.keys),  # type: ignore[operator]
                 layer=i,
                 first_row=start,
@@ -694,11 +698,11 @@ class TwoPhaseCompactor:
             bytes_in = inputs.bytes_in
         if progress is not None:
             progress.set_totals(entries=inputs.new_rows if delta else inputs.rows, bytes_=bytes_in)
-        plan: arrow_phases.RoundPlan | None = None
+        plan: RoundPlan | None = None
         if fast:
             segments = self.segments(job, inputs, incremental=incremental, new_only=delta)
-            groups = arrow_phases.group_segments(segments, self._group_count(segments, cores))
-            plan = arrow_phases.RoundPlan(
+            groups = group_segments(segments, self._group_count(segments, cores))
+            plan = RoundPlan(
                 groups=tuple(tuple(g) for g in groups),
                 out_dir=work,
                 scratch_dir=work / SCRATCH_DIR,
@@ -706,7 +710,7 @@ class TwoPhaseCompactor:
                 retain_null_key=job.retain_null_key,
                 keep_tombstones_since=since,
                 indexed=indexed,
-                probe_tasks=arrow_phases.probe_tasks(indexed, cores, self.probe_rows),
+                probe_tasks=probe_tasks(indexed, cores, self.probe_rows),
                 compress_values=inputs.values_compress,
             )
         one_job = plan is not None and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)
@@ -769,7 +773,7 @@ class TwoPhaseCompactor:
         ):
             r.written = self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
 
-    def _full_round(self, r: _Round, plan: arrow_phases.RoundPlan) -> None:
+    def _full_round(self, r: _Round, plan: RoundPlan) -> None:
         """Both phases of every group in one job (:func:`arrow_phases.full_round`); the
         groups whose tasks could not wait for the later groups' partials then run their phase
         two in a job of their own."""
@@ -796,7 +800,7 @@ class TwoPhaseCompactor:
                 self._jobs(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
             ):
                 rest = arrow_phases.phase_two(self.spark, plan, left)
-            written = arrow_phases.TaskResult.of([written, rest])
+            written = TaskResult.of([written, rest])
         r.written = written
 
     def _shared_work(self, rounds: dict[int, _Round]) -> dict[int, Exception]:
@@ -912,11 +916,11 @@ class TwoPhaseCompactor:
         self,
         job: CompactionJob,
         inputs: CompactionInputs,
-        plan: arrow_phases.RoundPlan | None,
+        plan: RoundPlan | None,
         summary: DataFrame | None,
         since: int | None,
         work: StoragePath,
-    ) -> arrow_phases.TaskResult:
+    ) -> TaskResult:
         """Phase two as its own job: the Arrow path's (``plan``) from its partials, or from
         the ids of a Spark SQL phase one (``summary``), or all in Spark SQL (into ``work``, on
         a local disk only: see :data:`NEEDS_ARROW`)."""
@@ -926,12 +930,12 @@ class TwoPhaseCompactor:
             labels = self._labels(len(plan.groups))
             ids = keep_ids(summary, keep_tombstones_since=since)  # type: ignore[arg-type]
             keep = ids.select(
-                arrow_phases.label_column(
-                    ids[LATEST_ID], arrow_phases.group_bounds(plan.groups), labels
-                ).alias(arrow_phases.LABEL),
-                ids[LATEST_ID].alias(arrow_phases.ID),
+                sql_paths.label_column(ids[LATEST_ID], sql_paths.group_bounds(plan.groups), labels).alias(
+                    sql_paths.LABEL
+                ),
+                ids[LATEST_ID].alias(sql_paths.ID),
             )
-            return arrow_phases.phase_two_from_ids(self.spark, keep, plan, labels)
+            return sql_paths.phase_two_from_ids(self.spark, keep, plan, labels)
         kept = phase_two(
             self.read_input(job, inputs=inputs),
             summary.where(F.col(KEY).isNotNull()),  # type: ignore[union-attr]
@@ -940,11 +944,11 @@ class TwoPhaseCompactor:
         )
         (
             kept.write.mode("errorifexists")
-            .option("compression", "lz4_raw")  # as arrow_phases.PART_CODEC
+            .option("compression", "lz4_raw")  # as parts.PART_CODEC
             .option("parquet.block.size", str(ROW_GROUP_BYTES))
             .parquet(spark_path(work))
         )
-        return arrow_phases.TaskResult()  # local disk only: the driver reads the footers
+        return TaskResult()  # local disk only: the driver reads the footers
 
     # ------------------------------------------------------------------ helpers
 
