@@ -16,7 +16,8 @@ from pyspark.sql import SparkSession
 
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.cluster import PROBE_PREFIX, check_executors
-from compactor.two_phase import NEEDS_ARROW, SCRATCH_DIR
+from compactor.inputs import NEEDS_ARROW
+from compactor.two_phase import SCRATCH_DIR
 from ledger.checksums import file_checksum
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, describe_parts
 from ledger.entry import Position, is_delete
