@@ -34,7 +34,8 @@ from pyspark.sql import SparkSession
 
 from ledger.storage import StoragePath, as_storage_path
 
-# The packages whose modules the compactor's tasks unpickle (arrow_phases and what it imports).
+# The packages whose modules the compactor's tasks unpickle (arrow_phases, sql_paths and what
+# they import).
 SHIPPED_PACKAGES = ("compactor", "ledger")
 # What an executor's interpreter must have.
 EXECUTOR_PACKAGES = ("pyarrow", "numpy", "pandas")

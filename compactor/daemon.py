@@ -46,6 +46,7 @@ import pyspark.worker  # what a worker runs; imported by each fresh worker other
 from pyspark import daemon
 
 import compactor.arrow_phases  # noqa: F401
+import compactor.sql_paths  # noqa: F401
 
 # PySpark's daemon runs each task of a worker with its ``worker``, which runs the worker
 # module's ``main``.

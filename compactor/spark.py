@@ -11,7 +11,7 @@ What the configuration does, and why:
 - no ``_SUCCESS`` markers and no ``.crc`` side files (the raw local file system): a compacted
   ledger directory holds part files and its manifest only;
 - LZ4 Parquet for what Spark SQL writes, as the compacted parts written with Arrow
-  (``arrow_phases.PART_CODEC``);
+  (``parts.PART_CODEC``);
 - Python workers reach the JVM over a Unix domain socket, which halves the fixed cost of a
   job with Python tasks;
 - every Python worker starts with ``WORKER_ENV`` (pyarrow's allocator without transparent

@@ -2,8 +2,9 @@
 
 The round (see DESIGN.md, "The compaction"):
 
-1. Input: the previous compacted ledger, whole, plus the rows of the sealed original ledgers
-   with ids in ``(previous_horizon, horizon]``. Both share ``ledger.schema``.
+1. Input (``compactor.inputs``): the previous compacted ledger, whole, plus the rows of the
+   sealed original ledgers with ids in ``(previous_horizon, horizon]``. Both share
+   ``ledger.schema``.
 2. Phase one reads the narrow columns only and finds, per key, the latest id and whether it
    is a tombstone. Phase two reads the full columns, keeps the winners and writes them in
    message-id order as Parquet part files into ``<dir>.tmp``; the driver fsyncs every file,
@@ -22,7 +23,7 @@ there a round writes straight into the final ``<dir>/`` prefix, the manifest las
 names the new ledger until the caller's metadata commit, which is what publishes it (a prefix
 no commit names is an orphan, which the service removes). Spark SQL's own file reads and
 writes work on a local disk only: on object storage the input is read by Arrow tasks
-(:func:`arrow_phases.rows_frame`), and a round whose output only Spark SQL can write (ids that
+(:func:`sql_paths.rows_frame`), and a round whose output only Spark SQL can write (ids that
 do not pack; ``retainNullKey`` with the event-time and property strategies) is refused with
 ``ValueError`` before it writes anything.
 
@@ -36,39 +37,37 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pyarrow.parquet as pq
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compactor import arrow_phases
-from compactor.phases import (
-    LATEST_ID,
-    MAX_PACKED_ENTRY_ID,
-    OFFSET,
-    RECORDS,
-    can_pack,
-    derived_delete_column,
-    keep_ids,
-    key_summary,
-    narrow_columns,
-    phase_two,
+from compactor import arrow_phases, sql_paths
+from compactor.deltas import adds_a_delta, fold_deletes, indexed_parts
+from compactor.inputs import (
+    NEEDS_ARROW,
+    CompactionInputs,
+    _on_object_storage,
+    input_frame,
+    input_segments,
+    plan_inputs,
+    spark_path,
 )
+from compactor.phases import LATEST_ID, OFFSET, RECORDS, keep_ids, key_summary, narrow_columns, phase_two
+from compactor.probe import PROBE_ROWS, probe_tasks
 from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, RoundProgress, SparkJobTracker
 from compactor.result import CompactionJob, CompactionResult
+from compactor.round_plan import RoundPlan, TaskResult, group_segments
+from compactor.segments import Segment
 from compactor.spark import JOB_GROUP, await_group_tasks, job_group
-from ledger import deletion_vectors, prefetch
-from ledger.compacted_store import Manifest, write_manifest
-from ledger.entry import Position
-from ledger.layers import Deletes, Layer, final_name
+from ledger import prefetch
+from ledger.compacted_store import write_manifest
 from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir, fsync_path
-from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, SPARK_DDL, VALUE, flags_follow_rule
+from ledger.schema import COLUMNS, KEY
 from ledger.storage import StoragePath, as_storage_path
 
 # Target row-group size of compacted part files. A reader decodes whole row groups, so
@@ -84,137 +83,8 @@ MIN_PART_BYTES = 32 * 1024 * 1024
 # directory (removed before the manifest is written).
 SCRATCH_DIR = "_phase_one"
 
-# Why a round on object storage that only Spark SQL could run is refused (see the module's
-# docstring): Spark SQL reads and writes files on a local disk only.
-NEEDS_ARROW = (
-    "compaction on object storage needs the Arrow path: message ids that pack into 64 bits "
-    "(ledger ids below 2**31), and retainNullKey only with the offset strategy"
-)
-
 # Group labels by group count: they depend only on Spark's hash function, so compute them once.
 _LABELS: dict[int, tuple[int, ...]] = {}
-
-
-def spark_path(path: Path | StoragePath) -> str:
-    """A local path as Spark should read it: always the local file system, never the
-    cluster's default one (the storage root is mounted where every executor can read it).
-    ``ValueError`` for an object of object storage: Spark SQL's files are local ones."""
-    local = path.local if isinstance(path, StoragePath) else Path(path).absolute()
-    if local is None:
-        raise ValueError(f"{path}: {NEEDS_ARROW}")
-    return "file:" + str(local)
-
-
-def id_range(after: Position | None, upto: Position) -> Column:
-    """Rows with ids in ``(after, upto]`` (``after`` None: no lower bound)."""
-    lid, eid = F.col(LEDGER_ID), F.col(ENTRY_ID)
-    cond = (lid < upto.ledger_id) | ((lid == upto.ledger_id) & (eid <= upto.entry_id))
-    if after is not None:
-        cond = cond & ((lid > after.ledger_id) | ((lid == after.ledger_id) & (eid > after.entry_id)))
-    return cond
-
-
-@dataclass(frozen=True, slots=True)
-class IdBounds:
-    """The smallest and largest ledger and entry ids of a set of rows (from Parquet statistics);
-    ``EMPTY`` (min > max) when there are no rows."""
-
-    min_ledger_id: int
-    max_ledger_id: int
-    min_entry_id: int
-    max_entry_id: int
-
-    @property
-    def is_empty(self) -> bool:
-        return self.min_ledger_id > self.max_ledger_id
-
-    def union(self, other: IdBounds) -> IdBounds:
-        return IdBounds(
-            min(self.min_ledger_id, other.min_ledger_id),
-            max(self.max_ledger_id, other.max_ledger_id),
-            min(self.min_entry_id, other.min_entry_id),
-            max(self.max_entry_id, other.max_entry_id),
-        )
-
-
-EMPTY_BOUNDS = IdBounds(2**63, -1, 2**63, -1)
-
-
-def _footer_facts(meta: pq.FileMetaData) -> tuple[IdBounds | None, bool]:
-    """From a Parquet footer: the file's id bounds (``None`` if a row group lacks statistics:
-    then nothing may be concluded), and whether its ``is_tombstone`` must be derived again
-    (written before empty values deleted)."""
-    derive = not flags_follow_rule(meta.metadata)
-    groups = arrow_phases.row_group_ids(meta)
-    if groups is None:
-        return None, derive
-    bounds = EMPTY_BOUNDS
-    for g in groups:
-        bounds = bounds.union(IdBounds(g.min_ledger_id, g.max_ledger_id, g.min_entry_id, g.max_entry_id))
-    return bounds, derive
-
-
-def ids_packable(bounds: Sequence[IdBounds | None]) -> bool:
-    """Whether every id within these bounds packs into one BIGINT (unknown bounds: no)."""
-    return all(
-        b is not None
-        and (
-            b.is_empty
-            or can_pack(
-                b.max_ledger_id, b.max_entry_id, min_ledger_id=b.min_ledger_id, min_entry_id=b.min_entry_id
-            )
-        )
-        for b in bounds
-    )
-
-
-@dataclass(frozen=True)
-class CompactionInputs:
-    """The files a round reads, and whether its ids pack into one BIGINT; with the previous
-    compacted ledger's manifest, read once for the whole round."""
-
-    previous_parts: list[StoragePath]
-    originals: list[StoragePath]
-    packed: bool
-    previous_manifest: Manifest | None = None
-    # Files whose ``is_tombstone`` predates today's delete rule: derived from key and value.
-    derive_deletes: frozenset[StoragePath] = frozenset()
-    # Rows of every file, from the footers (the originals' may extend past the round's range):
-    # the round's progress counts against it.
-    rows: int = 0
-    # Of which in the original ledgers.
-    new_rows: int = 0
-    # The original ledgers' value column: bytes stored and bytes decoded (from the footers).
-    value_bytes: tuple[int, int] = (0, 0)
-    # Every file's size in bytes, as planning found it (the manifest's, or the opened file's),
-    # so that no file is asked for it again.
-    sizes: Mapping[StoragePath, int] = field(default_factory=dict)
-    # The original ledgers' footers, handed to the tasks that read them (a request less each).
-    footers: Mapping[StoragePath, pq.FileMetaData] = field(default_factory=dict)
-
-    @property
-    def values_compress(self) -> bool:
-        """Whether the new values compress (their sealed ledgers' codec saved a tenth or more;
-        unknown: yes), so that compacted parts should compress them too."""
-        stored, decoded = self.value_bytes
-        return decoded == 0 or stored < arrow_phases.INCOMPRESSIBLE_RATIO * decoded
-
-    @property
-    def files(self) -> list[StoragePath]:
-        return [*self.previous_parts, *self.originals]
-
-    def size(self, path: StoragePath) -> int:
-        found = self.sizes.get(path)
-        return found if found is not None else path.size()
-
-    @property
-    def bytes_in(self) -> int:
-        return sum(self.size(p) for p in self.files)
-
-
-def _on_object_storage(job: CompactionJob) -> bool:
-    """Whether the round's topic is in a bucket (no rename, no Spark SQL file I/O)."""
-    return job.topic_root.local is None
 
 
 def _local(path: StoragePath) -> Path:
@@ -222,109 +92,6 @@ def _local(path: StoragePath) -> Path:
     found = path.local
     assert found is not None, f"{path} is not on a local disk"
     return found
-
-
-def _ledger_in_range(job: CompactionJob, ledger_id: int) -> bool:
-    after = job.previous_horizon
-    return ledger_id <= job.horizon.ledger_id and (after is None or ledger_id >= after.ledger_id)
-
-
-def _may_hold_new_rows(job: CompactionJob, bounds: IdBounds | None) -> bool:
-    """Whether a sealed ledger with these id bounds can hold rows in ``(previous_horizon, horizon]``."""
-    after = job.previous_horizon
-    if bounds is None:
-        return True  # no statistics: read it, the filter decides
-    if bounds.is_empty:
-        return False
-    if bounds.min_ledger_id != bounds.max_ledger_id:
-        return True
-    lo = Position(bounds.min_ledger_id, bounds.min_entry_id)
-    hi = Position(bounds.max_ledger_id, bounds.max_entry_id)
-    return lo <= job.horizon and (after is None or hi > after)
-
-
-def _copy_or(job: CompactionJob, path: StoragePath) -> StoragePath:
-    """The local copy the job names for ``path`` (a file of the previous compacted ledger), or
-    ``path`` itself."""
-    return job.local_copies.get(str(path), path)
-
-
-def _footer(path: StoragePath) -> tuple[pq.FileMetaData, int]:
-    """A Parquet file's footer and its size in bytes, from one opening of the file."""
-    with path.open() as f:
-        return pq.read_metadata(f), f.size()
-
-
-def _footers(paths: Sequence[StoragePath]) -> dict[StoragePath, tuple[pq.FileMetaData, int]]:
-    """:func:`_footer` of each of ``paths``: all at once where any is on object storage (each
-    is a round trip or two), else one after another (each is a read from the page cache)."""
-    at_once = any(p.local is None for p in paths)
-    return dict(zip(paths, prefetch.each(_footer, paths, at_once=at_once), strict=True))
-
-
-def plan_inputs(job: CompactionJob) -> CompactionInputs:
-    """Which files ``job`` reads: the previous compacted ledger's parts (from its manifest) and
-    the sealed ledgers that may hold rows in ``(previous_horizon, horizon]`` (by ledger id and
-    footer statistics). Reads only the manifest and Parquet footers."""
-    previous: list[StoragePath] = []
-    manifest: Manifest | None = None
-    if job.previous_compacted is not None:
-        directory = job.previous_compacted
-        manifest = job.previous_manifest if job.previous_manifest is not None else Manifest.load(directory)
-        previous = manifest.part_paths(directory.parent)
-    bounds: list[IdBounds | None] = []
-    derive: set[StoragePath] = set()
-    sizes: dict[StoragePath, int] = {}
-    rows = 0
-    parts = manifest.parts if manifest is not None else ()
-    for path, part in zip(previous, parts, strict=True):
-        if part.keys is not None:
-            # Written by this version's part writer (the only one that writes key indexes):
-            # its flags follow today's rule, and its rows and id range are in the manifest.
-            # Entry ids always pack (a ledger holds fewer than 2**32 entries), so the range
-            # of ledger ids decides -- and a delta round opens none of the older parts.
-            rows += part.rows
-            sizes[path] = part.size
-            bounds.append(IdBounds(part.first.ledger_id, part.last.ledger_id, 0, MAX_PACKED_ENTRY_ID))
-            continue
-        meta, sizes[path] = _footer(path)
-        rows += meta.num_rows
-        b, legacy = _footer_facts(meta)
-        bounds.append(b)
-        if legacy:
-            derive.add(path)
-    originals: list[StoragePath] = []
-    new_rows = value_stored = value_decoded = 0
-    in_range = [p for p, i in zip(job.inputs, job.input_ledger_ids, strict=True) if _ledger_in_range(job, i)]
-    found = _footers(in_range)  # of the others not even the footer is needed
-    footers: dict[StoragePath, pq.FileMetaData] = {}
-    for path in in_range:
-        meta, size = found[path]
-        b, legacy = _footer_facts(meta)
-        if _may_hold_new_rows(job, b):
-            rows += meta.num_rows
-            new_rows += meta.num_rows
-            stored, decoded = arrow_phases.column_bytes(meta, [VALUE])
-            value_stored += stored
-            value_decoded += decoded
-            originals.append(path)
-            sizes[path] = size
-            footers[path] = meta
-            bounds.append(b)
-            if legacy:
-                derive.add(path)
-    return CompactionInputs(
-        previous_parts=previous,
-        originals=originals,
-        packed=ids_packable(bounds),
-        previous_manifest=manifest,
-        derive_deletes=frozenset(derive),
-        rows=rows,
-        new_rows=new_rows,
-        value_bytes=(value_stored, value_decoded),
-        sizes=sizes,
-        footers=footers,
-    )
 
 
 def _ms_since(t0: float) -> int:
@@ -355,7 +122,7 @@ class _Round:
     incremental: bool
     delta: bool
     bytes_in: int
-    plan: arrow_phases.RoundPlan | None  # the Arrow path's; None: Spark SQL
+    plan: RoundPlan | None  # the Arrow path's; None: Spark SQL
     one_job: bool
     summary: DataFrame | None = None
     t0: float = 0.0
@@ -363,7 +130,7 @@ class _Round:
     phase_one_ms: int = 0
     renamed: bool = False
     # What the tasks handed back (the parts they described, the rows found dead).
-    written: arrow_phases.TaskResult = field(default_factory=arrow_phases.TaskResult)
+    written: TaskResult = field(default_factory=TaskResult)
 
     def read(self, entries: int, phase_one_ms: int) -> None:
         self.entries_read, self.phase_one_ms = entries, phase_one_ms
@@ -381,14 +148,14 @@ class TwoPhaseCompactor:
         *,
         fault_hook: FaultHook | None = None,
         min_part_bytes: int = MIN_PART_BYTES,
-        probe_rows: int = arrow_phases.PROBE_ROWS,
+        probe_rows: int = PROBE_ROWS,
     ) -> None:
         self.spark = spark
         self.fault_hook = fault_hook
         self.min_part_bytes = min_part_bytes
         self.probe_rows = probe_rows
 
-    def _group_count(self, segments: Sequence[arrow_phases.Segment], cores: int) -> int:
+    def _group_count(self, segments: Sequence[Segment], cores: int) -> int:
         """Groups (tasks, part files) of a round: one per core of the round's ``cores``, but
         none under ``min_part_bytes`` of input -- each task of phase two reads every later
         group's partial, so more groups than the work needs only cost."""
@@ -401,7 +168,7 @@ class TwoPhaseCompactor:
     def _labels(self, groups: int) -> tuple[int, ...]:
         found = _LABELS.get(groups)
         if found is None:
-            found = _LABELS[groups] = arrow_phases.spread_labels(self.spark, groups)
+            found = _LABELS[groups] = sql_paths.spread_labels(self.spark, groups)
         return found
 
     # ------------------------------------------------------------------ inputs
@@ -413,173 +180,8 @@ class TwoPhaseCompactor:
     def read_input(
         self, job: CompactionJob, columns: Sequence[str] = COLUMNS, *, inputs: CompactionInputs | None = None
     ) -> DataFrame:
-        """The round's input rows (previous compacted ledger + new original rows), ``columns`` only.
-        Read by Spark SQL on a local disk; on object storage, which Spark SQL does not read, by
-        Arrow tasks (``ValueError`` when ids do not pack: Arrow's reader needs them packed)."""
-        inputs = inputs if inputs is not None else self.inputs(job)
-        if _on_object_storage(job):
-            if not inputs.packed:
-                raise ValueError(NEEDS_ARROW)
-            return arrow_phases.rows_frame(self.spark, self.segments(job, inputs), columns).select(*columns)
-        reader = self.spark.read.schema(SPARK_DDL)
-        frames: list[DataFrame] = []
-        originals = set(inputs.originals)
-
-        def read(paths: Sequence[StoragePath]) -> Iterator[DataFrame]:
-            # Files written before empty values deleted get the flag derived from key and value.
-            for derive in (False, True):
-                chosen = [spark_path(p) for p in paths if (p in inputs.derive_deletes) == derive]
-                if chosen:
-                    df = reader.parquet(*chosen)
-                    yield df.withColumn(IS_TOMBSTONE, derived_delete_column()) if derive else df
-
-        # Taken whole: every record of the previous compacted ledger is <= the previous horizon.
-        if inputs.previous_manifest is not None and inputs.previous_manifest.dead:
-            # Its layers have dead rows: read with their deletion vectors applied.
-            previous = [s for s in self.segments(job, inputs) if s.path not in originals]
-            frames.append(arrow_phases.rows_frame(self.spark, previous, COLUMNS))
-        else:
-            frames.extend(read(inputs.previous_parts))
-        frames.extend(df.where(id_range(job.previous_horizon, job.horizon)) for df in read(inputs.originals))
-        if not frames:
-            frames.append(self.spark.createDataFrame([], schema=SPARK_DDL))
-        df = frames[0]
-        for other in frames[1:]:
-            df = df.unionByName(other)
-        return df.select(*columns)
-
-    def segments(
-        self,
-        job: CompactionJob,
-        inputs: CompactionInputs,
-        *,
-        incremental: bool = False,
-        new_only: bool = False,
-    ) -> list[arrow_phases.Segment]:
-        """The round's input as id-ordered segments: the previous compacted ledger's parts, layer
-        by layer, each with its layer's deletion vector (whole; in an ``incremental`` round one
-        segment per row group, so that its copy spreads over the tasks; none with
-        ``new_only``), then the original ledgers clipped to ``(previous_horizon, horizon]``."""
-        out: list[arrow_phases.Segment] = []
-        manifest = inputs.previous_manifest
-        if manifest is not None and not new_only:
-            root = job.previous_compacted.parent  # type: ignore[union-attr]
-            for layer in manifest.layers:
-                dv = layer.deletes
-                deletes = root / dv.dir / dv.name if dv is not None and dv.count else None
-                for part, layer_row in zip(layer.parts, layer.part_starts(), strict=True):
-                    part_path = root / layer.dir / part.name
-                    first = arrow_phases.bound(part.first.ledger_id, part.first.entry_id) - 1
-                    last = arrow_phases.bound(part.last.ledger_id, part.last.entry_id)
-                    whole = arrow_phases.Segment(
-                        part_path,
-                        first,
-                        last,
-                        part.size,
-                        derive_deletes=part_path in inputs.derive_deletes,
-                        deletes=deletes,
-                        deletes_rows=layer.rows,
-                        first_row=layer_row,
-                    )
-                    if not incremental:
-                        out.append(whole)
-                        continue
-                    meta = pq.read_metadata(part_path.fs_path, filesystem=part_path.fs)
-                    row = layer_row
-                    for rg in range(meta.num_row_groups):
-                        group = meta.row_group(rg)
-                        size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-                        out.append(replace(whole, size=size, previous=True, row_groups=(rg,), first_row=row))
-                        row += group.num_rows
-        after = job.previous_horizon
-        lo = arrow_phases.bound(after.ledger_id, after.entry_id) if after is not None else -1
-        hi = arrow_phases.bound(job.horizon.ledger_id, job.horizon.entry_id)
-        ids = dict(zip(job.inputs, job.input_ledger_ids, strict=True))
-        for path in sorted(inputs.originals, key=lambda p: ids[p]):
-            ledger = ids[path]
-            footer = inputs.footers.get(path)
-            first, last = arrow_phases.bound(ledger, -1), arrow_phases.bound(ledger, MAX_PACKED_ENTRY_ID)
-            out.append(
-                arrow_phases.Segment(
-                    path,
-                    max(lo, first),
-                    min(hi, last),
-                    inputs.size(path),
-                    derive_deletes=path in inputs.derive_deletes,
-                    footer=arrow_phases.ShippedFooter(footer) if footer is not None else None,
-                    checksum=job.input_checksums.get(ledger),
-                )
-            )
-        return out
-
-    @staticmethod
-    def adds_a_delta(job: CompactionJob, manifest: Manifest | None) -> bool:
-        """Whether an incremental round on top of ``manifest`` writes a delta layer, rather than
-        consolidating every layer into a new base: every layer has key indexes, and neither
-        the deltas nor the dead rows have reached the job's bounds (``max_deltas``,
-        ``consolidation_ratio`` of the stored rows)."""
-        if manifest is None or not manifest.layers or job.max_deltas <= 0:
-            return False
-        return (
-            all(layer.indexed for layer in manifest.layers)
-            and manifest.deltas < job.max_deltas
-            and manifest.dead < job.consolidation_ratio * manifest.rows
-        )
-
-    @staticmethod
-    def _indexed(job: CompactionJob, manifest: Manifest) -> tuple[arrow_phases.IndexedPart, ...]:
-        root = job.previous_compacted.parent  # type: ignore[union-attr]
-        return tuple(
-            arrow_phases.IndexedPart(
-                keys=_copy_or(job, root / layer.dir / part.keys),  # type: ignore[operator]
-                layer=i,
-                first_row=start,
-                rows=part.rows,
-                checksum=part.keys_checksum,
-            )
-            for i, layer in enumerate(manifest.layers)
-            for part, start in zip(layer.parts, layer.part_starts(), strict=True)
-        )
-
-    @staticmethod
-    def _fold_deletes(
-        job: CompactionJob, manifest: Manifest, dead: dict[int, np.ndarray], work: StoragePath
-    ) -> Manifest:
-        """The older layers after a delta round: each layer that lost rows gets a new deletion
-        vector (its old one's bits and the new ones) written into the round's directory
-        ``work``; a layer with no live row left is dropped. Old files are never changed."""
-        root = job.previous_compacted.parent  # type: ignore[union-attr]
-
-        def fold(i: int) -> Layer | None:
-            """Layer ``i`` as it is after the round (None: no live row left)."""
-            layer = manifest.layers[i]
-            rows = dead.get(i)
-            if rows is None or not len(rows):
-                return layer
-            if layer.deletes is not None:
-                vector = deletion_vectors.read(
-                    _copy_or(job, root / layer.deletes.dir / layer.deletes.name),
-                    layer.rows,
-                    checksum=layer.deletes.checksum,
-                )
-            else:
-                vector = deletion_vectors.empty(layer.rows)
-            vector[rows] = True
-            count = int(np.count_nonzero(vector))
-            if count == layer.dead:
-                return layer
-            if count == layer.rows:
-                return None
-            name = f"deletes-{layer.dir}.npy"
-            checksum = deletion_vectors.write(work / name, vector)
-            deletes = Deletes(dir=final_name(work), name=name, count=count, checksum=checksum)
-            return replace(layer, deletes=deletes)
-
-        # On object storage each layer's vector is two round trips (the old one read, the new one
-        # stored): the layers are folded at once.
-        folded = prefetch.each(fold, range(len(manifest.layers)), at_once=work.local is None)
-        layers = [layer for layer in folded if layer is not None]
-        return Manifest(layers=tuple(layers))
+        """The round's input rows, ``columns`` only (see :func:`input_frame`)."""
+        return input_frame(self.spark, job, inputs if inputs is not None else self.inputs(job), columns)
 
     def phase_one_frame(self, job: CompactionJob, *, inputs: CompactionInputs | None = None) -> DataFrame:
         """Phase one of ``job`` as a DataFrame (the keyless rows as one group with key NULL)."""
@@ -683,8 +285,8 @@ class TwoPhaseCompactor:
         # key indexes). Past the bounds on deltas and dead rows it consolidates instead: the
         # older layers' live rows and the new winners become one new base.
         previous = inputs.previous_manifest
-        delta = incremental and self.adds_a_delta(job, previous)
-        indexed = self._indexed(job, previous) if delta else ()  # type: ignore[arg-type]
+        delta = incremental and adds_a_delta(job, previous)
+        indexed = indexed_parts(job, previous) if delta else ()  # type: ignore[arg-type]
         if delta:
             bytes_in = sum(inputs.size(p) for p in inputs.originals)
             keys = [p.keys for p in indexed]
@@ -694,11 +296,11 @@ class TwoPhaseCompactor:
             bytes_in = inputs.bytes_in
         if progress is not None:
             progress.set_totals(entries=inputs.new_rows if delta else inputs.rows, bytes_=bytes_in)
-        plan: arrow_phases.RoundPlan | None = None
+        plan: RoundPlan | None = None
         if fast:
-            segments = self.segments(job, inputs, incremental=incremental, new_only=delta)
-            groups = arrow_phases.group_segments(segments, self._group_count(segments, cores))
-            plan = arrow_phases.RoundPlan(
+            segments = input_segments(job, inputs, incremental=incremental, new_only=delta)
+            groups = group_segments(segments, self._group_count(segments, cores))
+            plan = RoundPlan(
                 groups=tuple(tuple(g) for g in groups),
                 out_dir=work,
                 scratch_dir=work / SCRATCH_DIR,
@@ -706,7 +308,7 @@ class TwoPhaseCompactor:
                 retain_null_key=job.retain_null_key,
                 keep_tombstones_since=since,
                 indexed=indexed,
-                probe_tasks=arrow_phases.probe_tasks(indexed, cores, self.probe_rows),
+                probe_tasks=probe_tasks(indexed, cores, self.probe_rows),
                 compress_values=inputs.values_compress,
             )
         one_job = plan is not None and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)
@@ -769,7 +371,7 @@ class TwoPhaseCompactor:
         ):
             r.written = self._phase_two(job, r.inputs, plan, r.summary, r.since, r.work)
 
-    def _full_round(self, r: _Round, plan: arrow_phases.RoundPlan) -> None:
+    def _full_round(self, r: _Round, plan: RoundPlan) -> None:
         """Both phases of every group in one job (:func:`arrow_phases.full_round`); the
         groups whose tasks could not wait for the later groups' partials then run their phase
         two in a job of their own."""
@@ -796,7 +398,7 @@ class TwoPhaseCompactor:
                 self._jobs(f"compaction-{job.output_ledger_id}-{PHASE_TWO}", [progress]),
             ):
                 rest = arrow_phases.phase_two(self.spark, plan, left)
-            written = arrow_phases.TaskResult.of([written, rest])
+            written = TaskResult.of([written, rest])
         r.written = written
 
     def _shared_work(self, rounds: dict[int, _Round]) -> dict[int, Exception]:
@@ -867,7 +469,7 @@ class TwoPhaseCompactor:
             described = {p.name: p for p in r.written.parts}
             if not r.one_job:  # only phase one apart leaves files there (its partials)
                 (work / SCRATCH_DIR).delete_tree()  # before the manifest: never part of a ledger
-        below = self._fold_deletes(job, previous, dead, work) if r.delta else None  # type: ignore[arg-type]
+        below = fold_deletes(job, previous, dead, work) if r.delta else None  # type: ignore[arg-type]
         if local is not None:
             for path in sorted(local.iterdir()):
                 if path.is_file():
@@ -912,11 +514,11 @@ class TwoPhaseCompactor:
         self,
         job: CompactionJob,
         inputs: CompactionInputs,
-        plan: arrow_phases.RoundPlan | None,
+        plan: RoundPlan | None,
         summary: DataFrame | None,
         since: int | None,
         work: StoragePath,
-    ) -> arrow_phases.TaskResult:
+    ) -> TaskResult:
         """Phase two as its own job: the Arrow path's (``plan``) from its partials, or from
         the ids of a Spark SQL phase one (``summary``), or all in Spark SQL (into ``work``, on
         a local disk only: see :data:`NEEDS_ARROW`)."""
@@ -926,12 +528,12 @@ class TwoPhaseCompactor:
             labels = self._labels(len(plan.groups))
             ids = keep_ids(summary, keep_tombstones_since=since)  # type: ignore[arg-type]
             keep = ids.select(
-                arrow_phases.label_column(
-                    ids[LATEST_ID], arrow_phases.group_bounds(plan.groups), labels
-                ).alias(arrow_phases.LABEL),
-                ids[LATEST_ID].alias(arrow_phases.ID),
+                sql_paths.label_column(ids[LATEST_ID], sql_paths.group_bounds(plan.groups), labels).alias(
+                    sql_paths.LABEL
+                ),
+                ids[LATEST_ID].alias(sql_paths.ID),
             )
-            return arrow_phases.phase_two_from_ids(self.spark, keep, plan, labels)
+            return sql_paths.phase_two_from_ids(self.spark, keep, plan, labels)
         kept = phase_two(
             self.read_input(job, inputs=inputs),
             summary.where(F.col(KEY).isNotNull()),  # type: ignore[union-attr]
@@ -940,11 +542,11 @@ class TwoPhaseCompactor:
         )
         (
             kept.write.mode("errorifexists")
-            .option("compression", "lz4_raw")  # as arrow_phases.PART_CODEC
+            .option("compression", "lz4_raw")  # as parts.PART_CODEC
             .option("parquet.block.size", str(ROW_GROUP_BYTES))
             .parquet(spark_path(work))
         )
-        return arrow_phases.TaskResult()  # local disk only: the driver reads the footers
+        return TaskResult()  # local disk only: the driver reads the footers
 
     # ------------------------------------------------------------------ helpers
 

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor, arrow_phases
+from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from compactor.cluster import PROBE_PREFIX, check_executors
-from compactor.two_phase import NEEDS_ARROW, SCRATCH_DIR
+from compactor.inputs import NEEDS_ARROW
+from compactor.two_phase import SCRATCH_DIR
 from ledger.checksums import file_checksum
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, describe_parts
 from ledger.entry import Position, is_delete
@@ -278,33 +279,3 @@ def test_the_executors_read_a_probe_the_driver_wrote_to_the_storage(
     root = storage.at("")
     assert check_executors(spark, root, timeout=120)
     assert not any(f.key.startswith(PROBE_PREFIX) for f in storage.list(""))
-
-
-@pytest.mark.parametrize(("ahead", "ahead_bytes", "most"), [(8, 64 << 20, 9), (8, 250, 3), (0, 1, 1)])
-def test_a_reader_opens_files_ahead_within_its_bounds(
-    storage: Storage, monkeypatch: pytest.MonkeyPatch, ahead: int, ahead_bytes: int, most: int
-) -> None:
-    # On object storage the files after the one being decoded are fetched meanwhile: at most
-    # ``ahead`` of them, of at most ``ahead_bytes`` in all, and always the one to read next.
-    if storage.at().local is not None:
-        pytest.skip("on a local disk the page cache reads ahead")
-    segments = [arrow_phases.Segment(storage.at(f"t/{i:02d}.parquet"), 0, 1, size=100) for i in range(12)]
-    opened: list[str] = []
-
-    def record(
-        segment: arrow_phases.Segment, columns: list[str], only: object = None, *, dictionaries: bool = False
-    ) -> None:
-        opened.append(segment.path.name)
-
-    monkeypatch.setattr(arrow_phases, "_OPEN_AHEAD", ahead)
-    monkeypatch.setattr(arrow_phases, "_OPEN_AHEAD_BYTES", ahead_bytes)
-    monkeypatch.setattr(arrow_phases, "_open", record)
-    seen: list[str] = []
-    in_flight: list[int] = []
-    for segment, _ in arrow_phases._opened_ahead(segments, ["key"]):
-        seen.append(segment.path.name)
-        assert opened[: len(seen)] == seen  # opened in order, this one among them
-        in_flight.append(len(opened) - len(seen) + 1)
-    assert seen == opened == [s.path.name for s in segments]
-    # As many in flight as the bounds allow, counting the one being read (fewer at the end).
-    assert in_flight[0] == most and max(in_flight) == most

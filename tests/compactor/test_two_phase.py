@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor, arrow_phases
+from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor, arrow_phases, round_plan
 from compactor.phases import NARROW_COLUMNS, phase_one
 from compactor.spark import explain_string, get_spark, local_cores, spark_conf
 from compactor.two_phase import shared_group
@@ -678,7 +678,7 @@ def test_a_full_round_is_one_spark_job(
     rounds: list[int] = []
     real = arrow_phases.full_round
 
-    def spied(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
+    def spied(spark: SparkSession, plan: round_plan.RoundPlan) -> round_plan.TaskResult:
         rounds.append(len(plan.groups))
         return real(spark, plan)
 
@@ -694,7 +694,7 @@ def test_a_full_round_is_one_spark_job(
     assert result.entries_read == 60 and result.records_kept == len(expected)
 
 
-def _parts_read(plan: arrow_phases.RoundPlan) -> list[Kept]:
+def _parts_read(plan: round_plan.RoundPlan) -> list[Kept]:
     """The rows of a plan's part files, in part order, as (position, key, value)."""
     out: list[Kept] = []
     for g in range(len(plan.groups)):
@@ -705,7 +705,7 @@ def _parts_read(plan: arrow_phases.RoundPlan) -> list[Kept]:
     return out
 
 
-def _two_group_plan(topic: Topic, compactor: TwoPhaseCompactor) -> arrow_phases.RoundPlan:
+def _two_group_plan(topic: Topic, compactor: TwoPhaseCompactor) -> round_plan.RoundPlan:
     """The plan of a round over :func:`_three_ledgers` (two groups: ledgers 1-2, then 3), its
     output directory made, nothing run yet."""
     plan = compactor._plan_round(topic.job(4, horizon=P(3, 19)), None, cores=2).plan
@@ -752,20 +752,20 @@ def test_a_round_whose_last_group_starts_late_still_writes_every_part(
     late: list[list[int]] = []
     real_two = arrow_phases.phase_two
 
-    def late_last(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
+    def late_last(spark: SparkSession, plan: round_plan.RoundPlan) -> round_plan.TaskResult:
         last = len(plan.groups) - 1
 
-        def work(p: arrow_phases.RoundPlan, group: int) -> arrow_phases.TaskResult:
+        def work(p: round_plan.RoundPlan, group: int) -> round_plan.TaskResult:
             if group == last:
                 time.sleep(2)  # beyond the half second a task of tiny groups waits
             return arrow_phases._latest_then_write(p, group)
 
         order = range(last, -1, -1)
-        return arrow_phases.TaskResult.of(arrow_phases._per_group(spark, plan, work, groups=order))
+        return round_plan.TaskResult.of(arrow_phases._per_group(spark, plan, work, groups=order))
 
     def spied_two(
-        spark: SparkSession, plan: arrow_phases.RoundPlan, groups: Sequence[int] | None = None
-    ) -> arrow_phases.TaskResult:
+        spark: SparkSession, plan: round_plan.RoundPlan, groups: Sequence[int] | None = None
+    ) -> round_plan.TaskResult:
         late.append(list(groups) if groups is not None else [])
         return real_two(spark, plan, groups)
 
@@ -785,7 +785,7 @@ def test_a_job_ships_only_the_footers_of_the_groups_its_tasks_open(
     _three_ledgers(topic)
     plan = _two_group_plan(topic, compactor)
     assert all(s.footer is not None for g in plan.groups for s in g)
-    shipped = arrow_phases._for_tasks_of(plan, [1])
+    shipped = round_plan._for_tasks_of(plan, [1])
     assert [[s.footer is not None for s in g] for g in shipped.groups] == [[False, False], [True]]
     assert [[s.path for s in g] for g in shipped.groups] == [[s.path for s in g] for g in plan.groups]
     assert len(pickle.dumps(shipped)) < len(pickle.dumps(plan))
@@ -828,15 +828,15 @@ def test_a_failed_round_waits_for_its_other_tasks_before_removing_its_files(
     # kills its worker seconds later). The round removes its files only after that task.
     expected = _three_ledgers(topic)
 
-    def failing_first(spark: SparkSession, plan: arrow_phases.RoundPlan) -> arrow_phases.TaskResult:
-        def work(p: arrow_phases.RoundPlan, group: int) -> arrow_phases.TaskResult:
+    def failing_first(spark: SparkSession, plan: round_plan.RoundPlan) -> round_plan.TaskResult:
+        def work(p: round_plan.RoundPlan, group: int) -> round_plan.TaskResult:
             if group == 0:
                 raise OSError("injected: the first group's input is unreadable")
             time.sleep(1)
             return arrow_phases._latest_then_write(p, group)
 
         order = range(len(plan.groups) - 1, -1, -1)
-        return arrow_phases.TaskResult.of(arrow_phases._per_group(spark, plan, work, groups=order))
+        return round_plan.TaskResult.of(arrow_phases._per_group(spark, plan, work, groups=order))
 
     monkeypatch.setattr(arrow_phases, "full_round", failing_first)
     with pytest.raises(Exception, match="injected"):
