@@ -87,9 +87,9 @@ from compactor.phases import PACK_SHIFT
 from ledger import deletion_vectors, key_index, prefetch
 from ledger.checksums import damage_of, file_checksum
 from ledger.entry import Position
+from ledger.files import fsync_path
 from ledger.layers import PartInfo
 from ledger.parquet_store import LEDGER_WRITER_OPTIONS
-from ledger.paths import fsync_path
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,

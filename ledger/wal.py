@@ -32,8 +32,16 @@ from typing import Literal, get_args
 from ledger import format as fmt
 from ledger.batches import SMALL_READ, appended_table, small_batch_entries
 from ledger.entry import Appended, BatchEntry, Entry, LedgerItem, StoredBatch, record_size
+from ledger.files import (
+    O_CLOEXEC,
+    QUARANTINE_SUFFIX,
+    TMP_SUFFIX,
+    fsync_dir,
+    pread_exact,
+    pwrite_all,
+    pwritev_all,
+)
 from ledger.format import CorruptRecordError
-from ledger.paths import QUARANTINE_SUFFIX, TMP_SUFFIX, fsync_dir
 from ledger.schema import table_to_entries
 
 __all__ = [
@@ -54,7 +62,6 @@ log = logging.getLogger(__name__)
 FsyncPolicy = Literal["always", "interval", "never"]
 _POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _COPY_CHUNK = 1 << 20
 # Batches an open ledger keeps as sent for the consumers that follow it (``stored_batch``).
 RECENT_BATCHES = 1024
@@ -420,11 +427,11 @@ class WriteAheadLog(FramedEntries):
             _create_file(path, header)
             created = True
 
-        fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
             if size < fmt.HEADER_SIZE:
-                torn = _pread_exact(fd, size, 0)
+                torn = pread_exact(fd, size, 0)
                 if not (header.startswith(torn) or torn.count(0) == len(torn)):
                     raise CorruptRecordError(
                         path, 0, f"file is {size} bytes, shorter than a header, and not a torn header"
@@ -434,9 +441,9 @@ class WriteAheadLog(FramedEntries):
                 log.warning("%s: torn file header (%d bytes), rewriting it", path, size)
                 _create_file(path, header)
                 header_rewritten = True
-                fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+                fd = os.open(path, os.O_RDWR | O_CLOEXEC)
                 size = fmt.HEADER_SIZE
-            found_id = fmt.decode_header(_pread_exact(fd, fmt.HEADER_SIZE, 0), path)
+            found_id = fmt.decode_header(pread_exact(fd, fmt.HEADER_SIZE, 0), path)
             if found_id != ledger_id:
                 raise CorruptRecordError(
                     path, len(fmt.MAGIC), f"file belongs to ledger {found_id}, expected ledger {ledger_id}"
@@ -505,12 +512,12 @@ class WriteAheadLog(FramedEntries):
             try:
                 if sum(map(len, bodies)) >= _GATHER_MIN_BODY * len(bodies):
                     # Large bodies (Pulsar batches): gathered, each written where it lies.
-                    _pwritev_all(self._fd, fmt.frame_parts(first, bodies, counts)[0], offset)
+                    pwritev_all(self._fd, fmt.frame_parts(first, bodies, counts)[0], offset)
                 else:
                     # Many small ones (REST's records, messages sent alone): three buffers a
                     # frame cost more in the gathered write than one copy (1,000 records of
                     # 140 bytes: 1.17 ms gathered, 0.61 ms copied).
-                    _pwrite_all(self._fd, fmt.encode_frames(first, bodies, counts), offset)
+                    pwrite_all(self._fd, fmt.encode_frames(first, bodies, counts), offset)
             except OSError as e:
                 # Drop the partial batch so the file again ends at the last whole frame.
                 try:
@@ -698,14 +705,14 @@ class WriteAheadLog(FramedEntries):
             if fd >= 0:
                 self._active_reads += 1
         if fd < 0:
-            fd = os.open(self._path, os.O_RDONLY | _O_CLOEXEC)
+            fd = os.open(self._path, os.O_RDONLY | O_CLOEXEC)
             try:
-                data = _pread_exact(fd, hi - lo, lo)
+                data = pread_exact(fd, hi - lo, lo)
             finally:
                 os.close(fd)
         else:
             try:
-                data = _pread_exact(fd, hi - lo, lo)
+                data = pread_exact(fd, hi - lo, lo)
             finally:
                 with self._cond:
                     self._active_reads -= 1
@@ -881,9 +888,9 @@ def encode_appended(
 def _create_file(path: Path, header: bytes) -> None:
     """Put a file holding only ``header`` at ``path``, crash-safely (tmp, fsync, rename)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, 0o644)
     try:
-        _pwrite_all(fd, header, 0)
+        pwrite_all(fd, header, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -895,14 +902,14 @@ def _quarantine(fd: int, path: Path, start: int, end: int) -> Path:
     """Copy bytes ``[start, end)`` of the log into a new quarantine file; return its path."""
     target = path.with_name(f"{path.name}{QUARANTINE_SUFFIX}-{time.time_ns()}")
     tmp = target.with_name(target.name + TMP_SUFFIX)
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, 0o644)
     try:
         pos = start
         while pos < end:
             chunk = os.pread(fd, min(_COPY_CHUNK, end - pos), pos)
             if not chunk:
                 break
-            _pwrite_all(out, chunk, pos - start)
+            pwrite_all(out, chunk, pos - start)
             pos += len(chunk)
         os.fsync(out)
     finally:
@@ -914,42 +921,6 @@ def _quarantine(fd: int, path: Path, start: int, end: int) -> Path:
     return target
 
 
-def _pwrite_all(fd: int, data: fmt.Buffer, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        if n <= 0:
-            raise OSError(f"pwrite wrote {n} bytes at offset {offset}")
-        view = view[n:]
-        offset += n
-
-
 # Bodies of at least this many bytes on average are written gathered (``os.pwritev``), smaller
 # ones copied into one buffer first.
 _GATHER_MIN_BODY = 2048
-# At most this many buffers a gathered write (Linux's IOV_MAX is 1024).
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
-
-
-def _pwritev_all(fd: int, parts: Sequence[fmt.Buffer], offset: int) -> None:
-    """Write ``parts`` one after the other at ``offset``, gathered (no copy into one buffer)."""
-    for i in range(0, len(parts), _IOV_MAX):
-        chunk = parts[i : i + _IOV_MAX]
-        want = sum(len(p) for p in chunk)
-        n = os.pwritev(fd, chunk, offset)
-        if n < want:  # a short write (rare): the rest in plain writes
-            _pwrite_all(fd, memoryview(b"".join(chunk))[n:], offset + n)
-        offset += want
-
-
-def _pread_exact(fd: int, n: int, offset: int) -> bytes:
-    """Up to ``n`` bytes at ``offset``; fewer only if the file ends first."""
-    chunks: list[bytes] = []
-    while n > 0:
-        chunk = os.pread(fd, n, offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        n -= len(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)

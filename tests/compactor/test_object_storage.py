@@ -20,7 +20,8 @@ from compactor.two_phase import NEEDS_ARROW, SCRATCH_DIR
 from ledger.checksums import file_checksum
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, describe_parts
 from ledger.entry import Position, is_delete
-from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
+from ledger.files import TMP_SUFFIX
+from ledger.paths import compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA
 from ledger.storage import Storage, StoragePath, as_storage_path
 

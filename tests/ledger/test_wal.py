@@ -14,7 +14,8 @@ import pytest
 from ledger import format as fmt
 from ledger import wal as wal_module
 from ledger.entry import Entry, Record, record_size
-from ledger.paths import QUARANTINE_SUFFIX, TMP_SUFFIX, wal_path
+from ledger.files import QUARANTINE_SUFFIX, TMP_SUFFIX
+from ledger.paths import wal_path
 from ledger.wal import CorruptRecordError, LedgerClosedError, WalFailedError, WriteAheadLog
 
 LEDGER = 3
