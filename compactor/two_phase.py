@@ -64,10 +64,11 @@ from compactor.progress import BOTH_PHASES_BAND, COMMIT, PHASE_ONE, PHASE_TWO, R
 from compactor.result import CompactionJob, CompactionResult
 from compactor.spark import JOB_GROUP, await_group_tasks, job_group
 from ledger import deletion_vectors, prefetch
-from ledger.compacted_store import Manifest, write_manifest
+from ledger.compacted_store import Manifest
 from ledger.entry import Position
 from ledger.files import TMP_SUFFIX, fsync_dir, fsync_path
 from ledger.layers import Deletes, Layer, final_name
+from ledger.manifest_writer import write_manifest
 from ledger.paths import compacted_dir
 from ledger.schema import COLUMNS, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, SPARK_DDL, VALUE, flags_follow_rule
 from ledger.storage import StoragePath, as_storage_path

@@ -19,9 +19,9 @@ from ledger.compacted_store import (
     CompactedLedger,
     CompactedLedgerError,
     Manifest,
-    write_manifest,
 )
 from ledger.entry import Entry, Position
+from ledger.manifest_writer import write_manifest
 from ledger.schema import ARROW_SCHEMA, entries_to_table
 
 # ------------------------------------------------------------------ factories
