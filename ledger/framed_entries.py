@@ -31,8 +31,9 @@ RECENT_BATCHES = 1024
 
 class FramedEntries:
     """The in-memory index of an open ledger's frames, whichever log holds their bytes (the
-    file of :mod:`ledger.wal`, or :mod:`ledger.object_wal`'s memory): what its readers and its roll-over
-    ask of it, and the decoding of a run of frames.
+    file of :mod:`ledger.wal`, or :mod:`ledger.object_wal`'s memory): what its readers and its
+    roll-over ask of it, and the decoding of a run of frames; and the writer's lock and closing
+    flag, which both logs keep alike.
 
     A frame holds one entry, or a whole Pulsar batch (entries ``E .. E+n-1``). The index is by
     entry all the same, so that every question about entries is one array look-up; a batch's
