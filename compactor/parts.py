@@ -25,9 +25,9 @@ from compactor.segments import _CHUNK_ROWS, Segment, _bool_numpy, _chunks, _open
 from ledger import key_index
 from ledger.checksums import file_checksum
 from ledger.entry import Position
+from ledger.files import fsync_path
 from ledger.layers import PartInfo
 from ledger.parquet_store import LEDGER_WRITER_OPTIONS
-from ledger.paths import fsync_path
 from ledger.schema import (
     ARROW_SCHEMA,
     ENTRY_ID,

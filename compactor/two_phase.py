@@ -65,8 +65,9 @@ from compactor.round_plan import RoundPlan, TaskResult, group_segments
 from compactor.segments import Segment
 from compactor.spark import JOB_GROUP, await_group_tasks, job_group
 from ledger import prefetch
-from ledger.compacted_store import write_manifest
-from ledger.paths import TMP_SUFFIX, compacted_dir, fsync_dir, fsync_path
+from ledger.files import TMP_SUFFIX, fsync_dir, fsync_path
+from ledger.manifest_writer import write_manifest
+from ledger.paths import compacted_dir
 from ledger.schema import COLUMNS, KEY
 from ledger.storage import StoragePath, as_storage_path
 

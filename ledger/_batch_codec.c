@@ -1,7 +1,8 @@
 /* The members of a Pulsar batch, decoded in bulk (see ledger/batch_codec.py, which documents the
- * layout and wraps these functions; ledger/batch_codec.py's pure-Python walker is the
- * executable specification: the two must accept the same batches, refuse the same ones with
- * the same message, and produce the same buffers).
+ * layout; ledger/batch_decoder.py and ledger/batch_encoder.py wrap these functions;
+ * ledger/batch_walk.py's pure-Python walker is the executable specification: the two must
+ * accept the same batches, refuse the same ones with the same message, and produce the same
+ * buffers).
  *
  * An uncompressed batch payload is ``count`` times:
  *
@@ -12,22 +13,22 @@
  * decode(ledger_id, batches, max_members) -> tuple
  *     Validates batches (each a tuple of batch_codec.Batch's fields) and returns the rows of
  *     their members as flat Arrow buffers (bytes objects; None for a validity bitmap without
- *     nulls), in the order of batch_codec._Columns.
+ *     nulls), in the order of batch_codec.Columns.
  *
  * Both raise ValueError(reason) for a malformed batch, never read outside a payload, and make
  * no Python object per member.
  *
  * encode(entries, batch_size) -> bytes
  *     The way back: stored members (ledger.entry.Entry tuples) as such a payload again, slot i
- *     the member whose batch index is i, or an empty slot (batch_codec.encode_batch_payload;
- *     batch_codec._encode is its specification, the bytes api.pulsar.messages wrote before).
+ *     the member whose batch index is i, or an empty slot (batch_encoder.encode_batch_payload;
+ *     batch_encoder._encode is its specification, the bytes api.pulsar.messages wrote before).
  *     An item of another type than Entry declares is a TypeError.
  *
  * encode_rows(rows, key, value, properties, names, texts, event_time, ordering_key, sequence_id,
  *             starts, counts) -> (payloads, sizes)
  *     The same bytes straight from the Arrow buffers of a sealed ledger's rows (a table slice of
  *     `rows` rows; each column a tuple (length, offset, validity, offsets, data) or None, see
- *     batch_codec.encode_row_batches), with no Python object per member: batch k is rows
+ *     batch_encoder.encode_row_batches), with no Python object per member: batch k is rows
  *     starts[k] .. starts[k] + counts[k] - 1 (int64 arrays), row j of it in slot j. Returns the
  *     payloads and the sums of their members' record sizes. Every buffer is checked to hold what
  *     is read from it (ValueError if not).
@@ -904,7 +905,7 @@ static PyObject *codec_decode(PyObject *self, PyObject *args)
         size += s;
     }
     {
-        /* The order of batch_codec._Columns. */
+        /* The order of batch_codec.Columns. */
         PyObject *fields[] = {
             PyLong_FromLongLong(size),
             buf_finish(&o.ledger_ids),
@@ -997,7 +998,7 @@ enum {
     T_KV_VALUE = 2 << 3 | WT_LEN,
 };
 
-/* An empty slot (batch_codec.PLACEHOLDER): its size, then SingleMessageMetadata{payload_size: 0,
+/* An empty slot (batch_encoder.PLACEHOLDER): its size, then SingleMessageMetadata{payload_size: 0,
  * compacted_out: true}. */
 static const char PLACEHOLDER[8] = {0, 0, 0, 4, 0x18, 0x00, 0x20, 0x01};
 

@@ -3,7 +3,7 @@
 A batch is stored as its producer sent it; its members become rows only where rows are needed:
 when its ledger is sealed to Parquet and when a read of its open ledger asks for entries (both
 through :func:`appended_table`, which decodes consecutive batches in one walk of
-``ledger.batch_codec``), never one Python object per member on the way in.
+``ledger.batch_decoder``), never one Python object per member on the way in.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ledger import batch_codec
+from ledger import batch_codec, batch_decoder, batch_walk
 from ledger.entry import Entry, Record, StoredBatch
 from ledger.schema import records_to_table, table_to_entries
 
@@ -59,14 +59,14 @@ def batch_size(batch: StoredBatch, max_size: int, max_members: int) -> int:
     data = uncompressed(batch.compression, batch.payload, batch.uncompressed_size, max_size)
     try:
         # With the batch's first sequence id: members numbered from it must stay within int64.
-        return batch_codec.check_batch(data, batch.count, max_members, first_sequence_id=batch.sequence_id)
+        return batch_decoder.check_batch(data, batch.count, max_members, first_sequence_id=batch.sequence_id)
     except ValueError as e:
         raise BatchError(f"malformed batch: {e}") from e
 
 
 def batch_table(ledger_id: int, first_entry: int, batch: StoredBatch) -> pa.Table:
     """The rows of ``batch``'s members, entries ``first_entry``.. of ledger ``ledger_id``."""
-    return batch_codec.batches_table(ledger_id, [_decodable(first_entry, batch)])
+    return batch_decoder.batches_table(ledger_id, [_decodable(first_entry, batch)])
 
 
 def _decodable(first_entry: int, batch: StoredBatch) -> batch_codec.Batch:
@@ -92,7 +92,7 @@ SMALL_READ = 64
 def small_batch_entries(ledger_id: int, first_entry: int, batch: StoredBatch) -> list[Entry]:
     """``batch``'s members as entries, decoded one by one (for a small batch: see
     :data:`SMALL_READ`); the same entries as :func:`batch_entries`."""
-    return batch_codec.member_entries(ledger_id, _decodable(first_entry, batch))
+    return batch_walk.member_entries(ledger_id, _decodable(first_entry, batch))
 
 
 def batch_entries(ledger_id: int, first_entry: int, batch: StoredBatch) -> list[Entry]:
@@ -105,7 +105,7 @@ def appended_table(
 ) -> pa.Table:
     """The rows of a ledger whose entries from ``first_entry`` on are ``items`` (records,
     entries read back, and whole batches), in order. Consecutive batches make one table in one
-    walk (``batch_codec.batches_table``): most of a small batch's cost would be a table of its own."""
+    walk (``batch_decoder.batches_table``): most of a small batch's cost would be a table of its own."""
     tables: list[pa.Table] = []
     run: list[Any] = []  # records, or entries read back: rows alike
     batches: list[batch_codec.Batch] = []
@@ -120,12 +120,12 @@ def appended_table(
             run_start = at
         else:
             if batches:
-                tables.append(batch_codec.batches_table(ledger_id, batches))
+                tables.append(batch_decoder.batches_table(ledger_id, batches))
                 batches = []
             run.append(item)
             at += 1
     if batches:
-        tables.append(batch_codec.batches_table(ledger_id, batches))
+        tables.append(batch_decoder.batches_table(ledger_id, batches))
     if run or not tables:
         tables.append(records_to_table(ledger_id, run, run_start))
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, crc32c_bytes
-from ledger.paths import TMP_SUFFIX
+from ledger.files import TMP_SUFFIX
 from ledger.storage import StoragePath
 
 

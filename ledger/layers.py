@@ -54,7 +54,7 @@ from typing import Any, TypeVar
 
 from ledger.checksums import MANIFEST, MISSING, IntegrityError, crc32c_bytes
 from ledger.entry import Position
-from ledger.paths import TMP_SUFFIX, fsync_dir
+from ledger.files import TMP_SUFFIX, fsync_dir
 from ledger.storage import StoragePath
 
 MANIFEST_NAME = "_manifest.json"

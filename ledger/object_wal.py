@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from ledger import format as fmt
 from ledger.entry import Appended, StoredBatch
 from ledger.format import CorruptRecordError
-from ledger.wal import FramedEntries, FrameIndex, LedgerClosedError, Recovery, check_frame, encode_appended
+from ledger.framed_entries import FramedEntries, FrameIndex, check_frame, encode_appended
+from ledger.open_log import LedgerClosedError, Recovery
 
 if TYPE_CHECKING:
     from ledger.storage import Storage
@@ -103,9 +104,7 @@ class ObjectLog(FramedEntries):
         self.owner = owner
         """What the commit callback checks before it records this ledger's chunks (a fence)."""
         self._buf = frames if frames is not None else bytearray()
-        self._write_lock = threading.Lock()
         self._taken = self._written
-        self._closing = False
         self._failure: BaseException | None = None  # for good: no more entries
         self._error: BaseException | None = None  # of the last flush attempt, cleared by the next good one
         self._attempts = 0  # flush attempts that held frames of this log and failed
@@ -222,10 +221,6 @@ class ObjectLog(FramedEntries):
         return f"ledger {self._ledger_id} (in memory)"
 
     # ------------------------------------------------------------------ state
-
-    @property
-    def closed(self) -> bool:
-        return self._closing
 
     @property
     def file_bytes(self) -> int:

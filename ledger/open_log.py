@@ -1,14 +1,39 @@
 """What a managed ledger needs of the write-ahead log of its open ledger, whichever kind:
 a local file (:class:`ledger.wal.WriteAheadLog`, ``COMPACTOR_WAL=local``) or frames
-group-committed to object storage (:class:`ledger.object_wal.ObjectLog`, ``object``)."""
+group-committed to object storage (:class:`ledger.object_wal.ObjectLog`, ``object``); and
+what both report: :class:`Recovery` (what opening the log found) and
+:class:`LedgerClosedError` (an append after the log was closed)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from ledger.entry import Appended, Entry, LedgerItem, StoredBatch
-from ledger.wal import Recovery
+
+
+class LedgerClosedError(RuntimeError):
+    """The write-ahead log was closed: the ledger takes no more entries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What :meth:`ledger.wal.WriteAheadLog.open` found and did.
+
+    ``entries`` whole records were kept. If the file had a bad tail, ``truncated_bytes`` bytes
+    from ``truncated_at`` to the old end were moved to ``quarantine_path`` (``reason`` says why
+    the first one was rejected).
+    """
+
+    entries: int
+    truncated_bytes: int = 0
+    quarantine_path: Path | None = None
+    truncated_at: int | None = None
+    reason: str | None = None
+    created: bool = False
+    header_rewritten: bool = False
 
 
 class OpenLog(Protocol):

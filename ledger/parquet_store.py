@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ledger.batch_codec import encode_row_batches
+from ledger.batch_encoder import encode_row_batches
 from ledger.checksums import (
     FOOTER,
     READ_BACK,
@@ -318,7 +318,7 @@ def table_to_items(table: pa.Table) -> list[LedgerItem]:
     ``Entry`` :func:`ledger.schema.table_to_entries` makes of it. In id order.
 
     The batches are found over the batch columns in bulk and their payloads encoded from the
-    Arrow buffers (:func:`ledger.batch_codec.encode_row_batches`): no Python object per member.
+    Arrow buffers (:func:`ledger.batch_encoder.encode_row_batches`): no Python object per member.
     """
     have = frozenset(table.column_names)  # (a list built anew on every call: look once)
     starts = whole_batches(table)

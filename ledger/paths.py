@@ -15,19 +15,14 @@ the service before they reach here (no separators, never ``.`` or ``..``).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-if TYPE_CHECKING:  # ledger.storage imports this module
-    from ledger.storage import StoragePath
+from ledger.storage import StoragePath
 
 # A topic's directory on the local disk (its write-ahead files) or in the ledger storage
 # (its sealed and compacted ledgers; the same directory when that storage is the local disk).
-P = TypeVar("P", Path, "StoragePath")
-
-TMP_SUFFIX = ".tmp"
-QUARANTINE_SUFFIX = ".quarantine"
+P = TypeVar("P", Path, StoragePath)
 
 
 def topic_dir(root: Path, tenant: str, namespace: str, topic: str) -> Path:
@@ -53,18 +48,6 @@ def sealed_path(topic_root: P, ledger_id: int, epoch: int = 0) -> P:
 
 def compacted_dir(topic_root: P, ledger_id: int) -> P:
     return topic_root / f"compacted-{ledger_id:020d}"
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file, or a directory (which makes a rename or unlink inside it durable), by path."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-fsync_dir = fsync_path
 
 
 def salvage_path(topic_root: P, ledger_id: int) -> P:

@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ledger.paths import TMP_SUFFIX, fsync_dir
+from ledger.files import TMP_SUFFIX, fsync_dir
 
 #: How much of an upload is kept in memory before the rest goes to a temporary file.
 SPOOL_BYTES = 64 << 20

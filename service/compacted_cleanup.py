@@ -13,7 +13,7 @@ import re
 
 from sqlalchemy import select
 
-from ledger import paths
+from ledger import files, paths
 from service import models
 from service.db import Database
 from service.managed_topic import ManagedTopic
@@ -94,7 +94,7 @@ def discard_compacted(*, db: Database, topic: ManagedTopic, ledger_id: int) -> N
     directory = paths.compacted_dir(topic.ledger.store, ledger_id)
     try:
         directory.delete_tree()
-        directory.with_name(directory.name + paths.TMP_SUFFIX).delete_tree()
+        directory.with_name(directory.name + files.TMP_SUFFIX).delete_tree()
     except OSError:  # object storage that stopped answering: the next scrub sweeps them
         log.warning("could not remove the files of compacted ledger %s", ledger_id, exc_info=True)
     try:

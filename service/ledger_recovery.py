@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ledger import paths
+from ledger import files, paths
 from ledger.checksums import IntegrityError
 from ledger.open_log import OpenLog
 from ledger.storage import StoragePath
@@ -57,7 +57,7 @@ def recover_ledgers(
     open ledger's write-ahead log."""
     if shared.wal is None:
         root.mkdir(parents=True, exist_ok=True)
-        for tmp in root.glob(f"*{paths.TMP_SUFFIX}"):
+        for tmp in root.glob(f"*{files.TMP_SUFFIX}"):
             if tmp.is_file():  # a half-written sealed file; the write-ahead file still has its entries
                 tmp.unlink()
     with db.session() as s:
@@ -101,7 +101,7 @@ def recover_ledgers(
             wal_file = paths.wal_path(root, info.ledger_id, info.epoch)
             if wal_file.exists():  # crashed after CLOSED was committed, before the unlink
                 wal_file.unlink()
-                paths.fsync_dir(root)
+                files.fsync_dir(root)
     # A sealed file of no CLOSED ledger: the open ledger sealed just before a crash (it is
     # sealed again at its roll-over), or a ledger deleted by retention before its unlink.
     live = {

@@ -11,7 +11,7 @@ from google.protobuf.message import DecodeError
 
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.errors import ProtocolError
-from ledger.batch_codec import encode_batch_payload
+from ledger.batch_encoder import encode_batch_payload
 from ledger.batches import BatchError, batch_size, uncompressed
 from ledger.entry import Entry, Position, Record, StoredBatch
 

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.messages import batch_message, to_records
 from ledger import batch_codec
-from ledger.batch_codec import Batch, batch_table, batches_table, check_batch, encode_batch_payload
+from ledger.batch_codec import Batch
+from ledger.batch_decoder import batch_table, batches_table, check_batch
+from ledger.batch_encoder import encode_batch_payload
 from ledger.entry import Entry, record_size
 from ledger.schema import records_to_table
 

@@ -43,7 +43,7 @@ from compactor import CompactionJob, TwoPhaseCompactor
 from ledger.checksums import file_checksum
 from ledger.compacted_store import Manifest
 from ledger.entry import Position
-from ledger.paths import fsync_dir
+from ledger.files import fsync_dir
 from ledger.schema import ARROW_SCHEMA, ENTRY_ID, IS_TOMBSTONE, KEY, LEDGER_ID, VALUE
 
 PACK_SHIFT = 32

@@ -24,7 +24,9 @@ from pathlib import Path
 
 from api.pulsar import pulsar_api_pb2 as pb
 from ledger import batch_codec
-from ledger.batch_codec import Batch, batches_table, encode_batch_payload
+from ledger.batch_codec import Batch
+from ledger.batch_decoder import batches_table
+from ledger.batch_encoder import encode_batch_payload
 from ledger.entry import Entry
 from ledger.parquet_store import SealedLedger, seal_table
 

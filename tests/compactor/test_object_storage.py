@@ -19,9 +19,11 @@ from compactor.cluster import PROBE_PREFIX, check_executors
 from compactor.inputs import NEEDS_ARROW
 from compactor.two_phase import SCRATCH_DIR
 from ledger.checksums import file_checksum
-from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, describe_parts
+from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
 from ledger.entry import Position, is_delete
-from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
+from ledger.files import TMP_SUFFIX
+from ledger.manifest_writer import describe_parts
+from ledger.paths import compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA
 from ledger.storage import Storage, StoragePath, as_storage_path
 

@@ -22,9 +22,11 @@ from compactor.phases import NARROW_COLUMNS, phase_one
 from compactor.spark import explain_string, get_spark, local_cores, spark_conf
 from compactor.two_phase import shared_group
 from ledger.checksums import file_checksum
-from ledger.compacted_store import MANIFEST_NAME, CompactedLedger, write_manifest
+from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
 from ledger.entry import Position, is_delete
-from ledger.paths import TMP_SUFFIX, compacted_dir, sealed_path
+from ledger.files import TMP_SUFFIX
+from ledger.manifest_writer import write_manifest
+from ledger.paths import compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA, FIRST_COLUMNS
 from ledger.storage import StoragePath, as_storage_path
 

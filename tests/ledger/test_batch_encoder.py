@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.messages import batch_message, to_records
 from ledger import batch_codec
-from ledger.batch_codec import PLACEHOLDER, encode_batch_payload, single_metadata
+from ledger.batch_encoder import PLACEHOLDER, encode_batch_payload, single_metadata
 from ledger.entry import Entry
 
 IMPLEMENTATIONS = ("native", "python")

@@ -20,8 +20,9 @@ from ledger.checksums import (
     file_checksum,
     verify_file,
 )
-from ledger.compacted_store import CompactedLedger, CompactedLedgerError, Manifest, write_manifest
+from ledger.compacted_store import CompactedLedger, CompactedLedgerError, Manifest
 from ledger.entry import Entry, Position
+from ledger.manifest_writer import write_manifest
 from ledger.parquet_store import SealedLedger, seal, verify_written
 from ledger.salvage import LostRanges, write_salvage
 from ledger.schema import ARROW_SCHEMA, entries_to_table

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -14,61 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.checksums import DECODE, FILE_CHECKSUM, MISSING, IntegrityError, file_checksum
-from ledger.compacted_store import (
-    MANIFEST_NAME,
-    CompactedLedger,
-    CompactedLedgerError,
-    Manifest,
-    write_manifest,
-)
+from ledger.compacted_store import CompactedLedger, CompactedLedgerError, Manifest
 from ledger.entry import Entry, Position
+from ledger.manifest_writer import write_manifest
 from ledger.schema import ARROW_SCHEMA, entries_to_table
+from tests.ledger.compacted_parts import entry, sparse_entries, split, write_parts
 
 # ------------------------------------------------------------------ factories
-
-
-def entry(ledger_id: int, entry_id: int, *, key: str | None = None, value: bytes | None = b"v") -> Entry:
-    return Entry(
-        ledger_id=ledger_id,
-        entry_id=entry_id,
-        key=key if key is not None else f"k{ledger_id}-{entry_id}",
-        value=value,
-        properties={"at": f"{ledger_id}:{entry_id}"} if entry_id % 2 else {},
-        publish_time=1_000 + entry_id,
-        event_time=entry_id if entry_id % 3 == 0 else None,
-    )
-
-
-def write_parts(directory: Path, parts: list[list[Entry]], *, row_group_size: int = 3) -> None:
-    """Part files as the compactor leaves them (before its manifest); empty parts allowed."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for i, rows in enumerate(parts):
-        table = entries_to_table(rows) if rows else ARROW_SCHEMA.empty_table()
-        pq.write_table(
-            table, directory / f"part-{i:05d}-abc-c000.zstd.parquet", row_group_size=row_group_size
-        )
 
 
 def make_ledger(directory: Path, parts: list[list[Entry]], *, row_group_size: int = 3) -> CompactedLedger:
     write_parts(directory, parts, row_group_size=row_group_size)
     write_manifest(directory)
     return CompactedLedger(directory)
-
-
-def sparse_entries() -> list[Entry]:
-    """Sparse ids over three ledgers, as a compaction leaves them."""
-    ids = [(3, 0), (3, 2), (3, 3), (3, 7), (3, 8), (3, 9), (3, 15), (5, 1), (5, 4), (5, 5), (5, 6)]
-    ids += [(9, e) for e in range(0, 40, 3)]
-    return [entry(lid, eid) for lid, eid in ids]
-
-
-def split(entries: list[Entry], sizes: list[int]) -> list[list[Entry]]:
-    out, i = [], 0
-    for n in sizes:
-        out.append(entries[i : i + n])
-        i += n
-    assert i == len(entries)
-    return out
 
 
 def model_read(model: list[Entry], start: Position, max_entries: int) -> tuple[list[Entry], Position | None]:
@@ -88,46 +45,6 @@ def candidate_starts(model: list[Entry]) -> list[Position]:
 
 
 # ------------------------------------------------------------------ manifest
-
-
-def test_manifest_lists_parts_in_order_and_skips_empty_ones(tmp_path: Path) -> None:
-    model = sparse_entries()
-    parts = split(model, [4, 0, 7, 1, 13])
-    write_parts(tmp_path, parts)
-    manifest = write_manifest(tmp_path)
-
-    assert [p.rows for p in manifest.parts] == [4, 7, 1, 13]
-    assert [p.name for p in manifest.parts] == sorted(p.name for p in manifest.parts)
-    assert [(p.first, p.last) for p in manifest.parts] == [
-        (rows[0].position, rows[-1].position) for rows in parts if rows
-    ]
-    assert manifest.entries == len(model)
-    assert manifest.size_bytes == sum((tmp_path / p.name).stat().st_size for p in manifest.parts)
-    assert manifest.first_position == model[0].position
-    assert manifest.last_position == model[-1].position
-    # Written atomically (no temporary left) and readable back.
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("part-")) == [MANIFEST_NAME]
-    assert Manifest.load(tmp_path) == manifest
-    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["layers"][0]["parts"][0]["first"] == "3:0"
-
-
-def test_part_order_is_numeric_past_five_digits(tmp_path: Path) -> None:
-    model = sparse_entries()
-    tmp_path.mkdir(exist_ok=True)
-    pq.write_table(entries_to_table(model[:5]), tmp_path / "part-99999-x-c000.zstd.parquet")
-    pq.write_table(entries_to_table(model[5:]), tmp_path / "part-100000-x-c000.zstd.parquet")
-    write_manifest(tmp_path)
-    ledger = CompactedLedger(tmp_path)
-    assert [p.name for p in ledger.manifest.parts][0].startswith("part-99999")
-    assert ledger.read(Position(0, 0), 1000) == (model, None)
-
-
-def test_overlapping_parts_are_refused(tmp_path: Path) -> None:
-    model = sparse_entries()
-    write_parts(tmp_path, [model[5:10], model[0:5]])
-    with pytest.raises(CompactedLedgerError, match="not after"):
-        write_manifest(tmp_path)
-    assert not (tmp_path / MANIFEST_NAME).exists()
 
 
 def test_a_ledger_without_manifest_is_incomplete(tmp_path: Path) -> None:

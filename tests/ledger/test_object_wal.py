@@ -14,8 +14,8 @@ import pytest
 from ledger.entry import Record
 from ledger.format import CorruptRecordError
 from ledger.object_wal import Chunk, GroupCommitter, ObjectLog
+from ledger.open_log import LedgerClosedError
 from ledger.storage import Storage
-from ledger.wal import LedgerClosedError
 from tests.batches import batch
 
 

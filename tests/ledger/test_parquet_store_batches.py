@@ -13,7 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ledger import batch_codec
-from ledger.batch_codec import Batch, encode_batch_payload, encode_row_batches, member_entries
+from ledger.batch_codec import Batch
+from ledger.batch_encoder import encode_batch_payload, encode_row_batches
+from ledger.batch_walk import member_entries
 from ledger.batches import appended_table
 from ledger.entry import BatchEntry, Entry, LedgerItem, Record, StoredBatch
 from ledger.parquet_store import SealedLedger, seal_table, whole_batches

@@ -13,9 +13,10 @@ import pytest
 
 from ledger import deletion_vectors
 from ledger.checksums import WRITE_OPTIONS, IntegrityError, file_checksum
-from ledger.compacted_store import CompactedLedger, write_manifest
+from ledger.compacted_store import CompactedLedger
 from ledger.entry import Entry, Position
 from ledger.layers import BASE, DELTA, Deletes, Layer, Manifest
+from ledger.manifest_writer import write_manifest
 from ledger.parquet_store import SealedLedger, seal
 from ledger.row_group_cache import PROTECTED_SHARE, RowGroupCache, RowGroupKey
 from ledger.schema import entries_to_table

@@ -14,7 +14,8 @@ from api.pulsar import pulsar_api_pb2 as pb
 from ledger import format as fmt
 from ledger.batches import appended_table, batch_entries, small_batch_entries
 from ledger.entry import Entry, Record, StoredBatch
-from ledger.paths import QUARANTINE_SUFFIX, wal_path
+from ledger.files import QUARANTINE_SUFFIX
+from ledger.paths import wal_path
 from ledger.schema import records_to_table
 from ledger.wal import WriteAheadLog
 from tests.batches import PUBLISH, batch

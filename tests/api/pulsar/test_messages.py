@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.messages import batch_message, to_records
-from ledger.batch_codec import single_metadata
+from ledger.batch_encoder import single_metadata
 from ledger.entry import Entry
 
 _SIZE = struct.Struct(">I")

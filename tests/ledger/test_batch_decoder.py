@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.errors import ProtocolError
 from api.pulsar.messages import to_records
-from ledger import batch_codec
-from ledger.batch_codec import Batch, batch_table, batches_table, check_batch
+from ledger import batch_codec, batch_decoder
+from ledger.batch_codec import Batch
+from ledger.batch_decoder import batch_table, batches_table, check_batch
 from ledger.entry import record_size
 from ledger.schema import ARROW_SCHEMA, records_to_table, table_to_entries
 
@@ -168,7 +169,7 @@ def table_of(
     count: int,
     payload: bytes | memoryview,
     meta: BatchMeta,
-    max_members: int = batch_codec.MAX_MEMBERS,
+    max_members: int = batch_decoder.MAX_MEMBERS,
 ) -> pa.Table:
     return batch_table(
         ledger_id,
@@ -289,7 +290,7 @@ def test_both_walks_store_what_the_per_record_path_stores(
     }
     # The walks make the same buffers, byte for byte.
     columns = both(
-        lambda: batch_codec._decode(ledger_id, [as_batch(first_entry, len(ms), payload, meta)], 100)
+        lambda: batch_decoder._decode(ledger_id, [as_batch(first_entry, len(ms), payload, meta)], 100)
     )
     assert columns["native"] == columns["python"]
 
@@ -313,7 +314,7 @@ def test_batches_past_2_gib_make_one_table_of_several_runs(
     implementation: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Offsets are int32: the batches go in runs of at most 2 GiB (here, of 100 bytes)."""
-    monkeypatch.setattr(batch_codec, "_COLUMN_LIMIT", 100)
+    monkeypatch.setattr(batch_decoder, "_COLUMN_LIMIT", 100)
     metas = [BatchMeta(), BatchMeta(ordering_key=b"o" * 30), BatchMeta(schema_version=b"s")]
     given_, expected = [], []
     for i, meta in enumerate(metas * 3):
@@ -702,11 +703,11 @@ def test_imported_from_a_zip_the_python_walk_serves(tmp_path: Path) -> None:
     payload = encode([Member(value=b"v", key="k", properties=[("a", "b")])])
     code = (
         "import sys; sys.path[:0] = sys.argv[1:]\n"
-        "from ledger import batch_codec as bc\n"
+        "from ledger import batch_codec as bc, batch_decoder as bd\n"
         "assert bc.__file__.startswith(sys.argv[1]), bc.__file__\n"
-        f"t = bc.batch_table(1, 0, 1, {payload!r}, publish_time=1, producer_name='p', first_sequence_id=0,"
+        f"t = bd.batch_table(1, 0, 1, {payload!r}, publish_time=1, producer_name='p', first_sequence_id=0,"
         " deliver_at_time=None, ordering_key=None, schema_version=None)\n"
-        f"print(bc.native(), bc.check_batch({payload!r}, 1), t.column('key').to_pylist())\n"
+        f"print(bc.native(), bd.check_batch({payload!r}, 1), t.column('key').to_pylist())\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("COMPACTOR_BATCH_CODEC", "PYTHONPATH")}
     site_packages = sysconfig.get_paths()["purelib"]
