@@ -12,7 +12,7 @@ part's row order:
 A key's row number in the part is its position in the file, so no row column is stored. Keys
 are unique among the keyed rows of a part (a compacted layer holds one row per key).
 
-How a round uses it (``compactor.arrow_phases``): it probes every indexed key against a hash
+How a round uses it (``compactor.probe``): it probes every indexed key against a hash
 set of its *new* keys (Arrow's ``is_in``). That costs about 50 ns per indexed key, and for a
 round of 1% new messages it is less work than a sorted or hashed index would save: such an
 index needs ``new keys x log(indexed keys)`` comparisons, about as many as there are indexed
@@ -63,7 +63,7 @@ def read(path: str | Path | StoragePath, *, rows: int = -1) -> pa.Table:
     touches them), read whole in one request from object storage.
 
     An Arrow IPC file has no checksums of its own: the manifest's CRC32C of it is verified
-    before a round reads it (``service.compaction``) and by the scrubber. A file that does not
+    before a round reads it (``service.compaction_inputs``) and by the scrubber. A file that does not
     decode, or (``rows`` >= 0) does not hold ``rows`` rows, raises ``IntegrityError``."""
     local = path.local if isinstance(path, StoragePath) else path
     try:

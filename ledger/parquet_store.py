@@ -88,7 +88,7 @@ def seal(
 
 
 # How every Parquet file of a ledger is encoded, compression aside (sealed ledgers here,
-# compacted parts in ``compactor.arrow_phases``). Dictionaries only where they pay: the one
+# compacted parts in ``compactor.parts``). Dictionaries only where they pay: the one
 # ledger id, and properties, producer names and schema versions, which repeat. Keys and values
 # are mostly distinct within a row group, so a dictionary for them would be built and dropped
 # in every row group (a third of a sealing's write). Statistics only where they are read: the
@@ -105,7 +105,7 @@ LEDGER_WRITER_OPTIONS: dict[str, object] = {
     "write_statistics": [LEDGER_ID, ENTRY_ID, PUBLISH_TIME],
     **WRITE_OPTIONS,
 }
-# Sealed ledgers are LZ4 (Parquet's LZ4_RAW), as compacted parts are (``compactor.arrow_phases``),
+# Sealed ledgers are LZ4 (Parquet's LZ4_RAW), as compacted parts are (``compactor.parts``),
 # so Spark and the Arrow path already read it; files sealed earlier with zstd read as before.
 # Not zstd: pyarrow makes a zstd context for every page it compresses or decompresses (~130 a
 # ledger of 50,000 rows, most of them tiny pages of sparse columns), and LZ4 encodes and decodes
