@@ -19,14 +19,14 @@ from pyspark.sql import SparkSession
 
 from compactor import CompactionJob, CompactionResult, TwoPhaseCompactor
 from ledger.compacted_store import CompactedLedger
-from ledger.entry import Position, is_delete
+from ledger.entry import Position
 from ledger.paths import compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA
+from tests.compactor.sealed_ledgers import Msg, compaction_job, ledger_rows
 
 pytestmark = pytest.mark.spark
 
 P = Position
-Msg = tuple[str | None, bytes | None]
 
 
 class Log:
@@ -40,19 +40,7 @@ class Log:
     def seal(
         self, ledger_id: int, messages: list[Msg], *, properties: list[dict[str, str]] | None = None
     ) -> Path:
-        rows = [
-            {
-                "ledger_id": ledger_id,
-                "entry_id": i,
-                "key": key,
-                "value": value,
-                "is_tombstone": is_delete(key, value),
-                "properties": list((properties[i] if properties else {"seq": str(i)}).items()),
-                "publish_time": 1000 * ledger_id + i,
-                "event_time": (7 * ledger_id * 31 + i * 13) % 97,
-            }
-            for i, (key, value) in enumerate(messages)
-        ]
+        rows = ledger_rows(ledger_id, messages, properties)
         path = sealed_path(self.root, ledger_id)
         pq.write_table(pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), path, row_group_size=5)
         self.ledgers[ledger_id] = path
@@ -65,16 +53,7 @@ class Log:
         self, output: int, horizon: Position, previous: CompactionResult | None = None, **kw: object
     ) -> CompactionJob:
         ids = sorted(i for i in self.ledgers if i <= horizon.ledger_id)
-        return CompactionJob(
-            topic_root=self.root,
-            inputs=[self.ledgers[i] for i in ids],
-            input_ledger_ids=ids,
-            previous_compacted=previous.directory if previous else None,
-            previous_horizon=previous.horizon if previous else None,
-            horizon=horizon,
-            output_ledger_id=output,
-            **kw,  # type: ignore[arg-type]
-        )
+        return compaction_job(self.root, self.ledgers, ids, output, horizon, previous, **kw)
 
 
 def seen(directory: Path) -> list[tuple[Position, str | None, bytes | None]]:

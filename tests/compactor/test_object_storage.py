@@ -20,17 +20,17 @@ from compactor.inputs import NEEDS_ARROW
 from compactor.two_phase import SCRATCH_DIR
 from ledger.checksums import file_checksum
 from ledger.compacted_store import MANIFEST_NAME, CompactedLedger
-from ledger.entry import Position, is_delete
+from ledger.entry import Position
 from ledger.files import TMP_SUFFIX
 from ledger.manifest_writer import describe_parts
 from ledger.paths import compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA
 from ledger.storage import Storage, StoragePath, as_storage_path
+from tests.compactor.sealed_ledgers import Msg, compaction_job, ledger_rows
 
 pytestmark = pytest.mark.spark
 
 P = Position
-Msg = tuple[str | None, bytes | None]
 Seen = list[tuple[Position, str | None, bytes | None]]
 
 
@@ -43,19 +43,7 @@ class Topic:
         self.ledgers: dict[int, StoragePath] = {}
 
     def seal(self, ledger_id: int, messages: list[Msg]) -> None:
-        rows = [
-            {
-                "ledger_id": ledger_id,
-                "entry_id": i,
-                "key": key,
-                "value": value,
-                "is_tombstone": is_delete(key, value),
-                "properties": [("seq", str(i))],
-                "publish_time": 1000 * ledger_id + i,
-                "event_time": (7 * ledger_id * 31 + i * 13) % 97,
-            }
-            for i, (key, value) in enumerate(messages)
-        ]
+        rows = ledger_rows(ledger_id, messages)
         path = sealed_path(self.root, ledger_id)
         staged = path.staging()
         pq.write_table(pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), staged, row_group_size=5)
@@ -66,16 +54,7 @@ class Topic:
         self, output: int, horizon: Position, previous: CompactionResult | None = None, **kw: object
     ) -> CompactionJob:
         ids = sorted(i for i in self.ledgers if i <= horizon.ledger_id)
-        return CompactionJob(
-            topic_root=self.root,
-            inputs=[self.ledgers[i] for i in ids],
-            input_ledger_ids=ids,
-            previous_compacted=previous.directory if previous else None,
-            previous_horizon=previous.horizon if previous else None,
-            horizon=horizon,
-            output_ledger_id=output,
-            **kw,  # type: ignore[arg-type]
-        )
+        return compaction_job(self.root, self.ledgers, ids, output, horizon, previous, **kw)
 
 
 def seen(directory: StoragePath) -> Seen:

@@ -29,10 +29,10 @@ from ledger.manifest_writer import write_manifest
 from ledger.paths import compacted_dir, sealed_path
 from ledger.schema import ARROW_SCHEMA, FIRST_COLUMNS
 from ledger.storage import StoragePath, as_storage_path
+from tests.compactor.sealed_ledgers import Msg, compaction_job
 
 pytestmark = pytest.mark.spark
 
-Msg = tuple[str | None, bytes | None]  # key, value (None = tombstone)
 Kept = tuple[Position, str | None, bytes | None]
 
 
@@ -93,15 +93,8 @@ class Topic:
         retain_null_key: bool = False,
     ) -> CompactionJob:
         ids = sorted(self.ledgers) if ledger_ids is None else list(ledger_ids)
-        return CompactionJob(
-            topic_root=self.root,
-            inputs=[self.ledgers[i] for i in ids],
-            input_ledger_ids=ids,
-            previous_compacted=previous.directory if previous else None,
-            previous_horizon=previous.horizon if previous else None,
-            horizon=horizon,
-            output_ledger_id=output_ledger_id,
-            retain_null_key=retain_null_key,
+        return compaction_job(
+            self.root, self.ledgers, ids, output_ledger_id, horizon, previous, retain_null_key=retain_null_key
         )
 
 
