@@ -83,7 +83,7 @@ class BrokerContext:
     # subscribes again (Pulsar keeps the non-durable cursor across that reconnection).
     reader_positions: BoundedDict = field(default_factory=lambda: BoundedDict(10_000))
     access: ProducerAccess = field(default_factory=lambda: ProducerAccess())
-    # Consumers waiting for messages on a worker thread now (see ``consume.WireSubscriber``);
+    # Consumers waiting for messages on a worker thread now (see ``delivery.WireSubscriber``);
     # touched on the event loop only.
     thread_waits: int = 0
 
