@@ -98,8 +98,8 @@ class PulsarConnection(asyncio.Protocol):
 
     def __init__(self, ctx: BrokerContext, handlers: Mapping[int, Handler]) -> None:
         self.ctx = ctx
-        # The command table (``commands.HANDLERS``): each command family's module registers
-        # there, so that this module imports none of them.
+        # The command table (``commands.HANDLERS``, which gathers the command families' own):
+        # given, so that this module imports none of them.
         self.handlers = handlers
         self.decoder = FrameDecoder(ctx.settings.max_message_size + FRAME_PADDING)
         self.transport: asyncio.Transport | None = None
