@@ -9,9 +9,12 @@ from fastapi import Depends, Request
 from api.auth import require
 from api.peers import Peers
 from service.authorization import Rule
+from service.compaction import CompactionService
 from service.names import TopicName
 from service.partitions import PartitionedTopics
+from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
+from service.subscription_service import SubscriptionService
 from service.tenants import TenantService
 from service.topics import Broker
 
@@ -36,6 +39,18 @@ async def get_peers(request: Request) -> Peers:
     return request.app.state.peers  # type: ignore[no-any-return]
 
 
+async def get_policies(request: Request) -> PolicyStore:
+    return request.app.state.policies  # type: ignore[no-any-return]
+
+
+async def get_subscriptions(request: Request) -> SubscriptionService:
+    return request.app.state.subscriptions  # type: ignore[no-any-return]
+
+
+async def get_compaction(request: Request) -> CompactionService:
+    return request.app.state.compaction  # type: ignore[no-any-return]
+
+
 async def authorization(request: Request) -> str | None:
     """The request's ``Authorization`` header, for a request made on the client's behalf."""
     return request.headers.get("authorization")
@@ -55,6 +70,9 @@ TopicDep = Annotated[TopicName, Depends(topic_name)]
 SchemasDep = Annotated[SchemaRegistry, Depends(get_schemas)]
 PartitionedDep = Annotated[PartitionedTopics, Depends(get_partitioned)]
 PeersDep = Annotated[Peers, Depends(get_peers)]
+PoliciesDep = Annotated[PolicyStore, Depends(get_policies)]
+SubscriptionsDep = Annotated[SubscriptionService, Depends(get_subscriptions)]
+CompactionDep = Annotated[CompactionService, Depends(get_compaction)]
 AuthorizationDep = Annotated[str | None, Depends(authorization)]
 
 # A route declares what it needs with ``dependencies=[...]`` (or its router does); see

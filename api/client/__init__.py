@@ -70,7 +70,8 @@ The modules, one per concern (import from the package; the modules are its layou
     errors       the exception tree above
     message      MessageId, Message, OutgoingMessage, the page decoder
     auth         AuthenticationToken, TLS options
-    _core        names and paths, the effects, the request/response boundary, _BaseClient
+    _core        names and paths, the effects, the request/response boundary, _BaseClient,
+                 and what the others are given of a runner (_SyncRunner, _AsyncRunner)
     producer     the producer's operations; Producer, AsyncProducer
     consumer     the consumer's operations and acknowledgement grouping; Consumer, AsyncConsumer
     reader       the reader's operations; Reader, AsyncReader

@@ -1,6 +1,7 @@
 """The sans-IO core: names and paths, the effects (``_Call``, ``_Sleep``), the one place a request
 is built (``_BaseClient._build``), a response decoded (``_decode``) and httpx's errors translated
-(``_transport_errors``), and what every producer, consumer and reader shares (``_Child``)."""
+(``_transport_errors``), what every producer, consumer and reader shares (``_Child``), and what
+they are given of the client that runs them (``_SyncRunner``, ``_AsyncRunner``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import weakref
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -307,7 +308,31 @@ class _BaseClient:
         return {"User-Agent": "compactor-client/0.1", "Accept": "application/json"}
 
 
-_C = TypeVar("_C", bound=_BaseClient)
+class _Runner(Protocol):
+    """What a producer, consumer, reader, table view or admin is given: the client that runs its
+    operations, ``Client`` or ``AsyncClient``, named by what they use of it (so that their
+    modules need not import the runners, which import them)."""
+
+    timeout: float
+    _closed: bool
+    _owners: dict[str, str]
+
+    def _check_open(self) -> None: ...
+
+
+class _SyncRunner(_Runner, Protocol):
+    """The sync runner (``Client``): ``_run`` returns an operation's result."""
+
+    def _run(self, op: _Op[T]) -> T: ...
+
+
+class _AsyncRunner(_Runner, Protocol):
+    """The async runner (``AsyncClient``): ``_run`` is awaited for an operation's result."""
+
+    async def _run(self, op: _Op[T]) -> T: ...
+
+
+_C = TypeVar("_C", bound=_Runner)
 
 
 class _Child(Generic[_C]):

@@ -9,9 +9,21 @@ import builtins
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias
+from typing import Any, ClassVar, Generic, TypeAlias
 
-from api.client._core import _C, _Call, _namespace, _Op, _position, _q, _seek_body, _Sleep, _Topic
+from api.client._core import (
+    _C,
+    _AsyncRunner,
+    _Call,
+    _namespace,
+    _Op,
+    _position,
+    _q,
+    _seek_body,
+    _Sleep,
+    _SyncRunner,
+    _Topic,
+)
 from api.client.errors import Timeout
 from api.client.message import MessageIdLike
 from api.client.tenancy import (
@@ -22,10 +34,6 @@ from api.client.tenancy import (
     _actions,
     _op_threshold,
 )
-
-if TYPE_CHECKING:
-    from api.client.aio import AsyncClient
-    from api.client.sync import Client
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +192,7 @@ class _TopicsBase(Generic[_C]):
 # --------------------------------------------------------------------------------- sync
 
 
-class TopicsAdmin(_TopicsBase["Client"]):
+class TopicsAdmin(_TopicsBase[_SyncRunner]):
     """``client.admin.topics``: pulsar-admin's topic verbs."""
 
     def create(self, topic: str) -> None:
@@ -297,7 +305,7 @@ class TopicsAdmin(_TopicsBase["Client"]):
 class Admin:
     """``client.admin``: ``tenants``, ``namespaces`` and ``topics``, as ``pulsar-admin``."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: _SyncRunner) -> None:
         self.tenants = TenantsAdmin(client)
         self.topics = TopicsAdmin(client)
         self.namespaces = NamespacesAdmin(client)
@@ -306,7 +314,7 @@ class Admin:
 # -------------------------------------------------------------------------------- async
 
 
-class AsyncTopicsAdmin(_TopicsBase["AsyncClient"]):
+class AsyncTopicsAdmin(_TopicsBase[_AsyncRunner]):
     """See ``TopicsAdmin``."""
 
     async def create(self, topic: str) -> None:
@@ -394,7 +402,7 @@ class AsyncTopicsAdmin(_TopicsBase["AsyncClient"]):
 class AsyncAdmin:
     """``AsyncClient.admin``: ``tenants``, ``namespaces`` and ``topics`` with ``async def``."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: _AsyncRunner) -> None:
         self.tenants = AsyncTenantsAdmin(client)
         self.topics = AsyncTopicsAdmin(client)
         self.namespaces = AsyncNamespacesAdmin(client)

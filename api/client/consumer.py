@@ -9,25 +9,23 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from api.client._core import (
     _C,
     COMPACTION_SUBSCRIPTION,
+    _AsyncRunner,
     _Call,
     _Child,
     _Op,
     _position,
     _q,
     _seek_body,
+    _SyncRunner,
     _Topic,
 )
 from api.client.errors import BadRequest, Conflict, ConsumerBusy, NotFound, Timeout
 from api.client.message import Message, MessageId, MessageIdLike, _as_id, _page
-
-if TYPE_CHECKING:  # named as strings in the base classes below (imported here, they would be circular)
-    from api.client.aio import AsyncClient  # noqa: F401
-    from api.client.sync import Client  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -514,7 +512,7 @@ class _AsyncVerbs(_Ops):
             yield await self.receive()
 
 
-class Consumer(_ConsumerBase["Client"], _Verbs):
+class Consumer(_ConsumerBase[_SyncRunner], _Verbs):
     """A consumer attached to a durable subscription; made by ``Client.subscribe``.
 
     Messages come in order; each is redelivered until acknowledged (after
@@ -522,5 +520,5 @@ class Consumer(_ConsumerBase["Client"], _Verbs):
     """
 
 
-class AsyncConsumer(_ConsumerBase["AsyncClient"], _AsyncVerbs):
+class AsyncConsumer(_ConsumerBase[_AsyncRunner], _AsyncVerbs):
     """See ``Consumer``."""

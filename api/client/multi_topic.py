@@ -21,26 +21,24 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from api.client._core import (
     _C,
+    _AsyncRunner,
     _Call,
     _Child,
     _namespace,
     _Op,
     _op_partitions,
     _Sleep,
+    _SyncRunner,
     _Topic,
     partition_topic,
 )
 from api.client.consumer import AsyncConsumer, Consumer, _AsyncVerbs, _ConsumerBase, _Verbs
 from api.client.errors import NotFound
 from api.client.message import Message, MessageId, MessageIdLike, _as_id
-
-if TYPE_CHECKING:  # named as strings in the base classes below (imported here, they would be circular)
-    from api.client.aio import AsyncClient  # noqa: F401
-    from api.client.sync import Client  # noqa: F401
 
 # How long a receive waits on one topic before it looks at the others again.
 _WAIT_SLICE_MS = 100
@@ -348,11 +346,11 @@ class _MultiTopicBase(_Child[_C], Generic[_C, _P]):
         self._closed = True
 
 
-class MultiTopicConsumer(_MultiTopicBase["Client", Consumer], _Verbs):
+class MultiTopicConsumer(_MultiTopicBase[_SyncRunner, Consumer], _Verbs):
     """A consumer of several topics behind one, with ``Consumer``'s methods; made by
     ``Client.subscribe`` for a partitioned topic (every partition), a list of topics, or a
     pattern. A message's ``topic`` names the topic (the partition) it came from."""
 
 
-class AsyncMultiTopicConsumer(_MultiTopicBase["AsyncClient", AsyncConsumer], _AsyncVerbs):
+class AsyncMultiTopicConsumer(_MultiTopicBase[_AsyncRunner, AsyncConsumer], _AsyncVerbs):
     """See ``MultiTopicConsumer``."""

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
-from api.client._core import _C, _Call, _Child, _Op, _op_partitions, _Topic, partition_topic
+from api.client._core import (
+    _C,
+    _AsyncRunner,
+    _Call,
+    _Child,
+    _Op,
+    _op_partitions,
+    _SyncRunner,
+    _Topic,
+    partition_topic,
+)
 from api.client.message import MessageId, MessageLike, OutgoingMessage, _batches, _outgoing
 from api.client.routing import Router
-
-if TYPE_CHECKING:  # named as strings in the base classes below (imported here, they would be circular)
-    from api.client.aio import AsyncClient  # noqa: F401
-    from api.client.sync import Client  # noqa: F401
 
 
 class _ProducerBase(_Child[_C]):
@@ -79,7 +84,7 @@ class _ProducerBase(_Child[_C]):
         return ids[0]
 
 
-class Producer(_ProducerBase["Client"]):
+class Producer(_ProducerBase[_SyncRunner]):
     """Sends messages to one topic; made by ``Client.create_producer``."""
 
     def send(
@@ -113,7 +118,7 @@ class Producer(_ProducerBase["Client"]):
         self.close()
 
 
-class AsyncProducer(_ProducerBase["AsyncClient"]):
+class AsyncProducer(_ProducerBase[_AsyncRunner]):
     """See ``Producer``."""
 
     async def send(

@@ -6,16 +6,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
 
-from api.client._core import _C, _Call, _Child, _Op, _Sleep, _Topic
+from api.client._core import _C, _AsyncRunner, _Call, _Child, _Op, _Sleep, _SyncRunner, _Topic
 from api.client.errors import Timeout
 from api.client.message import Message, MessageId, MessageIdLike, _as_id, _page
-
-if TYPE_CHECKING:  # named as strings in the base classes below (imported here, they would be circular)
-    from api.client.aio import AsyncClient  # noqa: F401
-    from api.client.sync import Client  # noqa: F401
-
 
 _POLL_MIN_S = 0.02  # a reader with nothing to read polls again after this, doubling ...
 _POLL_MAX_S = 0.5  # ... up to this
@@ -108,7 +102,7 @@ class _ReaderBase(_Child[_C]):
         yield from self._op_fill()  # resolves "latest" now, as at creation
 
 
-class Reader(_ReaderBase["Client"]):
+class Reader(_ReaderBase[_SyncRunner]):
     """Reads a topic from a position without a subscription; made by ``Client.create_reader``.
 
     Iterating yields the messages available now and stops at the end of the topic.
@@ -144,7 +138,7 @@ class Reader(_ReaderBase["Client"]):
         self.close()
 
 
-class AsyncReader(_ReaderBase["AsyncClient"]):
+class AsyncReader(_ReaderBase[_AsyncRunner]):
     """See ``Reader``; ``async for msg in reader`` stops at the end of the topic."""
 
     async def read_next(self, timeout_millis: int | None = None) -> Message:

@@ -8,16 +8,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
-from api.client._core import _Op
+from api.client._core import _AsyncRunner, _Op, _SyncRunner
 from api.client.errors import AlreadyClosed, ClientError
 from api.client.message import Message
 from api.client.reader import AsyncReader, Reader, _ReaderBase
-
-if TYPE_CHECKING:
-    from api.client.aio import AsyncClient
-    from api.client.sync import Client
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +141,7 @@ class TableView(_TableViewBase[Reader]):
     ``Client.create_table_view``. Keyless messages are ignored; a tombstone removes its key."""
 
     def __init__(
-        self, client: Client, readers: Sequence[Reader], poll_interval: float, topic: str | None = None
+        self, client: _SyncRunner, readers: Sequence[Reader], poll_interval: float, topic: str | None = None
     ) -> None:
         super().__init__(readers, poll_interval, topic)
         self._client = client
@@ -202,7 +198,7 @@ class AsyncTableView(_TableViewBase[AsyncReader]):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: _AsyncRunner,
         readers: Sequence[AsyncReader],
         poll_interval: float,
         topic: str | None = None,

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Generic
+from typing import Generic
 
-from api.client._core import _C, _Call, _namespace, _Op, _q
-
-if TYPE_CHECKING:  # named as strings in the base classes below (imported here, they would be circular)
-    from api.client.aio import AsyncClient  # noqa: F401
-    from api.client.sync import Client  # noqa: F401
+from api.client._core import _C, _AsyncRunner, _Call, _namespace, _Op, _q, _SyncRunner
 
 
 def _actions(actions: Iterable[str]) -> list[str]:
@@ -79,7 +75,7 @@ class _TenantsBase(Generic[_C]):
 # --------------------------------------------------------------------------------- sync
 
 
-class NamespacesAdmin(_NamespacesBase["Client"]):
+class NamespacesAdmin(_NamespacesBase[_SyncRunner]):
     """``client.admin.namespaces``: policies of a ``"tenant/namespace"``."""
 
     def get_compaction_threshold(self, namespace: str) -> int | None:
@@ -116,7 +112,7 @@ class NamespacesAdmin(_NamespacesBase["Client"]):
         self._client._run(self._op_revoke(namespace, role))
 
 
-class TenantsAdmin(_TenantsBase["Client"]):
+class TenantsAdmin(_TenantsBase[_SyncRunner]):
     """``client.admin.tenants``: pulsar-admin's tenant verbs (a superuser's)."""
 
     def list(self) -> builtins.list[str]:
@@ -144,7 +140,7 @@ class TenantsAdmin(_TenantsBase["Client"]):
 # -------------------------------------------------------------------------------- async
 
 
-class AsyncNamespacesAdmin(_NamespacesBase["AsyncClient"]):
+class AsyncNamespacesAdmin(_NamespacesBase[_AsyncRunner]):
     """See ``NamespacesAdmin``."""
 
     async def get_compaction_threshold(self, namespace: str) -> int | None:
@@ -175,7 +171,7 @@ class AsyncNamespacesAdmin(_NamespacesBase["AsyncClient"]):
         await self._client._run(self._op_revoke(namespace, role))
 
 
-class AsyncTenantsAdmin(_TenantsBase["AsyncClient"]):
+class AsyncTenantsAdmin(_TenantsBase[_AsyncRunner]):
     """See ``TenantsAdmin``."""
 
     async def list(self) -> builtins.list[str]:

@@ -4,15 +4,18 @@ Frames are cut by ``framing``; commands run in arrival order in one task per con
 client's acks, flows and closes must not overtake each other), and each handler answers with
 the response type the client waits for (the C++ client drops a connection on a reply it does
 not expect). Slow work (writing to a ledger, waiting for messages) runs in the per-producer and
-per-consumer tasks of ``produce`` and ``consume``, so one slow subscribe never holds the sends
+per-consumer tasks of ``produce`` and ``delivery``, so one slow subscribe never holds the sends
 of another producer sharing the connection.
+
+The connection dispatches through the table it is given (``commands.HANDLERS``): the command
+families' modules import this one, and this one none of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -20,7 +23,8 @@ import anyio.to_thread
 
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.access import ProducerAccess
-from api.pulsar.errors import ProtocolError, server_error
+from api.pulsar.bounded import BoundedDict
+from api.pulsar.errors import ProtocolClose, ProtocolError, server_error
 from api.pulsar.framing import (
     FRAME_PADDING,
     Frame,
@@ -38,8 +42,6 @@ from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
 
 if TYPE_CHECKING:
-    from api.pulsar.consume import WireSubscriber
-    from api.pulsar.produce import WireProducer
     from service.settings import Settings
     from service.subscription_service import SubscriptionService
     from service.tenants import TenantService
@@ -59,20 +61,6 @@ _MAX_QUEUED = 1024
 _RESUME_AT = 64
 # Pulsar's -1 request id (an error not tied to a request) as the uint64 the wire carries.
 NO_REQUEST = 2**64 - 1
-
-
-class BoundedDict(dict):  # type: ignore[type-arg]
-    """A dict that forgets its oldest entries beyond ``limit`` (state a client may never
-    come back for)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-
-    def __setitem__(self, key: object, value: object) -> None:
-        super().__setitem__(key, value)
-        while len(self) > self.limit:
-            del self[next(iter(self))]
 
 
 @dataclass
@@ -95,7 +83,7 @@ class BrokerContext:
     # subscribes again (Pulsar keeps the non-durable cursor across that reconnection).
     reader_positions: BoundedDict = field(default_factory=lambda: BoundedDict(10_000))
     access: ProducerAccess = field(default_factory=lambda: ProducerAccess())
-    # Consumers waiting for messages on a worker thread now (see ``consume.WireSubscriber``);
+    # Consumers waiting for messages on a worker thread now (see ``delivery.WireSubscriber``);
     # touched on the event loop only.
     thread_waits: int = 0
 
@@ -108,16 +96,21 @@ class BrokerContext:
 class PulsarConnection(asyncio.Protocol):
     """The protocol object asyncio drives for one accepted socket."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: BrokerContext, handlers: Mapping[int, Handler]) -> None:
         self.ctx = ctx
+        # The command table (``commands.HANDLERS``, which gathers the command families' own):
+        # given, so that this module imports none of them.
+        self.handlers = handlers
         self.decoder = FrameDecoder(ctx.settings.max_message_size + FRAME_PADDING)
         self.transport: asyncio.Transport | None = None
         self.connected = False
         self.closed = False
         self.role: str | None = None
         self.protocol_version = 0
-        self.producers: dict[int, WireProducer] = {}
-        self.consumers: dict[int, WireSubscriber] = {}
+        # By the client's ids: ``produce.WireProducer``s and ``delivery.WireSubscriber``s (the
+        # connection only closes them when it is lost; their modules type what they take out).
+        self.producers: dict[int, Any] = {}
+        self.consumers: dict[int, Any] = {}
         self._queue: asyncio.Queue[Frame] = asyncio.Queue()
         self._paused = False
         self._task: asyncio.Task[None] | None = None
@@ -229,7 +222,7 @@ class PulsarConnection(asyncio.Protocol):
                 raise ProtocolClose(f"{pb.BaseCommand.Type.Name(kind)} before CONNECT")
             self._connect(cmd.connect)
             return
-        handler = HANDLERS.get(kind)
+        handler = self.handlers.get(kind)
         if handler is None:
             name = pb.BaseCommand.Type.Name(kind) if kind in pb.BaseCommand.Type.values() else str(kind)
             raise ProtocolClose(f"unsupported command {name}")
@@ -313,10 +306,6 @@ class PulsarConnection(asyncio.Protocol):
             self.error(request_id, server_error(e, not_found=not_found, conflict=conflict), str(e))
 
 
-class ProtocolClose(Exception):
-    """The client broke the protocol: the connection is closed (after any reply already sent)."""
-
-
 Handler = Callable[[PulsarConnection, Frame], Awaitable[None]]
 
 
@@ -328,21 +317,5 @@ async def _pong(conn: PulsarConnection, frame: Frame) -> None:
     return None
 
 
-def _handlers() -> dict[int, Handler]:
-    from api.pulsar import consume, lookup, produce, schemas
-
-    table: dict[int, Handler] = {pb.BaseCommand.PING: _ping, pb.BaseCommand.PONG: _pong}
-    table.update(lookup.HANDLERS)
-    table.update(produce.HANDLERS)
-    table.update(consume.HANDLERS)
-    table.update(schemas.HANDLERS)
-    return table
-
-
-HANDLERS: dict[int, Handler] = {}
-
-
-def install_handlers() -> None:
-    """Fill the dispatch table once the command modules can be imported (they import this one)."""
-    if not HANDLERS:
-        HANDLERS.update(_handlers())
+#: The commands the connection answers itself, its keepalive (CONNECT comes before any table).
+HANDLERS: dict[int, Handler] = {pb.BaseCommand.PING: _ping, pb.BaseCommand.PONG: _pong}

@@ -1,4 +1,6 @@
-"""Service errors as Pulsar's ``ServerError`` codes, mapped once for every command."""
+"""The binary protocol's errors: a request refused (``ProtocolError``, with service errors mapped
+once for every command to Pulsar's ``ServerError`` codes) or a connection closed for breaking
+the protocol (``ProtocolClose``)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ class ProtocolError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class ProtocolClose(Exception):
+    """The client broke the protocol: the connection is closed (after any reply already sent)."""
 
 
 def server_error(

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from api.pulsar.connection import BrokerContext, PulsarConnection, install_handlers
+from api.pulsar.commands import HANDLERS
+from api.pulsar.connection import BrokerContext, PulsarConnection
 from service.authorization import Authorizer
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
@@ -101,10 +102,9 @@ class BrokerListener:
     async def start(self) -> None:
         if not self.enabled:
             return
-        install_handlers()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: PulsarConnection(self.ctx),
+            lambda: PulsarConnection(self.ctx, HANDLERS),
             host=self.settings.host,
             port=self.settings.broker_service_port,
             reuse_address=True,

@@ -17,8 +17,8 @@ import logging
 from dataclasses import dataclass
 
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.connection import Handler, ProtocolClose, PulsarConnection
-from api.pulsar.errors import ProtocolError, server_error
+from api.pulsar.connection import Handler, PulsarConnection
+from api.pulsar.errors import ProtocolClose, ProtocolError, server_error
 from api.pulsar.framing import Frame
 from api.pulsar.messages import check_batch, id_data, is_batch, to_batch, to_records
 from api.pulsar.schemas import producer_schema
@@ -276,7 +276,7 @@ async def _when_granted(prod: WireProducer, granted: asyncio.Future[int], reques
 
 async def send(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.send
-    prod = conn.producers.get(req.producer_id)
+    prod: WireProducer | None = conn.producers.get(req.producer_id)
     if prod is None or prod.closed:
         # Pulsar closes a connection that sends for a producer it does not have.
         raise ProtocolClose(f"SEND for unknown producer {req.producer_id}")
@@ -309,7 +309,7 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
 
 async def close_producer(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.close_producer
-    prod = conn.producers.pop(req.producer_id, None)
+    prod: WireProducer | None = conn.producers.pop(req.producer_id, None)
     if prod is not None:
         prod.close()
         await prod.flush()

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
-from api.deps import AuthorizationDep, CanLookup, PartitionedDep, PeersDep, TenantAdmin, TopicDep
+from api.deps import (
+    AuthorizationDep,
+    CanLookup,
+    CompactionDep,
+    PartitionedDep,
+    PeersDep,
+    TenantAdmin,
+    TopicDep,
+)
 from api.peers import Peers
 from compactor.progress import ProgressSnapshot, combined
 from service.compaction import CompactionService
@@ -17,13 +25,6 @@ from service.models import CompactionRun
 from service.names import TopicName
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["compaction"])
-
-
-async def get_compaction(request: Request) -> CompactionService:
-    return request.app.state.compaction  # type: ignore[no-any-return]
-
-
-CompactionDep = Annotated[CompactionService, Depends(get_compaction)]
 
 
 class CompactionProgressOut(BaseModel):

@@ -10,10 +10,9 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonDict
 
-from api.deps import CanConsume, TopicDep
+from api.deps import CanConsume, SubscriptionsDep, TopicDep
 from api.openapi import DAMAGE_RESPONSES
 from api.routes.messages import columns_json, json_response, message_json
-from api.routes.subscriptions import SubscriptionsDep
 from ledger.entry import Position
 from service.authorization import Rule
 from service.dead_letters import dead_letter_topic

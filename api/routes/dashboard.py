@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
-from api.deps import Authenticated, BrokerDep, TenantAdmin, TopicDep
+from api.deps import Authenticated, BrokerDep, PoliciesDep, TenantAdmin, TopicDep
 from service.authorization import Authorizer, Rule
 from service.errors import NotFound
 from service.names import TopicName
 from service.overview import topics_overview
-from service.policies import PolicyStore
 
 router = APIRouter(prefix="/dashboard", tags=["dashboard"])
 
@@ -28,13 +27,6 @@ STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 PAGE: dict[int | str, dict[str, Any]] = {
     200: {"description": "the dashboard's page (its script picks the view from the path)"}
 }
-
-
-async def get_policies(request: Request) -> PolicyStore:
-    return request.app.state.policies  # type: ignore[no-any-return]
-
-
-PoliciesDep = Annotated[PolicyStore, Depends(get_policies)]
 
 
 def _page() -> HTMLResponse:

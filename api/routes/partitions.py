@@ -14,16 +14,17 @@ from api.deps import (
     BrokerDep,
     CanListTopics,
     CanLookup,
+    CompactionDep,
     PartitionedDep,
     PeersDep,
     SchemasDep,
+    SubscriptionsDep,
     TenantAdmin,
     TenantsDep,
     TopicDep,
 )
 from api.peers import Peers
-from api.routes.admin import CompactionDep
-from api.routes.subscriptions import SubscriptionsDep, topic_stats_json
+from api.routes.subscriptions import topic_stats_json
 from api.routes.topics import internal_stats_json
 from service.errors import NotOwner
 from service.names import TopicName, check_part

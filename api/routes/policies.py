@@ -5,11 +5,12 @@ Pulsar's ``applied`` flag does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Body, Response
 
-from api.deps import BrokerDep, PartitionedDep, TenantAdmin, TopicDep
+from api.deps import BrokerDep, PartitionedDep, PoliciesDep, TenantAdmin, TopicDep
 from service.errors import InvalidInput, NotFound
 from service.names import TopicName
 from service.partitions import PartitionedTopics
@@ -20,125 +21,92 @@ from service.topics import Broker
 router = APIRouter(tags=["policies"], dependencies=[TenantAdmin])
 
 
-async def get_policies(request: Request) -> PolicyStore:
-    return request.app.state.policies  # type: ignore[no-any-return]
-
-
-PoliciesDep = Annotated[PolicyStore, Depends(get_policies)]
 PolicyBody = Annotated[dict[str, Any], Body()]
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 
-@router.get(TOPIC + "/compactionThreshold")
-def get_topic_threshold(
-    name: TopicDep,
-    policies: PoliciesDep,
-    broker: BrokerDep,
-    partitioned: PartitionedDep,
-    applied: bool = False,
-) -> int | None:
-    _require_topic(name, broker, partitioned)
-    if applied:
-        return policies.effective(name).compactionThreshold
-    return policies.get(Scope.topic_of(name)).compactionThreshold
+def _topic_field(field: str, path: str, noun: str, kind: Any) -> None:
+    """GET (``?applied=true``: the effective value), POST and DELETE of one policy field of a
+    topic at ``TOPIC + path``, as the routes ``get_topic_{noun}``, ``set_topic_{noun}`` and
+    ``remove_topic_{noun}``; the value is a ``kind``."""
+
+    # No docstrings below: FastAPI would take them for the routes' descriptions.
+    def get(
+        name: TopicDep,
+        policies: PoliciesDep,
+        broker: BrokerDep,
+        partitioned: PartitionedDep,
+        applied: bool = False,
+    ) -> Any:
+        _require_topic(name, broker, partitioned)
+        if applied:
+            return getattr(policies.effective(name), field)
+        return getattr(policies.get(Scope.topic_of(name)), field)
+
+    def set_(
+        name: TopicDep,
+        policies: PoliciesDep,
+        broker: BrokerDep,
+        partitioned: PartitionedDep,
+        value: Annotated[Any, Body()],
+    ) -> Response:
+        _require_topic(name, broker, partitioned)
+        policies.set(Scope.topic_of(name), **{field: value})
+        return Response(status_code=204)
+
+    def remove(
+        name: TopicDep, policies: PoliciesDep, broker: BrokerDep, partitioned: PartitionedDep
+    ) -> Response:
+        _require_topic(name, broker, partitioned)
+        policies.remove(Scope.topic_of(name), field)
+        return Response(status_code=204)
+
+    _name(get, set_, remove, f"topic_{noun}")
+    router.get(TOPIC + path, response_model=kind)(get)
+    router.post(TOPIC + path, status_code=204, response_class=Response)(set_)
+    router.delete(TOPIC + path, status_code=204, response_class=Response)(remove)
 
 
-@router.post(TOPIC + "/compactionThreshold", status_code=204, response_class=Response)
-def set_topic_threshold(
-    name: TopicDep,
-    policies: PoliciesDep,
-    broker: BrokerDep,
-    partitioned: PartitionedDep,
-    value: Annotated[Any, Body()],
-) -> Response:
-    _require_topic(name, broker, partitioned)
-    policies.set(Scope.topic_of(name), compactionThreshold=value)
-    return Response(status_code=204)
+def _namespace_field(field: str, path: str, noun: str, kind: Any, about: str | None = None) -> None:
+    """GET, POST and DELETE of one policy field of a namespace at ``NAMESPACE + path``, as the
+    routes ``get_namespace_{noun}``, ``set_namespace_{noun}`` and ``remove_namespace_{noun}``;
+    ``about`` describes the GET."""
+
+    def get(tenant: str, namespace: str, policies: PoliciesDep) -> Any:
+        return getattr(policies.get(Scope.namespace_of(tenant, namespace)), field)
+
+    def set_(tenant: str, namespace: str, policies: PoliciesDep, value: Annotated[Any, Body()]) -> Response:
+        policies.set(Scope.namespace_of(tenant, namespace), **{field: value})
+        return Response(status_code=204)
+
+    def remove(tenant: str, namespace: str, policies: PoliciesDep) -> Response:
+        policies.remove(Scope.namespace_of(tenant, namespace), field)
+        return Response(status_code=204)
+
+    _name(get, set_, remove, f"namespace_{noun}")
+    router.get(NAMESPACE + path, response_model=kind, description=about)(get)
+    router.post(NAMESPACE + path, status_code=204, response_class=Response)(set_)
+    router.delete(NAMESPACE + path, status_code=204, response_class=Response)(remove)
 
 
-@router.delete(TOPIC + "/compactionThreshold", status_code=204, response_class=Response)
-def remove_topic_threshold(
-    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, partitioned: PartitionedDep
-) -> Response:
-    _require_topic(name, broker, partitioned)
-    policies.remove(Scope.topic_of(name), "compactionThreshold")
-    return Response(status_code=204)
+def _name(get: Callable[..., Any], set_: Callable[..., Any], remove: Callable[..., Any], what: str) -> None:
+    """Name the routes as if each were written out: the OpenAPI document's operation ids and
+    the audit log's actions are their names (``get_topic_threshold``, ...)."""
+    for verb, fn in (("get", get), ("set", set_), ("remove", remove)):
+        fn.__name__ = fn.__qualname__ = f"{verb}_{what}"
 
 
-@router.get(NAMESPACE + "/compactionThreshold")
-def get_namespace_threshold(tenant: str, namespace: str, policies: PoliciesDep) -> int | None:
-    return policies.get(Scope.namespace_of(tenant, namespace)).compactionThreshold
-
-
-@router.post(NAMESPACE + "/compactionThreshold", status_code=204, response_class=Response)
-def set_namespace_threshold(
-    tenant: str, namespace: str, policies: PoliciesDep, value: Annotated[Any, Body()]
-) -> Response:
-    policies.set(Scope.namespace_of(tenant, namespace), compactionThreshold=value)
-    return Response(status_code=204)
-
-
-@router.delete(NAMESPACE + "/compactionThreshold", status_code=204, response_class=Response)
-def remove_namespace_threshold(tenant: str, namespace: str, policies: PoliciesDep) -> Response:
-    policies.remove(Scope.namespace_of(tenant, namespace), "compactionThreshold")
-    return Response(status_code=204)
-
-
-@router.get(NAMESPACE + "/deduplication")
-def get_namespace_deduplication(tenant: str, namespace: str, policies: PoliciesDep) -> bool | None:
-    """Pulsar's producer deduplication for the namespace's topics (null: not set here)."""
-    return policies.get(Scope.namespace_of(tenant, namespace)).deduplicationEnabled
-
-
-@router.post(NAMESPACE + "/deduplication", status_code=204, response_class=Response)
-def set_namespace_deduplication(
-    tenant: str, namespace: str, policies: PoliciesDep, value: Annotated[Any, Body()]
-) -> Response:
-    policies.set(Scope.namespace_of(tenant, namespace), deduplicationEnabled=value)
-    return Response(status_code=204)
-
-
-@router.delete(NAMESPACE + "/deduplication", status_code=204, response_class=Response)
-def remove_namespace_deduplication(tenant: str, namespace: str, policies: PoliciesDep) -> Response:
-    policies.remove(Scope.namespace_of(tenant, namespace), "deduplicationEnabled")
-    return Response(status_code=204)
-
-
-@router.get(TOPIC + "/deduplicationEnabled")
-def get_topic_deduplication(
-    name: TopicDep,
-    policies: PoliciesDep,
-    broker: BrokerDep,
-    partitioned: PartitionedDep,
-    applied: bool = False,
-) -> bool | None:
-    _require_topic(name, broker, partitioned)
-    if applied:
-        return policies.effective(name).deduplicationEnabled
-    return policies.get(Scope.topic_of(name)).deduplicationEnabled
-
-
-@router.post(TOPIC + "/deduplicationEnabled", status_code=204, response_class=Response)
-def set_topic_deduplication(
-    name: TopicDep,
-    policies: PoliciesDep,
-    broker: BrokerDep,
-    partitioned: PartitionedDep,
-    value: Annotated[Any, Body()],
-) -> Response:
-    _require_topic(name, broker, partitioned)
-    policies.set(Scope.topic_of(name), deduplicationEnabled=value)
-    return Response(status_code=204)
-
-
-@router.delete(TOPIC + "/deduplicationEnabled", status_code=204, response_class=Response)
-def remove_topic_deduplication(
-    name: TopicDep, policies: PoliciesDep, broker: BrokerDep, partitioned: PartitionedDep
-) -> Response:
-    _require_topic(name, broker, partitioned)
-    policies.remove(Scope.topic_of(name), "deduplicationEnabled")
-    return Response(status_code=204)
+_topic_field("compactionThreshold", "/compactionThreshold", "threshold", int | None)
+_namespace_field("compactionThreshold", "/compactionThreshold", "threshold", int | None)
+_namespace_field(
+    "deduplicationEnabled",
+    "/deduplication",
+    "deduplication",
+    bool | None,
+    about="Pulsar's producer deduplication for the namespace's topics (null: not set here).",
+)
+_topic_field("deduplicationEnabled", "/deduplicationEnabled", "deduplication", bool | None)
 
 
 @router.get(TOPIC + "/compactionPolicy")

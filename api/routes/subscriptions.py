@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict
 
-from api.deps import BrokerDep, CanConsume, CanLookup, TopicDep
-from api.routes.admin import CompactionDep
+from api.deps import BrokerDep, CanConsume, CanLookup, CompactionDep, SubscriptionsDep, TopicDep
 from service.compaction import CompactionService
 from service.compaction_runs import CompactionRecord
 from service.cursor_store import COMPACTION_CURSOR
@@ -18,13 +17,6 @@ from service.subscription_stats import ConsumerStats, backlog_of
 from service.topics import Broker
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["subscriptions"])
-
-
-async def get_subscriptions(request: Request) -> SubscriptionService:
-    return request.app.state.subscriptions  # type: ignore[no-any-return]
-
-
-SubscriptionsDep = Annotated[SubscriptionService, Depends(get_subscriptions)]
 
 
 class ResetCursor(BaseModel):
