@@ -21,7 +21,6 @@ from fastapi.concurrency import run_in_threadpool
 
 from api.deps import BrokerDep, CanLookup, TopicDep
 from api.schemas import ErrorOut, LookupOut
-from service.errors import InvalidInput
 from service.lookup import lookup_topic
 
 router = APIRouter(prefix="/lookup/v2/topic", tags=["lookup"])
@@ -40,12 +39,12 @@ LISTENER = "Name of an advertised listener (COMPACTOR_ADVERTISED_LISTENERS): its
             "lookup at the owner (Location), which knows its listeners",
             "model": ErrorOut,
         },
-        400: {"description": "A name that is not valid, or a non-persistent topic (not served)"},
         404: {"description": "The advertised listener named is not one of the service's"},
     },
 )
 async def lookup(
-    domain: Literal["persistent", "non-persistent"],
+    # Only persistent topics are served: any other domain (non-persistent too) is a 422.
+    domain: Literal["persistent"],
     name: TopicDep,
     broker: BrokerDep,
     authoritative: bool = Query(False, description="Accepted as Pulsar's; ownership decides the answer"),
@@ -54,8 +53,6 @@ async def lookup(
         str | None, Header(alias="X-Pulsar-ListenerName", max_length=256, description=LISTENER)
     ] = None,
 ) -> LookupOut:
-    if domain != "persistent":
-        raise InvalidInput(f"only persistent topics are served, not non-persistent://{name}")
     found = await run_in_threadpool(
         lookup_topic, broker=broker, name=name, listener=listenerName or listener_header
     )
