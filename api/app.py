@@ -190,6 +190,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(permissions.router)
     app.include_router(partitions.router)
     app.include_router(topics.router)
+    app.include_router(topics.namespace_topics)
     app.include_router(messages.router)
     app.include_router(admin.router)
     app.include_router(integrity.router)

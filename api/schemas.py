@@ -83,10 +83,17 @@ class ReadResponse(BaseModel):
 
 
 class LookupOut(BaseModel):
-    """Pulsar's ``LookupData``: where the topic's owner serves it (both HTTP: no binary protocol)."""
+    """Pulsar's ``LookupData``: where the topic's owner serves it (``brokerUrl`` is its HTTP(S)
+    URL too when it does not serve the binary protocol)."""
 
     brokerUrl: str
+    brokerUrlTls: str | None = None
     httpUrl: str
+    httpUrlTls: str | None = None
+    # Legacy names Pulsar's broker still sends: nativeUrl is brokerUrl; brokerUrlSsl is always
+    # empty, but older C++ clients (the Python client's core) fail a lookup that lacks it.
+    nativeUrl: str
+    brokerUrlSsl: str = ""
 
 
 class Health(BaseModel):

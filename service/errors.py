@@ -5,6 +5,7 @@ ServiceError
 ├── Unauthenticated       (401) no token, or one that is malformed, wrongly signed or expired
 ├── Forbidden             (403) the role may not do this
 ├── NotFound              (404) topic, subscription, ledger
+│   └── UnknownListener         a lookup names an advertised listener the service does not have
 ├── Conflict              (409) exists already, compaction running, consumer active
 ├── TooLarge              (413) message or request over its size limit
 ├── DamagedData           (500) a stored file failed a check; the reason names topic, ledger, check
@@ -44,6 +45,11 @@ class Forbidden(ServiceError):
 
 class NotFound(ServiceError):
     pass
+
+
+class UnknownListener(NotFound):
+    """A lookup asked for an advertised listener the service does not have (Pulsar refuses
+    it with ServiceNotReady over the binary protocol)."""
 
 
 class Conflict(ServiceError):

@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ledger.storage import S3Settings, Storage, StorageError, open_storage
+from service.listeners import Listener, parse_listeners
 
 FsyncPolicy = Literal["always", "interval", "never"]
 #: What the row-group cache holds by default on object storage (``Settings.cache_bytes``).
@@ -72,6 +73,18 @@ class Settings(BaseSettings):
         le=65535,
         description="Port of Pulsar's binary protocol (pulsar://host:port) on the same host as REST; "
         "0 turns it off (Pulsar's brokerServicePort).",
+    )
+    # NoDecode: Pulsar's form (name:pulsar://host:port,...), parsed by the validator.
+    advertised_listeners: Annotated[dict[str, Listener], NoDecode] = Field(
+        default_factory=dict,
+        description="Names under which clients of different networks reach the binary protocol: "
+        "name:pulsar://host:port, comma-separated (Pulsar's advertisedListeners). A client asking "
+        "for a listener by name gets its URL; one asking for a name not here is refused.",
+    )
+    internal_listener_name: str = Field(
+        default="",
+        description="The listener a client that names none is answered (and other instances send "
+        "clients to); the first of advertised_listeners when empty (Pulsar's internalListenerName).",
     )
     allow_auto_topic_creation: bool = Field(
         default=True,
@@ -323,6 +336,44 @@ class Settings(BaseSettings):
             return frozenset(r.strip() for r in v.split(",") if r.strip())
         return v
 
+    @field_validator("advertised_listeners", mode="before")
+    @classmethod
+    def _listeners(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                return parse_listeners(v)
+            except ValueError as e:
+                raise ValueError(f"advertised_listeners: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _internal_listener(self) -> Settings:
+        self.internal_listener_name = self.internal_listener_name.strip()
+        listeners = self.advertised_listeners
+        if not listeners:
+            if self.internal_listener_name:
+                raise ValueError("internal_listener_name needs advertised_listeners, which is empty")
+            return self
+        if self.broker_service_port == 0:
+            raise ValueError(
+                "advertised_listeners name URLs of the binary protocol, which is off (broker_service_port=0)"
+            )
+        for name, listener in listeners.items():
+            if listener.broker_url_tls is not None:
+                # Pulsar refuses pulsar+ssl:// without brokerServicePortTls; there is none here.
+                raise ValueError(
+                    f"advertised_listeners: listener {name!r} has a pulsar+ssl:// URL, but the binary "
+                    "protocol is not served over TLS"
+                )
+        if not self.internal_listener_name:
+            self.internal_listener_name = next(iter(listeners))
+        elif self.internal_listener_name not in listeners:
+            raise ValueError(
+                f"internal_listener_name {self.internal_listener_name!r} is not one of advertised_listeners "
+                f"({', '.join(listeners)})"
+            )
+        return self
+
     @field_validator("storage_url", "s3_endpoint_url", "s3_region", "s3_access_key_id")
     @classmethod
     def _stripped(cls, v: str) -> str:
@@ -405,10 +456,13 @@ class Settings(BaseSettings):
 
     @property
     def broker_service_url(self) -> str | None:
-        """``pulsar://host:port`` of the binary protocol, the advertised URL's host and the broker
-        service port (None when the port is 0: off)."""
+        """``pulsar://host:port`` of the binary protocol: the internal listener's with advertised
+        listeners, else the advertised URL's host and the broker service port (None when the port
+        is 0: off)."""
         if self.broker_service_port == 0:
             return None
+        if self.advertised_listeners:  # the internal listener's, as Pulsar's broker advertises it
+            return self.advertised_listeners[self.internal_listener_name].broker_url
         host = urlsplit(self.advertised_url).hostname or self.host
         if ":" in host:
             host = f"[{host}]"

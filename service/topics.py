@@ -251,27 +251,6 @@ class Broker:
             raise NotOwner(f"topic {name} is owned by {owner.url}", owner.url, owner.broker_url)
         return self._acquire(name, topic_id)
 
-    def owner_urls(self, name: TopicName) -> tuple[str, str | None]:
-        """The advertised URL of the topic's owner (Pulsar's lookup) and where it serves Pulsar's
-        binary protocol (None when it does not): this instance's when it owns the topic or takes
-        it now. ``NotFound`` for a topic that does not exist."""
-        if self.ownership is None:
-            self.topic(name)
-            return self.settings.advertised_url, self.settings.broker_service_url
-        try:
-            self.topic(name)
-        except NotOwner as e:
-            return e.url, e.broker_url
-        return self.ownership.url, self.settings.broker_service_url
-
-    def owner_broker_url(self, name: TopicName) -> str | None:
-        """The binary protocol's lookup: ``owner_urls``' broker URL, and this instance's for a
-        topic that does not exist yet (it is created where its first producer or consumer is)."""
-        try:
-            return self.owner_urls(name)[1]
-        except NotFound:
-            return self.settings.broker_service_url
-
     def sweep_write_ahead(self, *, force: bool = False) -> int:
         """``COMPACTOR_WAL=object``: remove the write-ahead objects no open ledger needs (a
         crash's, a failed flush's); at most once a minute unless ``force``. Returns how many."""

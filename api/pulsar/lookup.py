@@ -7,7 +7,8 @@ from api.pulsar.connection import Handler, PulsarConnection
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
 from service.authorization import Rule
-from service.errors import ServiceError
+from service.errors import NotOwner, ServiceError, UnknownListener
+from service.lookup import lookup_topic
 from service.names import TopicName, check_part
 
 
@@ -47,29 +48,45 @@ async def partitioned_metadata(conn: PulsarConnection, frame: Frame) -> None:
 
 async def lookup(conn: PulsarConnection, frame: Frame) -> None:
     """The broker URL of the topic's owner: this instance, or with several instances the one
-    holding its lease (the client connects there directly)."""
+    holding its lease (the client connects there directly); the URL of the advertised listener
+    the client names, if it names one (``service.lookup``)."""
     req = frame.command.lookupTopic
     name, refused = _named(conn, req.topic)
-    url: str | None = None
+    answer = pb.CommandLookupTopicResponse
+    fields: dict[str, object] = {}
     if name is not None:
         try:
-            url = await conn.call(conn.ctx.broker.owner_broker_url, name)
+            found = await conn.call(
+                lookup_topic, broker=conn.ctx.broker, name=name, listener=req.advertised_listener_name
+            )
+        except UnknownListener as e:
+            # Pulsar's error: the client's C++ core fails the lookup for it (not a missing topic).
+            refused = ProtocolError(pb.ServiceNotReady, e.reason)
+        except NotOwner as e:
+            # A listener named and the topic owned elsewhere: the owner knows its listeners.
+            # The client connects to it and asks again there (Pulsar's Redirect).
+            if e.broker_url is None:
+                refused = _no_binary(name)
+            else:
+                fields = {"response": answer.Redirect, "brokerServiceUrl": e.broker_url}
+                fields["authoritative"] = True
         except ServiceError as e:
             refused = e
-        if url is None and refused is None:
-            refused = ProtocolError(
-                pb.ServiceNotReady, f"the owner of {name} does not serve Pulsar's binary protocol"
-            )
-    answer = pb.CommandLookupTopicResponse
+        else:
+            if found.broker_url is None:
+                refused = _no_binary(name)
+            else:
+                fields = {"response": answer.Connect, "brokerServiceUrl": found.broker_url}
+                fields["authoritative"] = True
+                if found.broker_url_tls is not None:
+                    fields["brokerServiceUrlTls"] = found.broker_url_tls
     if refused is not None:
-        fields: dict[str, object] = {
-            "response": answer.Failed,
-            "error": server_error(refused),
-            "message": str(refused),
-        }
-    else:
-        fields = {"response": answer.Connect, "brokerServiceUrl": url, "authoritative": True}
+        fields = {"response": answer.Failed, "error": server_error(refused), "message": str(refused)}
     conn.send(pb.BaseCommand.LOOKUP_RESPONSE, request_id=req.request_id, **fields)
+
+
+def _no_binary(name: TopicName) -> ProtocolError:
+    return ProtocolError(pb.ServiceNotReady, f"the owner of {name} does not serve Pulsar's binary protocol")
 
 
 async def topics_of_namespace(conn: PulsarConnection, frame: Frame) -> None:

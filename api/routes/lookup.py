@@ -1,25 +1,67 @@
-"""Pulsar's topic lookup: which instance serves a topic.
+"""Pulsar's topic lookup over HTTP: which instance serves a topic.
 
-``GET /lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}`` answers the owner's URLs. A
-topic nobody holds (new, or its owner's lease lapsed) is taken by the instance asked, as a
-Pulsar broker assigns an unowned bundle on lookup. ``brokerUrl`` is where the owner serves
-Pulsar's binary protocol (``pulsar://host:port``; its HTTP(S) URL when it does not listen for the
-protocol), ``httpUrl`` its REST URL: a Pulsar client given an ``http://`` service URL looks topics
-up here and connects to ``brokerUrl``.
+``GET /lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`` answers Pulsar's ``LookupData``:
+``brokerUrl`` (where the owner serves Pulsar's binary protocol, ``pulsar://host:port``; its
+HTTP(S) URL when it does not listen for the protocol), ``brokerUrlTls`` when it has one,
+``httpUrl`` (its REST URL), ``httpUrlTls`` when that is https, ``nativeUrl`` (``brokerUrl``
+again, the legacy name) and ``brokerUrlSsl`` (empty: Pulsar's broker sends it for older C++
+clients, which fail a lookup without it). A Pulsar client given an ``http://`` service URL
+asks the partitioned metadata (``api.routes.partitions``), then this, then connects to
+``brokerUrl``. The answer is the binary protocol's ``LOOKUP``'s (``service.lookup``): the owner
+with several instances, the advertised listener named by ``listenerName`` (or the
+``X-Pulsar-ListenerName`` header) if one is.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import BrokerDep, CanLookup, TopicDep
-from api.schemas import LookupOut
+from api.schemas import ErrorOut, LookupOut
+from service.lookup import lookup_topic
 
-router = APIRouter(prefix="/lookup/v2/topic/persistent", tags=["lookup"])
+router = APIRouter(prefix="/lookup/v2/topic", tags=["lookup"])
+
+LISTENER = "Name of an advertised listener (COMPACTOR_ADVERTISED_LISTENERS): its URL is answered"
 
 
-@router.get("/{tenant}/{namespace}/{topic}", response_model=LookupOut, dependencies=[CanLookup])
-async def lookup(name: TopicDep, broker: BrokerDep) -> LookupOut:
-    url, binary = await run_in_threadpool(broker.owner_urls, name)
-    return LookupOut(brokerUrl=binary or url, httpUrl=url)
+@router.get(
+    "/{domain}/{tenant}/{namespace}/{topic}",
+    response_model=LookupOut,
+    response_model_exclude_none=True,
+    dependencies=[CanLookup],
+    responses={
+        307: {
+            "description": "A listener is named and another instance owns the topic: the same "
+            "lookup at the owner (Location), which knows its listeners",
+            "model": ErrorOut,
+        },
+        404: {"description": "The advertised listener named is not one of the service's"},
+    },
+)
+async def lookup(
+    # Only persistent topics are served: any other domain (non-persistent too) is a 422.
+    domain: Literal["persistent"],
+    name: TopicDep,
+    broker: BrokerDep,
+    authoritative: bool = Query(False, description="Accepted as Pulsar's; ownership decides the answer"),
+    listenerName: Annotated[str | None, Query(max_length=256, description=LISTENER)] = None,  # noqa: N803
+    listener_header: Annotated[
+        str | None, Header(alias="X-Pulsar-ListenerName", max_length=256, description=LISTENER)
+    ] = None,
+) -> LookupOut:
+    found = await run_in_threadpool(
+        lookup_topic, broker=broker, name=name, listener=listenerName or listener_header
+    )
+    http_url = found.http_url
+    broker_url = found.broker_url or http_url
+    return LookupOut(
+        brokerUrl=broker_url,
+        brokerUrlTls=found.broker_url_tls,
+        httpUrl=http_url,
+        httpUrlTls=http_url if http_url.startswith("https://") else None,
+        nativeUrl=broker_url,
+    )

@@ -80,8 +80,10 @@ def get_partitions(
         False,
         description="Accepted as Pulsar's; topics are auto-created non-partitioned, so it changes nothing",
     ),
+    authoritative: bool = Query(False, description="Accepted as Pulsar's; changes nothing"),
 ) -> dict[str, int]:
-    """``{"partitions": N}``; 0 for a plain topic or a name that is neither (as Pulsar)."""
+    """``{"partitions": N}``; 0 for a plain topic or a name that is neither (as Pulsar). A
+    Pulsar client given an ``http://`` service URL asks this before it looks a topic up."""
     return {"partitions": partitioned.partitions(name)}
 
 

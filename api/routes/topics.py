@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 
 from api.deps import (
     BrokerDep,
@@ -20,11 +20,32 @@ from service.names import check_part
 from service.stats import InternalStats, internal_stats
 
 router = APIRouter(prefix="/admin/v2/persistent", tags=["topics"])
+# Pulsar's namespace-wide topic list (the namespaces router's routes are a tenant admin's).
+namespace_topics = APIRouter(prefix="/admin/v2/namespaces", tags=["topics"])
 
 
 @router.get("/{tenant}/{namespace}", response_model=list[str], dependencies=[CanListTopics])
 def list_topics(tenant: str, namespace: str, broker: BrokerDep) -> list[str]:
     return broker.list_topics(check_part("tenant", tenant), check_part("namespace", namespace))
+
+
+@namespace_topics.get("/{tenant}/{namespace}/topics", response_model=list[str], dependencies=[CanListTopics])
+def list_namespace_topics(
+    tenant: str,
+    namespace: str,
+    broker: BrokerDep,
+    tenants: TenantsDep,
+    mode: Literal["PERSISTENT", "NON_PERSISTENT", "ALL"] = Query(
+        "PERSISTENT", description="Which topics: every topic here is persistent"
+    ),
+    includeSystemTopic: bool = Query(False, description="Accepted as Pulsar's; there are none"),  # noqa: N803
+) -> list[str]:
+    """The namespace's topics (partitions by their names), as Pulsar's; 404 for a namespace that
+    does not exist. A Pulsar client given an ``http://`` service URL asks this for a pattern
+    (regex) subscription."""
+    tenant, namespace = check_part("tenant", tenant), check_part("namespace", namespace)
+    tenants.require_namespace(tenant=tenant, namespace=namespace)
+    return [] if mode == "NON_PERSISTENT" else broker.list_topics(tenant, namespace)
 
 
 @router.put(

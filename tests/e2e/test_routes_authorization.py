@@ -144,6 +144,7 @@ def _path(template: str, rule: Rule) -> str:
     # their own, so that the table leaves rt/ns/t as the others need it.
     topic = OTHER_TOPIC if rule in (Rule.TENANT_ADMIN, Rule.SUPERUSER) else TOPIC
     return template.format(
+        domain="persistent",
         tenant=TENANT,
         namespace=NAMESPACE,
         topic=topic,

@@ -11,7 +11,7 @@ import base64
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -50,7 +50,8 @@ class Cluster:
         self.lease_ms = lease_ms
         self.servers: list[ServerProcess] = []
 
-    def start(self, n: int) -> list[ServerProcess]:
+    def start(self, n: int, listeners: Callable[[ServerProcess], str] | None = None) -> list[ServerProcess]:
+        """``listeners``: each instance's COMPACTOR_ADVERTISED_LISTENERS, given the instance."""
         env = {
             "COMPACTOR_DATABASE_URL": self.database_url,
             "COMPACTOR_OWNERSHIP_LEASE_MS": str(self.lease_ms),
@@ -62,6 +63,8 @@ class Cluster:
         started = []
         for _ in range(n):
             s = Server(self.tmp / "data", env=dict(env))
+            if listeners is not None:
+                s.extra_env["COMPACTOR_ADVERTISED_LISTENERS"] = listeners(s)
             s.start()
             self.servers.append(s)
             started.append(s)
@@ -200,6 +203,42 @@ def test_a_pulsar_client_at_any_instance_is_sent_to_the_owner(cluster: Cluster) 
     # Written at the owner: its REST read has them.
     with cluster.client(a) as c:
         assert [v for _, v in _read_all(c, topic)] == [b"v0", b"v1", b"v2"]
+
+
+def test_a_listener_named_at_an_instance_that_does_not_own_the_topic_is_the_owners(cluster: Cluster) -> None:
+    """Only the owner knows its listeners' URLs: a lookup naming one at another instance is
+    sent there (307 over HTTP, Pulsar's Redirect on the wire), and the owner answers its own."""
+    import pulsar
+
+    a, b = cluster.start(
+        2, listeners=lambda s: f"internal:{s.pulsar_url},external:pulsar://localhost:{s.broker_port}"
+    )
+    topics = [f"{NS}/listener-{i}" for i in range(4)]
+    with cluster.client(a) as admin:
+        for t in topics:
+            admin.admin.topics.create(t)
+    topic = next(t for t in topics if _owner(a, t) == a.url)  # a owns it; the client asks b
+    path = f"/lookup/v2/topic/persistent/{topic}?listenerName=external"
+    r = httpx.get(b.url + path, headers=HEADERS, timeout=30)
+    assert r.status_code == 307, r.text
+    assert r.headers["location"] == a.url + path
+    # Followed with the token (httpx drops it on a redirect to another origin).
+    r = httpx.get(r.headers["location"], headers=HEADERS, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["brokerUrl"] == f"pulsar://localhost:{a.broker_port}"
+    client = pulsar.Client(
+        b.pulsar_url,
+        authentication=pulsar.AuthenticationToken(_token()),
+        listener_name="external",
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    try:
+        producer = client.create_producer(f"persistent://{topic}", batching_enabled=False)
+        producer.send(b"through-the-external-listener")
+    finally:
+        client.close()
+    with cluster.client(a) as c:
+        assert [v for _, v in _read_all(c, topic)] == [b"through-the-external-listener"]
 
 
 def test_kill_9_of_the_owner_another_instance_serves_within_two_leases(cluster: Cluster) -> None:

@@ -1,0 +1,52 @@
+"""Pulsar's topic lookup, one verb for both edges (the binary protocol's ``LOOKUP`` and the
+REST path ``/lookup/v2/topic/...``): the URLs a client is sent to for a topic.
+
+The owner answers: this instance for a topic it holds, takes now, or that does not exist yet
+(a topic is created where its first producer or consumer is); with several instances, the one
+holding the topic's lease. A client may name an advertised listener
+(:mod:`service.listeners`): a name the service does not have is refused (``UnknownListener``),
+and one it has is answered by the owner itself, since only the owner knows its listeners' URLs
+(``NotOwner``: the binary protocol redirects the client to the owner, REST answers 307).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.errors import NotFound, NotOwner, UnknownListener
+from service.listeners import unknown_listener_reason
+from service.names import TopicName
+from service.topics import Broker
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Where the topic's owner serves it (Pulsar's ``LookupData``)."""
+
+    http_url: str  # its REST URL (http:// or https://)
+    broker_url: str | None  # its binary protocol (pulsar://), None when it does not serve it
+    broker_url_tls: str | None = None  # pulsar+ssl://, when it serves the binary protocol over TLS
+
+
+def lookup_topic(*, broker: Broker, name: TopicName, listener: str | None = None) -> Lookup:
+    """The owner's URLs for ``name``, those of the advertised listener ``listener`` if one is
+    named. ``UnknownListener`` for a listener the service does not have; ``NotOwner`` when a
+    listener is named and another instance owns the topic."""
+    settings = broker.settings
+    chosen = None
+    listener = (listener or "").strip()
+    if listener:
+        chosen = settings.advertised_listeners.get(listener)
+        if chosen is None:
+            raise UnknownListener(unknown_listener_reason(listener, list(settings.advertised_listeners)))
+    try:
+        broker.topic(name)
+    except NotFound:
+        pass  # not created yet: it will be here, where its first producer or consumer is
+    except NotOwner as e:
+        if chosen is not None:
+            raise  # the owner answers for its own listeners
+        return Lookup(e.url, e.broker_url)
+    if chosen is not None:
+        return Lookup(settings.advertised_url, chosen.broker_url, chosen.broker_url_tls)
+    return Lookup(settings.advertised_url, settings.broker_service_url)
