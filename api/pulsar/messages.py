@@ -295,7 +295,9 @@ def id_data(pos: Position, partition: int = -1) -> pb.MessageIdData:
 def position(data: pb.MessageIdData) -> Position:
     """A wire id as the log's position; Pulsar's earliest (-1:-1) and latest (2**63-1) pass
     through as the signed values the service uses. A batch member's id ``(L, E, i)`` is the
-    position ``(L, E + i)`` (``ledger.entry.message_id``)."""
+    position ``(L, E + i)`` (``ledger.entry.message_id``). The partition the clients write into
+    acks, seeks and redelivery requests names the topic the consumer is on: it plays no part in
+    a position, here as in Pulsar's broker."""
     lid, eid = data.ledgerId, data.entryId
     if lid >= _U64 // 2:
         lid -= _U64
