@@ -48,18 +48,21 @@ _TYPES = {
 }
 
 
-def _last_message(conn: PulsarConnection, topic: TopicName, read_compacted: bool) -> pb.MessageIdData:
+def _last_message(
+    conn: PulsarConnection, topic: TopicName, read_compacted: bool, partition: int
+) -> pb.MessageIdData:
     """The wire id of the topic's last message (-1:-1 when it has none): a batch member's names
     its batch and index, as the client's received ids do, or ``has_message_available`` would
-    compare an entry with a batch and wait for a message that never comes."""
+    compare an entry with a batch and wait for a message that never comes. It names the
+    topic's partition, as the ids of the messages received do (Pulsar's broker sets it here)."""
     broker = conn.ctx.broker
     last = broker.last_message_id(topic, read_compacted=read_compacted)
     if last is None:
-        return id_data(Position(-1, -1))
+        return id_data(Position(-1, -1), partition)
     entries, _ = broker.read_at(broker.topic(topic), last, 1, read_compacted)
     if entries and entries[0].position == last:
-        return entry_id_data(entries[0])
-    return id_data(last)
+        return entry_id_data(entries[0], partition)
+    return id_data(last, partition)
 
 
 def _start_of(data: pb.MessageIdData | None, initial: str) -> str:
@@ -205,7 +208,7 @@ async def last_message_id(conn: PulsarConnection, frame: Frame) -> None:
     async def work() -> None:
         if c is None:
             raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
-        last = await conn.call(_last_message, conn, c.topic, c.read_compacted)
+        last = await conn.call(_last_message, conn, c.topic, c.read_compacted, c.partition)
         mark = await c.mark_delete()
         conn.send(
             pb.BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE,

@@ -24,7 +24,14 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.bounded import BoundedDict
 from api.pulsar.connection import PulsarConnection
 from api.pulsar.framing import command, encode_payload
-from api.pulsar.messages import batch_message, entry_metadata, id_data, position, stored_metadata
+from api.pulsar.messages import (
+    batch_message,
+    entry_metadata,
+    id_data,
+    partition_index,
+    position,
+    stored_metadata,
+)
 from ledger.entry import BatchEntry, Entry, LedgerItem, Position, StoredBatch
 from service.errors import NotFound, NotOwner, OwnershipLost, Unavailable
 from service.names import TopicName
@@ -66,6 +73,8 @@ class WireSubscriber:
         self.conn = conn
         self.consumer_id = consumer_id
         self.topic = topic
+        # The partition every id this consumer is sent names (-1 unless the topic is a partition).
+        self.partition = partition_index(topic)
         self.subscription = subscription
         self.read_compacted = read_compacted
         self.permits = 0
@@ -228,6 +237,7 @@ class WireSubscriber:
         last (all of them when None); returns the permits spent (a batch's whole size for a
         batch, as the client counts it) and the index of the first item not sent."""
         entries, counts = page.entries, page.redelivery_counts
+        partition = self.partition
         spent = 0
         i = start
         while i < len(entries) and (permits is None or spent < permits):
@@ -240,7 +250,7 @@ class WireSubscriber:
                 cmd = command(
                     pb.BaseCommand.MESSAGE,
                     consumer_id=self.consumer_id,
-                    message_id=id_data(first),
+                    message_id=id_data(first, partition),
                     redelivery_count=counts[i] if counts else 0,
                 )
                 self.conn.write(encode_payload(cmd, stored_metadata(batch), batch.payload))
@@ -252,7 +262,7 @@ class WireSubscriber:
                 cmd = command(
                     pb.BaseCommand.MESSAGE,
                     consumer_id=self.consumer_id,
-                    message_id=id_data(e.position),
+                    message_id=id_data(e.position, partition),
                     redelivery_count=counts[i] if counts else 0,
                 )
                 self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
@@ -275,9 +285,14 @@ class WireSubscriber:
             ack_set: list[int]
             if stored is not None:
                 # Every member goes: the batch as its producer sent it (compressed as it came).
-                mid, metadata, payload, ack_set = id_data(first), stored_metadata(stored), stored.payload, []
+                mid, metadata, payload, ack_set = (
+                    id_data(first, partition),
+                    stored_metadata(stored),
+                    stored.payload,
+                    [],
+                )
             else:
-                mid, metadata, payload, ack_set = batch_message(members)
+                mid, metadata, payload, ack_set = batch_message(members, partition)
             # Each member's position, as Position.__new__ makes it, without its Python call.
             self.batches[first] = [_tuple_new(Position, m[:2]) for m in members]
             cmd = command(

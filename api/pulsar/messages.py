@@ -14,6 +14,7 @@ from api.pulsar.errors import ProtocolError
 from ledger.batch_encoder import encode_batch_payload
 from ledger.batches import BatchError, batch_size, uncompressed
 from ledger.entry import Entry, Position, Record, StoredBatch
+from service.names import TopicName, partition_of
 
 # Ids on the wire are unsigned 64-bit; Pulsar's earliest (-1:-1) arrives as 2**64 - 1.
 _U64 = 2**64
@@ -190,12 +191,15 @@ def _members(
     return records
 
 
-def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, bytes, list[int]]:
-    """One MESSAGE for consecutive members of one stored batch: its id ``(L, E)``, the metadata,
-    the payload and the ``ack_set``. The payload has every member slot of the batch, so that
-    the client numbers the members as the producer did; a slot whose member is not sent (acked,
-    compacted out, or in another page) is an empty placeholder, and ``ack_set`` -- the members
-    to deliver, the bit Pulsar's clients honour -- leaves it out (empty when all are sent)."""
+def batch_message(
+    entries: Sequence[Entry], partition: int = -1
+) -> tuple[pb.MessageIdData, bytes, bytes, list[int]]:
+    """One MESSAGE for consecutive members of one stored batch: its id ``(L, E)`` (in
+    ``partition``, see :func:`partition_index`), the metadata, the payload and the ``ack_set``.
+    The payload has every member slot of the batch, so that the client numbers the members as
+    the producer did; a slot whose member is not sent (acked, compacted out, or in another page)
+    is an empty placeholder, and ``ack_set`` -- the members to deliver, the bit Pulsar's clients
+    honour -- leaves it out (empty when all are sent)."""
     first = entries[0]
     assert first.batch_index is not None and first.batch_size is not None
     n = first.batch_size
@@ -217,7 +221,9 @@ def batch_message(entries: Sequence[Entry]) -> tuple[pb.MessageIdData, bytes, by
         for i in present:
             words[i // 64] |= 1 << (i % 64)
         ack_set = [w - (1 << 64) if w >= 1 << 63 else w for w in words]  # int64 on the wire
-    mid = pb.MessageIdData(ledgerId=first.ledger_id, entryId=first.entry_id - first.batch_index)
+    mid = pb.MessageIdData(
+        ledgerId=first.ledger_id, entryId=first.entry_id - first.batch_index, partition=partition
+    )
     return mid, md.SerializeToString(), payload, ack_set
 
 
@@ -269,15 +275,29 @@ def _describe(md: pb.MessageMetadata | pb.SingleMessageMetadata, e: Entry) -> No
         md.null_value = True
 
 
+def partition_index(name: TopicName) -> int:
+    """The partition a topic's message ids name, as Pulsar's broker names it: ``i`` for the
+    topic ``x-partition-i`` (a partition of a partitioned topic), -1 for any other topic. The
+    official C++ client (the Python client's core) takes a received message's partition from its
+    id; the Java and Go clients use the partition they subscribed to. Computed once, when a
+    consumer attaches: every id it is sent carries it."""
+    of = partition_of(name)
+    return -1 if of is None else of[1]
+
+
 def id_data(pos: Position, partition: int = -1) -> pb.MessageIdData:
-    """A position as a wire id (a negative id, as -1:-1, as the uint64 Pulsar sends for it)."""
+    """A position as a wire id (a negative id, as -1:-1, as the uint64 Pulsar sends for it), in
+    ``partition`` (:func:`partition_index`; -1, as Pulsar sends it, for a topic that is not a
+    partition)."""
     return pb.MessageIdData(ledgerId=pos.ledger_id % _U64, entryId=pos.entry_id % _U64, partition=partition)
 
 
 def position(data: pb.MessageIdData) -> Position:
     """A wire id as the log's position; Pulsar's earliest (-1:-1) and latest (2**63-1) pass
     through as the signed values the service uses. A batch member's id ``(L, E, i)`` is the
-    position ``(L, E + i)`` (``ledger.entry.message_id``)."""
+    position ``(L, E + i)`` (``ledger.entry.message_id``). The partition the clients write into
+    acks, seeks and redelivery requests names the topic the consumer is on: it plays no part in
+    a position, here as in Pulsar's broker."""
     lid, eid = data.ledgerId, data.entryId
     if lid >= _U64 // 2:
         lid -= _U64
@@ -288,13 +308,15 @@ def position(data: pb.MessageIdData) -> Position:
     return Position(lid, eid)
 
 
-def entry_id_data(e: Entry) -> pb.MessageIdData:
-    """The wire id of a stored message: a batch member's names its batch and index."""
+def entry_id_data(e: Entry, partition: int = -1) -> pb.MessageIdData:
+    """The wire id of a stored message, in ``partition``: a batch member's names its batch and
+    index."""
     if e.batch_index is None:
-        return id_data(e.position)
+        return id_data(e.position, partition)
     return pb.MessageIdData(
         ledgerId=e.ledger_id,
         entryId=e.entry_id - e.batch_index,
+        partition=partition,
         batch_index=e.batch_index,
         batch_size=e.batch_size or 0,
     )

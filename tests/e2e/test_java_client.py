@@ -2,8 +2,8 @@
 unchanged, against a real ``compactor serve``.
 
 The client is driven by a small Maven project, ``tests/java``: one program whose scenarios
-(produce, consume, compacted, schema) run side by side in one JVM and write what they saw as
-JSON; the tests here judge it. The project is built once and cached under a key of its files
+(produce, consume, compacted, schema, partitions) run side by side in one JVM and write what
+they saw as JSON; the tests here judge it. The project is built once and cached under a key of its files
 (``~/.cache/topic-compactor/java-client/<key>``; Maven's downloads go to ``~/.m2``), so a later
 run only starts the JVM. The Java client reads some reply fields without asking whether they are
 set (LightProto throws on an unset optional field without a default), and retries forever when
@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 PROJECT = Path(__file__).resolve().parents[1] / "java"
 JAR = "java-client-e2e.jar"
-SCENARIOS = ("produce", "consume", "compacted", "schema")
+SCENARIOS = ("produce", "consume", "compacted", "schema", "partitions")
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240
 
@@ -307,6 +307,25 @@ def test_a_read_compacted_reader_and_consumer_see_the_latest_value_of_each_key(
     # REST's compacted view is the same messages.
     rest = rest_messages(shared_server, r["topic"], readCompacted="true")
     assert [m["messageId"] for m in rest] == [rest_id(i) for i, _, _ in expected]
+
+
+# ------------------------------------------------------------------ partitioned topics
+
+
+def test_a_partitioned_topics_ids_name_the_partition_the_router_chose(java: JavaRun) -> None:
+    """The Java client names a message's partition itself (its consumer of each partition knows
+    it); what the service sends must agree: a reader of one partition ends where the last message
+    id of that partition, which names it, says, and reads it again after a seek."""
+    r = java.scenario("partitions")
+    routed = {"hello-0": 0, "hello-1": 0, "world-0": 1, "world-1": 1}
+    assert {v: m["partition"] for v, m in r["sent"].items()} == routed
+    got = r["received"]
+    assert {v: m["partition"] for v, m in got.items()} == routed
+    assert {v: m["id"] for v, m in got.items()} == {v: m["id"] for v, m in r["sent"].items()}
+    assert all(m["topic"] == f"{r['topic']}-partition-{m['partition']}" for m in got.values())
+    for read in (r["readerFirst"], r["readerAfterSeek"]):
+        assert [(m["value"], m["partition"]) for m in read] == [("world-0", 1), ("world-1", 1)]
+        assert [m["id"] for m in read] == [r["sent"][v]["id"] for v in ("world-0", "world-1")]
 
 
 # ------------------------------------------------------------------ schemas

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.messages import batch_message, to_records
+from api.pulsar.messages import batch_message, entry_id_data, id_data, partition_index, to_records
 from ledger.batch_encoder import single_metadata
-from ledger.entry import Entry
+from ledger.entry import Entry, Position
+from service.names import TopicName
 
 _SIZE = struct.Struct(">I")
 u63 = st.integers(min_value=0, max_value=2**63 - 1)
@@ -73,3 +74,36 @@ def test_a_batch_sent_to_a_consumer_reads_back_as_the_members_stored(batch: list
     assert [(r.key, r.value, r.properties, r.event_time, r.ordering_key, r.sequence_id) for r in records] == [
         (e.key, e.value, e.properties, e.event_time or None, e.ordering_key, e.sequence_id) for e in stored
     ]
+
+
+def test_the_ids_of_a_partitions_messages_name_its_index_as_pulsars_broker_does() -> None:
+    """Pulsar's rule (``TopicName.getPartitionIndex``): ``x-partition-i`` is partition ``i``;
+    any other name, a zero-padded index included, is no partition (-1)."""
+    assert partition_index(TopicName.parse("persistent://t/n/orders-partition-3")) == 3
+    assert partition_index(TopicName.parse("persistent://t/n/a-partition-1-partition-12")) == 12
+    for plain in ("orders", "orders-partition-03", "orders-partition-", "orders-partition-x"):
+        assert partition_index(TopicName.parse(f"persistent://t/n/{plain}")) == -1
+    member = Entry(
+        ledger_id=7,
+        entry_id=11,
+        key="k",
+        value=b"v",
+        properties={},
+        publish_time=1,
+        event_time=None,
+        batch_index=1,  # the second member of the batch stored from entry 10
+        batch_size=2,
+        producer_name="p",
+        sequence_id=5,
+    )
+    stored = [member._replace(entry_id=10, batch_index=0), member]
+    for mid in (
+        id_data(Position(7, 3), 4),
+        entry_id_data(member, 4),
+        entry_id_data(member._replace(batch_index=None, batch_size=None), 4),
+        batch_message(stored, 4)[0],
+    ):
+        assert (mid.ledgerId, mid.partition) == (7, 4)
+    assert (entry_id_data(member, 4).entryId, entry_id_data(member, 4).batch_index) == (10, 1)
+    # Unless told, an id names no partition (as for every topic that is not a partition).
+    assert batch_message(stored)[0].partition == entry_id_data(member).partition == -1

@@ -32,12 +32,15 @@ import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.MessageIdAdv;
+import org.apache.pulsar.client.api.MessageRouter;
+import org.apache.pulsar.client.api.MessageRoutingMode;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Reader;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
+import org.apache.pulsar.client.api.TopicMetadata;
 import org.apache.pulsar.client.api.schema.GenericRecord;
 
 /**
@@ -69,6 +72,7 @@ public final class Scenarios {
         SCENARIOS.put("consume", Scenarios::consume);
         SCENARIOS.put("compacted", Scenarios::compacted);
         SCENARIOS.put("schema", Scenarios::schema);
+        SCENARIOS.put("partitions", Scenarios::partitions);
     }
 
     private final PulsarClient client;
@@ -416,6 +420,88 @@ public final class Scenarios {
     }
 
     // ------------------------------------------------------------------ helpers
+
+    /**
+     * A partitioned topic of five partitions (created over REST): a producer whose router sends
+     * "hello-" messages to partition 10 % 5 = 0 and the others to 11 % 5 = 1, a consumer of the
+     * topic, and a reader of partition 1 that reads to its end (the last message id names the
+     * partition), seeks back and reads it again. Each id is recorded with its partition.
+     */
+    private static void partitions(Scenarios s, ObjectNode out) throws Exception {
+        String topic = s.topic("partitions");
+        String path = topic.replace("persistent://", "/admin/v2/persistent/") + "/partitions";
+        HttpResponse<String> put = s.http.send(
+                HttpRequest.newBuilder(URI.create(s.httpUrl + path))
+                        // HTTP/1.1: the client's default asks to upgrade to h2c, and a body sent
+                        // with that request does not reach the service.
+                        .version(HttpClient.Version.HTTP_1_1)
+                        .header("Content-Type", "application/json")
+                        .PUT(HttpRequest.BodyPublishers.ofString("5"))
+                        .build(),
+                HttpResponse.BodyHandlers.ofString());
+        if (put.statusCode() != 204) {
+            throw new AssertionError("PUT " + path + ": " + put.statusCode() + " " + put.body());
+        }
+        out.put("topic", topic);
+        MessageRouter router = new MessageRouter() {
+            @Override
+            public int choosePartition(Message<?> msg, TopicMetadata metadata) {
+                boolean hello = new String(msg.getData(), StandardCharsets.UTF_8).startsWith("hello-");
+                return (hello ? 10 : 11) % metadata.numPartitions();
+            }
+        };
+        ObjectNode sent = out.putObject("sent");
+        try (Producer<byte[]> p = s.client.newProducer()
+                .topic(topic)
+                .enableBatching(false)
+                .messageRoutingMode(MessageRoutingMode.CustomPartition)
+                .messageRouter(router)
+                .create()) {
+            for (String v : new String[] {"hello-0", "hello-1", "world-0", "world-1"}) {
+                sent.set(v, located(p.send(bytes(v)), null));
+            }
+        }
+        try (Consumer<byte[]> c = s.subscribe(topic, "s", false)) {
+            ObjectNode got = out.putObject("received");
+            for (int i = 0; i < 4; i++) {
+                Message<byte[]> m = s.receive(c);
+                got.set(new String(m.getValue(), StandardCharsets.UTF_8), located(m.getMessageId(), m.getTopicName()));
+                c.acknowledge(m);
+            }
+        }
+        try (Reader<byte[]> r = s.client.newReader()
+                .topic(topic + "-partition-1")
+                .startMessageId(MessageId.earliest)
+                .create()) {
+            out.set("readerFirst", readLocated(r));
+            r.seek(MessageId.earliest);
+            out.set("readerAfterSeek", readLocated(r));
+        }
+    }
+
+    /** An id with its partition (and the topic a message came from, when there is one). */
+    private static ObjectNode located(MessageId id, String topic) {
+        ObjectNode n = JSON.createObjectNode();
+        n.put("id", id(id));
+        n.put("partition", ((MessageIdAdv) id).getPartitionIndex());
+        if (topic != null) {
+            n.put("topic", topic);
+        }
+        return n;
+    }
+
+    /** Every message from the reader's position to its end: value, id and partition. */
+    private static ArrayNode readLocated(Reader<byte[]> r) throws Exception {
+        ArrayNode got = JSON.createArrayNode();
+        while (r.hasMessageAvailable()) {
+            Message<byte[]> m = r.readNext((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
+            if (m == null) {
+                throw new AssertionError("hasMessageAvailable, but no message in " + RECEIVE);
+            }
+            got.add(located(m.getMessageId(), null).put("value", new String(m.getValue(), StandardCharsets.UTF_8)));
+        }
+        return got;
+    }
 
     private String topic(String what) {
         return "persistent://public/default/java-" + what + "-" + run;
