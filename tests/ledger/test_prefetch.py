@@ -107,11 +107,20 @@ ALL_BUT_KEY = ["value", "is_tombstone", "properties", "publish_time"]
 
 
 def _damaged(sealed: StoragePath, column: str) -> str:
-    """Flip a byte inside a page of row group 1's ``column``; the damaged file's CRC32C."""
+    """Flip a byte inside a page of row group 1's ``column``; the damaged file's CRC32C.
+
+    In ``value`` the byte flipped is one of a stored value's own (random, so LZ4 keeps them as
+    they are): the page still decodes, and only its checksum tells. A byte of the compressed
+    stream's own structure could make the page undecodable, which is not what these tests ask."""
     data = bytearray(sealed.read_bytes())
     meta = pq.read_metadata(pa.BufferReader(bytes(data)))
     (start, length), *_ = chunk_ranges(meta, [column], [1])
-    data[start + length // 2] ^= 0xFF
+    at = start + length // 2
+    if column == "value":
+        values = pq.ParquetFile(pa.BufferReader(bytes(data))).read_row_group(1, columns=["value"]).column(0)
+        value = next(v for v in values.to_pylist() if v)
+        at = bytes(data).index(value, start, start + length) + len(value) // 2
+    data[at] ^= 0xFF
     sealed.write_bytes(bytes(data))
     return crc32c_bytes(bytes(data))
 
