@@ -9,7 +9,6 @@ import contextlib
 import datetime
 import re
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from pulsar import asyncio as pulsar_asyncio
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import command, encode, encode_payload
 from tests.conftest import SUPERUSER, SecureServer, Server
+from tests.e2e.raw_wire import connect, raw, read_frame
 
 pytestmark = [pytest.mark.e2e]
 
@@ -610,10 +610,10 @@ def test_schema_and_consumer_stats_requests_get_their_answers(shared_server: Ser
     """Commands the client sends without the application asking (AutoConsume's schema lookup,
     consumer stats): each gets its own response type, never a dropped connection."""
     topic = fresh("raw")
-    with _raw(shared_server) as s:
-        _connect(s)
+    with raw(shared_server) as s:
+        connect(s)
         s.sendall(encode(command(pb.BaseCommand.GET_SCHEMA, request_id=7, topic=topic)))
-        reply = _reply(s)
+        reply = read_frame(s)
         assert reply.type == pb.BaseCommand.GET_SCHEMA_RESPONSE
         assert (
             reply.getSchemaResponse.request_id == 7 and reply.getSchemaResponse.error_code == pb.TopicNotFound
@@ -630,19 +630,15 @@ def test_schema_and_consumer_stats_requests_get_their_answers(shared_server: Ser
                 )
             )
         )
-        assert _reply(s).type == pb.BaseCommand.SUCCESS
+        assert read_frame(s).type == pb.BaseCommand.SUCCESS
         s.sendall(encode(command(pb.BaseCommand.FLOW, consumer_id=1, messagePermits=5)))
         s.sendall(encode(command(pb.BaseCommand.CONSUMER_STATS, request_id=9, consumer_id=1)))
-        stats = _reply(s)
+        stats = read_frame(s)
         assert stats.type == pb.BaseCommand.CONSUMER_STATS_RESPONSE
         assert stats.consumerStatsResponse.availablePermits == 5
 
 
 # ------------------------------------------------------------------ bad input on the wire
-
-
-def _raw(server: Server) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", server.broker_port), timeout=10)
 
 
 def _closed(s: socket.socket) -> bool:
@@ -657,27 +653,6 @@ def _closed(s: socket.socket) -> bool:
     return True
 
 
-def _reply(s: socket.socket) -> pb.BaseCommand:
-    """The next simple frame from the server."""
-    head = b""
-    while len(head) < 8:
-        head += s.recv(8 - len(head))
-    total, size = struct.unpack(">II", head)
-    body = b""
-    while len(body) < total - 4:
-        body += s.recv(total - 4 - len(body))
-    reply = pb.BaseCommand()
-    reply.ParseFromString(body[:size])
-    return reply
-
-
-def _connect(s: socket.socket) -> None:
-    s.sendall(encode(command(pb.BaseCommand.CONNECT, client_version="raw", protocol_version=21)))
-    reply = _reply(s)
-    assert reply.type == pb.BaseCommand.CONNECTED
-    assert reply.connected.max_message_size > 0
-
-
 @pytest.mark.parametrize(
     "garbage",
     [
@@ -689,7 +664,7 @@ def _connect(s: socket.socket) -> None:
 def test_garbage_closes_the_connection_and_the_listener_goes_on(
     shared_server: Server, client: pulsar.Client, garbage: bytes
 ) -> None:
-    with _raw(shared_server) as s:
+    with raw(shared_server) as s:
         s.sendall(garbage)
         assert _closed(s)
     producer = client.create_producer(fresh(), batching_enabled=False)
@@ -699,8 +674,8 @@ def test_garbage_closes_the_connection_and_the_listener_goes_on(
 def test_a_send_with_a_wrong_checksum_is_not_stored(shared_server: Server, client: pulsar.Client) -> None:
     topic = fresh("crc")
     client.create_producer(topic).close()  # the topic exists, empty
-    with _raw(shared_server) as s:
-        _connect(s)
+    with raw(shared_server) as s:
+        connect(s)
         s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)))
         time.sleep(0.5)
         md = pb.MessageMetadata(producer_name="raw", sequence_id=0, publish_time=1)
@@ -720,8 +695,8 @@ def test_a_half_sent_frame_and_a_dropped_connection_leave_nothing(
 ) -> None:
     topic = fresh("half")
     client.create_producer(topic).close()
-    with _raw(shared_server) as s:
-        _connect(s)
+    with raw(shared_server) as s:
+        connect(s)
         s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)))
         md = pb.MessageMetadata(producer_name="raw", sequence_id=0, publish_time=1)
         frame = encode_payload(

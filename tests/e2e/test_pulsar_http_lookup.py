@@ -9,8 +9,6 @@ a listener the service does not have is refused, as Pulsar's broker refuses it.
 from __future__ import annotations
 
 import re
-import socket
-import struct
 import uuid
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pytest
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import command, encode
 from tests.conftest import SUPERUSER, SecureServer, Server
+from tests.e2e.raw_wire import connect, raw, read_frame
 from tests.server import free_port
 
 pytestmark = [pytest.mark.e2e]
@@ -203,14 +202,13 @@ def test_a_listener_name_the_service_does_not_have_is_refused(shared_server: Ser
         client.close()
     # On the wire: ServiceNotReady with Pulsar's words, and nothing created.
     topic = f"persistent://{fresh()}"
-    with socket.create_connection(("127.0.0.1", shared_server.broker_port), timeout=10) as s:
-        s.sendall(encode(command(pb.BaseCommand.CONNECT, client_version="raw", protocol_version=21)))
-        assert _reply(s).type == pb.BaseCommand.CONNECTED
+    with raw(shared_server) as s:
+        connect(s)
         lookup = command(
             pb.BaseCommand.LOOKUP, topic=topic, request_id=1, advertised_listener_name="internal"
         )
         s.sendall(encode(lookup))
-        answer = _reply(s).lookupTopicResponse
+        answer = read_frame(s).lookupTopicResponse
     assert answer.response == pb.CommandLookupTopicResponse.Failed
     assert answer.error == pb.ServiceNotReady
     assert answer.message.startswith("the broker do not have internal listener")
@@ -266,17 +264,3 @@ def test_advertised_listeners(server_factory: type[Server], tmp_path: Path) -> N
             unknown.create_producer(f"persistent://{topic}")
     finally:
         unknown.close()
-
-
-def _reply(s: socket.socket) -> pb.BaseCommand:
-    """The next simple frame from the server."""
-    head = b""
-    while len(head) < 8:
-        head += s.recv(8 - len(head))
-    total, size = struct.unpack(">II", head)
-    body = b""
-    while len(body) < total - 4:
-        body += s.recv(total - 4 - len(body))
-    reply = pb.BaseCommand()
-    reply.ParseFromString(body[:size])
-    return reply
