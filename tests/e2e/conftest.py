@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pulsar
 import pytest
 
@@ -24,6 +25,13 @@ def client(shared_server: Server) -> Iterator[pulsar.Client]:
     c = pulsar.Client(shared_server.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
     yield c
     c.close()
+
+
+@pytest.fixture
+def http(shared_server: Server) -> Iterator[httpx.Client]:
+    """An HTTP client of the session's shared server (REST and Pulsar's admin paths)."""
+    with httpx.Client(base_url=shared_server.url, timeout=60) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

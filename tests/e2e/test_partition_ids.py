@@ -8,35 +8,16 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pulsar
 import pytest
 
-from tests.conftest import Server
+from tests.e2e.partitioned import ADMIN, full, partitioned
 
 pytestmark = [pytest.mark.e2e]
 
-ADMIN = "/admin/v2/persistent/public/default"
 TM = 10_000
-
-
-def full(name: str) -> str:
-    return f"persistent://public/default/{name}"
-
-
-@pytest.fixture
-def http(shared_server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=shared_server.url, timeout=60) as c:
-        yield c
-
-
-def partitioned(http: httpx.Client, n: int) -> str:
-    name = f"pid-{uuid.uuid4().hex[:10]}"
-    r = http.put(f"{ADMIN}/{name}/partitions", json=n)
-    assert r.status_code == 204, r.text
-    return name
 
 
 def send_all(producer: pulsar.Producer, values: list[bytes], batched: bool) -> dict[bytes, pulsar.MessageId]:
@@ -69,7 +50,7 @@ def test_a_custom_routers_partition_is_the_one_a_consumer_reads_from_each_id(
 ) -> None:
     """pulsar-client-python's ``test_message_router``: the partition the router chose is the
     one the consumer reports, and a send's receipt names it too."""
-    name = partitioned(http, 5)
+    name = partitioned(http, 5, "pid")
 
     def router(msg: pulsar.Message, num_partitions: int) -> int:
         return (10 if msg.value().startswith(b"hello-") else 11) % num_partitions
@@ -99,7 +80,7 @@ def test_acks_and_negative_acks_of_ids_naming_their_partition(
     """A consumer of a partitioned topic acknowledges, and asks for the redelivery of, ids that
     name their partition: a negatively acknowledged message comes again under its id, and
     every partition's backlog empties once all are acknowledged."""
-    name = partitioned(http, 3)
+    name = partitioned(http, 3, "pid")
     producer = client.create_producer(
         full(name),
         batching_enabled=False,
@@ -143,7 +124,7 @@ def test_acks_and_negative_acks_of_ids_naming_their_partition(
 def test_a_reader_of_a_partition_reads_seeks_and_ends_with_its_partition_in_every_id(
     http: httpx.Client, client: pulsar.Client
 ) -> None:
-    name = partitioned(http, 3)
+    name = partitioned(http, 3, "pid")
     producer = client.create_producer(full(name), message_router=lambda m, n: 2, batching_enabled=False)
     ids = [producer.send(f"v{i}".encode()) for i in range(5)]
     assert {mid.partition() for mid in ids} == {2}

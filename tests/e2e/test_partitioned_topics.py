@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -28,32 +26,10 @@ from api.client import (
 from api.client.routing import key_partition
 from tests.conftest import Server
 from tests.e2e.conftest import QUIET
+from tests.e2e.partitioned import ADMIN, fresh, full, partitioned
 from tests.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e]
-
-ADMIN = "/admin/v2/persistent/public/default"
-
-
-def fresh(prefix: str = "p") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def full(name: str) -> str:
-    return f"persistent://public/default/{name}"
-
-
-@pytest.fixture
-def http(shared_server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=shared_server.url, timeout=60) as c:
-        yield c
-
-
-def partitioned(http: httpx.Client, n: int) -> str:
-    name = fresh()
-    r = http.put(f"{ADMIN}/{name}/partitions", json=n)
-    assert r.status_code == 204, r.text
-    return name
 
 
 def test_create_describe_grow_and_delete(http: httpx.Client) -> None:
