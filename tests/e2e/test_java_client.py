@@ -31,7 +31,8 @@ import pytest
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import command, encode
 from tests.conftest import Server
-from tests.e2e.test_pulsar_clients import _connect, _raw, _reply, fresh, rest_messages
+from tests.e2e.raw_wire import connect, raw, read_frame
+from tests.e2e.test_pulsar_clients import fresh, rest_messages
 
 # The first run builds the project (Maven's downloads on a fresh machine included).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -361,12 +362,12 @@ def test_a_json_producer_a_typed_consumer_and_an_auto_consume_consumer_agree(jav
 
 def test_producer_success_always_has_a_schema_version_empty_without_a_schema(shared_server: Server) -> None:
     # ClientCnx.handleProducerSuccess reads schema_version unguarded, as Pulsar's broker sets it.
-    with _raw(shared_server) as s:
-        _connect(s)
+    with raw(shared_server) as s:
+        connect(s)
         s.sendall(
             encode(command(pb.BaseCommand.PRODUCER, topic=fresh("java-raw"), producer_id=1, request_id=1))
         )
-        reply = _reply(s)
+        reply = read_frame(s)
         assert reply.type == pb.BaseCommand.PRODUCER_SUCCESS
         assert reply.producer_success.HasField("schema_version")
         assert reply.producer_success.schema_version == b""
@@ -382,7 +383,7 @@ def test_producer_success_always_has_a_schema_version_empty_without_a_schema(sha
                 )
             )
         )
-        reply = _reply(s)
+        reply = read_frame(s)
         assert reply.type == pb.BaseCommand.PRODUCER_SUCCESS
         assert len(reply.producer_success.schema_version) == 8
 
@@ -390,17 +391,20 @@ def test_producer_success_always_has_a_schema_version_empty_without_a_schema(sha
 def test_get_or_create_schema_of_raw_bytes_answers_an_empty_version(shared_server: Server) -> None:
     # A Java producer registers raw bytes (Schema.BYTES, sent as type None) before sending a
     # message of them, and reads schema_version unguarded: empty means "no schema".
-    with _raw(shared_server) as s:
-        _connect(s)
-        raw = pb.Schema(name="b", schema_data=b"", type=pb.Schema.Type.Value("None"))
+    with raw(shared_server) as s:
+        connect(s)
+        bytes_schema = pb.Schema(name="b", schema_data=b"", type=pb.Schema.Type.Value("None"))
         s.sendall(
             encode(
                 command(
-                    pb.BaseCommand.GET_OR_CREATE_SCHEMA, request_id=1, topic=fresh("java-raw"), schema=raw
+                    pb.BaseCommand.GET_OR_CREATE_SCHEMA,
+                    request_id=1,
+                    topic=fresh("java-raw"),
+                    schema=bytes_schema,
                 )
             )
         )
-        reply = _reply(s)
+        reply = read_frame(s)
         assert reply.type == pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE
         answer = reply.getOrCreateSchemaResponse
         assert not answer.HasField("error_code")

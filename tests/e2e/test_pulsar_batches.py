@@ -21,15 +21,8 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import Frame, command, encode, encode_payload, parse_frame
 from ledger import format as fmt
 from tests.conftest import Server, local_wal_only
-from tests.e2e.test_pulsar_clients import (
-    _connect,
-    _raw,
-    _reply,
-    fresh,
-    read_available,
-    receive_all,
-    rest_messages,
-)
+from tests.e2e.raw_wire import connect, raw, read_frame
+from tests.e2e.test_pulsar_clients import fresh, read_available, receive_all, rest_messages
 
 pytestmark = [pytest.mark.e2e]
 
@@ -228,10 +221,10 @@ def test_a_batch_with_a_member_marked_compacted_out_is_refused_and_stores_nothin
     # Member i is stored at the batch's entry + i, so a producer's batch must have every member.
     topic = fresh("batch-holes")
     client.create_producer(topic).close()  # the topic exists, empty
-    with _raw(shared_server) as s:
-        _connect(s)
+    with raw(shared_server) as s:
+        connect(s)
         s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)))
-        assert _reply(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        assert read_frame(s).type == pb.BaseCommand.PRODUCER_SUCCESS
         payload = b""
         for i, value in enumerate([b"kept", b""]):
             single = pb.SingleMessageMetadata(
@@ -242,7 +235,7 @@ def test_a_batch_with_a_member_marked_compacted_out_is_refused_and_stores_nothin
         md.num_messages_in_batch = 2
         send = command(pb.BaseCommand.SEND, producer_id=1, sequence_id=0, num_messages=2)
         s.sendall(encode_payload(send, md.SerializeToString(), payload))
-        reply = _reply(s)
+        reply = read_frame(s)
         assert reply.type == pb.BaseCommand.SEND_ERROR and "compacted out" in reply.send_error.message
     assert rest_messages(shared_server, topic) == []
 
@@ -267,17 +260,17 @@ def test_a_consumer_following_the_topic_receives_each_batch_as_its_producer_sent
     topic = fresh("stored-bytes")
     client.create_producer(topic).close()
     members = [(f"k{i}", f"value-{i}".encode() * 8) for i in range(20)]
-    raw = b""
+    batch_body = b""
     for key, value in members:
         single = pb.SingleMessageMetadata(payload_size=len(value), partition_key=key).SerializeToString()
-        raw += struct.pack(">I", len(single)) + single + value
-    payload = pa.compress(raw, codec="zstd", asbytes=True)
+        batch_body += struct.pack(">I", len(single)) + single + value
+    payload = pa.compress(batch_body, codec="zstd", asbytes=True)
     md = pb.MessageMetadata(
         producer_name="raw", sequence_id=0, publish_time=1, num_messages_in_batch=len(members)
     )
-    md.compression, md.uncompressed_size = pb.ZSTD, len(raw)
-    with _raw(shared_server) as s:
-        _connect(s)
+    md.compression, md.uncompressed_size = pb.ZSTD, len(batch_body)
+    with raw(shared_server) as s:
+        connect(s)
         s.sendall(
             encode(
                 command(
@@ -290,10 +283,10 @@ def test_a_consumer_following_the_topic_receives_each_batch_as_its_producer_sent
                 )
             )
         )
-        assert _reply(s).type == pb.BaseCommand.SUCCESS
+        assert read_frame(s).type == pb.BaseCommand.SUCCESS
         s.sendall(encode(command(pb.BaseCommand.FLOW, consumer_id=7, messagePermits=1000)))
         s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=2)))
-        assert _reply(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        assert read_frame(s).type == pb.BaseCommand.PRODUCER_SUCCESS
         send = command(pb.BaseCommand.SEND, producer_id=1, sequence_id=0, num_messages=len(members))
         before = int(time.time() * 1000)
         s.sendall(encode_payload(send, md.SerializeToString(), payload))
@@ -334,13 +327,13 @@ def test_a_batch_that_does_not_decode_gets_a_send_error_and_the_next_one_is_stor
 
     good = pb.SingleMessageMetadata(payload_size=2, partition_key="k").SerializeToString()
     good_raw = struct.pack(">I", len(good)) + good + b"ok"
-    with _raw(shared_server) as s:
-        _connect(s)
+    with raw(shared_server) as s:
+        connect(s)
         s.sendall(encode(command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)))
-        assert _reply(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        assert read_frame(s).type == pb.BaseCommand.PRODUCER_SUCCESS
         # Sent together: the second claims two members and holds one.
         s.sendall(batch_frame(0, good_raw, 1) + batch_frame(1, good_raw, 2) + batch_frame(2, good_raw, 1))
-        replies = [_reply(s) for _ in range(3)]
+        replies = [read_frame(s) for _ in range(3)]
     receipts = sorted(r.send_receipt.sequence_id for r in replies if r.type == pb.BaseCommand.SEND_RECEIPT)
     [error] = [r.send_error for r in replies if r.type == pb.BaseCommand.SEND_ERROR]
     assert receipts == [0, 2]

@@ -15,7 +15,8 @@ import pytest
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import command, encode, encode_payload
 from tests.conftest import Server
-from tests.e2e.test_pulsar_clients import QUIET, _connect, _raw, _reply, fresh, rest_messages
+from tests.e2e.raw_wire import connect, raw, read_frame
+from tests.e2e.test_pulsar_clients import QUIET, fresh, rest_messages
 
 pytestmark = [pytest.mark.e2e]
 
@@ -34,12 +35,12 @@ def resend_batch(server: Server, topic: str, producer: str) -> tuple[int, int]:
     """Send a batch of two (sequence ids 0 and 1) as producer ``producer`` on a connection of
     its own, as a client that reconnected sends what it has no receipt for; returns the id of
     its receipt."""
-    with _raw(server) as s:
-        _connect(s)
+    with raw(server) as s:
+        connect(s)
         producing = command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)
         producing.producer.producer_name = producer
         s.sendall(encode(producing))
-        assert _reply(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        assert read_frame(s).type == pb.BaseCommand.PRODUCER_SUCCESS
         payload = b""
         for i, value in enumerate([b"b0", b"b1"]):
             single = pb.SingleMessageMetadata(payload_size=len(value), sequence_id=i).SerializeToString()
@@ -49,7 +50,7 @@ def resend_batch(server: Server, topic: str, producer: str) -> tuple[int, int]:
         send = command(pb.BaseCommand.SEND, producer_id=1, sequence_id=0, num_messages=2)
         send.send.highest_sequence_id = 1
         s.sendall(encode_payload(send, md.SerializeToString(), payload))
-        receipt = _reply(s)
+        receipt = read_frame(s)
         assert receipt.type == pb.BaseCommand.SEND_RECEIPT, receipt
         return receipt.send_receipt.message_id.ledgerId, receipt.send_receipt.message_id.entryId
 

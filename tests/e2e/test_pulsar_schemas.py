@@ -15,7 +15,7 @@ from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, Strin
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import command, encode
 from tests.conftest import Server
-from tests.e2e.test_pulsar_clients import _connect, _raw, _reply
+from tests.e2e.raw_wire import connect, raw, read_frame
 
 pytestmark = [pytest.mark.e2e]
 
@@ -79,8 +79,8 @@ def test_a_new_schema_is_the_next_version_and_each_message_keeps_its_own(
     assert json.loads(listed[1]["data"])["name"] == "Payment"
     # Each version as the client asks for it (GET_SCHEMA, what a consumer of another version or
     # an AUTO_CONSUME consumer sends), and an unknown one refused as Pulsar does.
-    with _raw(shared_server) as s:
-        _connect(s)
+    with raw(shared_server) as s:
+        connect(s)
         for request_id, (asked, name) in enumerate([(0, "Order"), (1, "Payment")], start=1):
             s.sendall(
                 encode(
@@ -92,7 +92,7 @@ def test_a_new_schema_is_the_next_version_and_each_message_keeps_its_own(
                     )
                 )
             )
-            reply = _reply(s).getSchemaResponse
+            reply = read_frame(s).getSchemaResponse
             assert reply.request_id == request_id and not reply.HasField("error_code")
             assert reply.schema_version == version(asked)
             assert reply.schema.type == pb.Schema.Avro
@@ -100,7 +100,7 @@ def test_a_new_schema_is_the_next_version_and_each_message_keeps_its_own(
         s.sendall(
             encode(command(pb.BaseCommand.GET_SCHEMA, request_id=9, topic=topic, schema_version=version(7)))
         )
-        reply = _reply(s).getSchemaResponse
+        reply = read_frame(s).getSchemaResponse
         assert reply.request_id == 9 and reply.error_code == pb.TopicNotFound
 
 
