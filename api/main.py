@@ -84,7 +84,7 @@ def _env(name: str, value: object) -> None:
         os.environ[f"COMPACTOR_{name}"] = str(value)
 
 
-def _broker_port_refusal(host: str, port: int) -> str | None:
+def _broker_port_refusal(host: str, port: int, setting: str = "COMPACTOR_BROKER_SERVICE_PORT") -> str | None:
     """Why the port of Pulsar's binary protocol cannot be listened on (another broker, a Pulsar
     standalone, on 6650), or None; checked before start-up, so it is one line, not a trace."""
     if port == 0:
@@ -95,6 +95,7 @@ def _broker_port_refusal(host: str, port: int) -> str | None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as e:
         return f"cannot resolve {host} for Pulsar's binary protocol: {e}"
+    port_off = setting == "COMPACTOR_BROKER_SERVICE_PORT"  # the plain port's 0 is off, not any
     for family, kind, proto, _, address in infos:
         with socket.socket(family, kind, proto) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -103,7 +104,7 @@ def _broker_port_refusal(host: str, port: int) -> str | None:
             except OSError as e:
                 return (
                     f"cannot listen for Pulsar's binary protocol on {host}:{port}: {e.strerror}; set "
-                    "COMPACTOR_BROKER_SERVICE_PORT to a free port, or 0 to turn the protocol off"
+                    f"{setting} to a free port" + (", or 0 to turn the protocol off" if port_off else "")
                 )
     return None
 
@@ -152,10 +153,14 @@ def serve(
     if refusal is not None:
         typer.echo(f"error: {refusal}", err=True)
         raise typer.Exit(2)
-    refusal = _broker_port_refusal(settings.host, settings.broker_service_port)
-    if refusal is not None:
-        typer.echo(f"error: {refusal}", err=True)
-        raise typer.Exit(2)
+    for port, name in (
+        (settings.broker_service_port, "COMPACTOR_BROKER_SERVICE_PORT"),
+        (settings.broker_service_port_tls or 0, "COMPACTOR_BROKER_SERVICE_PORT_TLS"),
+    ):
+        refusal = _broker_port_refusal(settings.host, port, name)
+        if refusal is not None:
+            typer.echo(f"error: {refusal}", err=True)
+            raise typer.Exit(2)
     from service.instances import lock_sqlite_store
 
     refusal = lock_sqlite_store(settings.database_url)
@@ -170,9 +175,8 @@ def serve(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     # Imported only now: a refusal above comes at once, without loading Spark and the app.
-    import uvicorn
-
     from api.app import create_app
+    from api.web_servers import serve as serve_web
 
     server_app = create_app(settings)
     # A page read allocates thousands of objects; with the default thresholds the collector
@@ -181,16 +185,13 @@ def serve(
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
-    uvicorn.run(
+    serve_web(
         server_app,
-        host=settings.host,
-        port=settings.port,
+        settings,
         log_level=log_level.lower(),
         # uvicorn's default (5 s) is shorter than client pools keep idle connections: a client
         # sending as the server closes one gets "connection reset".
         timeout_keep_alive=settings.keep_alive_seconds,
-        ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
-        ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
     )
 
 

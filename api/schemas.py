@@ -108,6 +108,10 @@ class Health(BaseModel):
     # pulsar://host:port while Pulsar's binary protocol listens (absent when it is off:
     # COMPACTOR_BROKER_SERVICE_PORT=0).
     brokerServiceUrl: str | None = None
+    # pulsar+ssl://host:port while the binary protocol's TLS port listens
+    # (COMPACTOR_BROKER_SERVICE_PORT_TLS), https://host:port of the REST API when it serves HTTPS.
+    brokerServiceUrlTls: str | None = None
+    webServiceUrlTls: str | None = None
 
 
 # A role as a path segment: what token subjects look like (names, e-mail addresses, DNs

@@ -26,6 +26,7 @@ class Lookup:
     http_url: str  # its REST URL (http:// or https://)
     broker_url: str | None  # its binary protocol (pulsar://), None when it does not serve it
     broker_url_tls: str | None = None  # pulsar+ssl://, when it serves the binary protocol over TLS
+    http_url_tls: str | None = None  # its HTTPS URL, when it serves HTTPS
 
 
 def lookup_topic(*, broker: Broker, name: TopicName, listener: str | None = None) -> Lookup:
@@ -47,6 +48,10 @@ def lookup_topic(*, broker: Broker, name: TopicName, listener: str | None = None
         if chosen is not None:
             raise  # the owner answers for its own listeners
         return Lookup(e.url, e.broker_url)
+    https = settings.web_service_url_tls
     if chosen is not None:
-        return Lookup(settings.advertised_url, chosen.broker_url, chosen.broker_url_tls)
-    return Lookup(settings.advertised_url, settings.broker_service_url)
+        return Lookup(settings.advertised_url, chosen.broker_url, chosen.broker_url_tls, https)
+    # Both URLs, as Pulsar's broker answers: a client on TLS (pulsar+ssl:// or https://) takes
+    # the TLS one, any other the plain one (pulsar-client-cpp's lookup services choose so).
+    tls = settings.broker_service_url_tls
+    return Lookup(settings.advertised_url, settings.broker_service_url, tls, https)

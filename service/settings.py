@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ledger.storage import S3Settings, Storage, StorageError, open_storage
 from service.listeners import Listener, parse_listeners
+from service.tls import check_tls_settings
 
 FsyncPolicy = Literal["always", "interval", "never"]
 #: What the row-group cache holds by default on object storage (``Settings.cache_bytes``).
@@ -271,8 +272,48 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = Field(
         default=False, description="Serve without authentication on an address that is not loopback."
     )
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
+    # TLS, as Pulsar's broker.conf names it (tlsCertificateFilePath, brokerServicePortTls, ...).
+    tls_cert_file: Path | None = Field(
+        default=None, description="The server's certificate chain, PEM (Pulsar's tlsCertificateFilePath)."
+    )
+    tls_key_file: Path | None = Field(
+        default=None, description="The server's private key, PEM (Pulsar's tlsKeyFilePath)."
+    )
+    broker_service_port_tls: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of Pulsar's binary protocol over TLS (pulsar+ssl://host:port), beside the plain "
+        "one; unset: none; 0: any free port (Pulsar's brokerServicePortTls).",
+    )
+    web_service_port_tls: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of HTTPS beside the plain HTTP port, the same API; unset: none (then the TLS "
+        "certificate alone turns the HTTP port into HTTPS); 0: any free port (Pulsar's webServicePortTls).",
+    )
+    tls_trust_certs_file_path: Path | None = Field(
+        default=None,
+        description="The CA certificates (PEM) client certificates are checked against; without it no "
+        "client certificate is asked for (Pulsar's tlsTrustCertsFilePath).",
+    )
+    tls_require_trusted_client_cert_on_connect: bool = Field(
+        default=False,
+        description="Refuse a TLS handshake without a client certificate signed by a trusted CA; when "
+        "false one is still asked for and checked if sent (Pulsar's tlsRequireTrustedClientCertOnConnect).",
+    )
+    # NoDecode: Pulsar's form (TLSv1.3,TLSv1.2), parsed by the validator.
+    tls_protocols: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(),
+        description="TLS versions accepted, comma-separated (TLSv1.2, TLSv1.3); every one Python's "
+        "OpenSSL offers from TLSv1.2 up when empty (Pulsar's tlsProtocols).",
+    )
+    tls_ciphers: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(),
+        description="Cipher suites of TLSv1.2, comma-separated OpenSSL names (ECDHE-RSA-AES256-GCM-SHA384); "
+        "OpenSSL's defaults when empty (Pulsar's tlsCiphers, which takes Java's names).",
+    )
 
     @field_validator("data_dir")
     @classmethod
@@ -329,9 +370,9 @@ class Settings(BaseSettings):
             out[key] = str(value).lower() if isinstance(value, bool) else str(value).strip()
         return out
 
-    @field_validator("superuser_roles", mode="before")
+    @field_validator("superuser_roles", "tls_protocols", "tls_ciphers", mode="before")
     @classmethod
-    def _roles(cls, v: object) -> object:
+    def _comma_separated(cls, v: object) -> object:
         if isinstance(v, str):
             return frozenset(r.strip() for r in v.split(",") if r.strip())
         return v
@@ -359,11 +400,11 @@ class Settings(BaseSettings):
                 "advertised_listeners name URLs of the binary protocol, which is off (broker_service_port=0)"
             )
         for name, listener in listeners.items():
-            if listener.broker_url_tls is not None:
-                # Pulsar refuses pulsar+ssl:// without brokerServicePortTls; there is none here.
+            if listener.broker_url_tls is not None and self.broker_service_port_tls is None:
+                # Pulsar refuses pulsar+ssl:// without brokerServicePortTls (MultipleListenerValidator).
                 raise ValueError(
                     f"advertised_listeners: listener {name!r} has a pulsar+ssl:// URL, but the binary "
-                    "protocol is not served over TLS"
+                    "protocol is not served over TLS (COMPACTOR_BROKER_SERVICE_PORT_TLS is not set)"
                 )
         if not self.internal_listener_name:
             self.internal_listener_name = next(iter(listeners))
@@ -421,7 +462,9 @@ class Settings(BaseSettings):
             host = self.host if self.host not in ("0.0.0.0", "::", "") else socket.gethostname()
             if ":" in host and not host.startswith("["):
                 host = f"[{host}]"
-            url = f"{'https' if self.tls_cert_file else 'http'}://{host}:{self.port}"
+            # The certificate alone (no port of its own for HTTPS) makes the one port HTTPS.
+            https = self.tls_cert_file is not None and self.web_service_port_tls is None
+            url = f"{'https' if https else 'http'}://{host}:{self.port}"
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
             raise ValueError(f"advertised_url must be http(s)://host:port, not {self.advertised_url!r}")
@@ -449,9 +492,16 @@ class Settings(BaseSettings):
             raise ValueError("authorization needs authentication (COMPACTOR_AUTHENTICATION_ENABLED=true)")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("TLS needs both COMPACTOR_TLS_CERT_FILE and COMPACTOR_TLS_KEY_FILE")
-        for f in (self.tls_cert_file, self.tls_key_file):
+        for f in (self.tls_cert_file, self.tls_key_file, self.tls_trust_certs_file_path):
             if f is not None and not f.is_file():
                 raise ValueError(f"TLS file {f} does not exist")
+        return self
+
+    @model_validator(mode="after")
+    def _tls_ports(self) -> Settings:
+        # The contexts the listeners will use, built now: a bad file, protocol or cipher is
+        # refused at start, in one line.
+        check_tls_settings(self)
         return self
 
     @property
@@ -463,10 +513,30 @@ class Settings(BaseSettings):
             return None
         if self.advertised_listeners:  # the internal listener's, as Pulsar's broker advertises it
             return self.advertised_listeners[self.internal_listener_name].broker_url
+        return f"pulsar://{self._advertised_host()}:{self.broker_service_port}"
+
+    @property
+    def broker_service_url_tls(self) -> str | None:
+        """``pulsar+ssl://host:port`` of the binary protocol over TLS (the internal listener's
+        with advertised listeners), None when it is off. With port 0, the port bound once the
+        listener has started (``BrokerListener`` records it in ``broker_service_port_tls``)."""
+        if self.broker_service_port_tls is None:
+            return None
+        if self.advertised_listeners:
+            return self.advertised_listeners[self.internal_listener_name].broker_url_tls
+        return f"pulsar+ssl://{self._advertised_host()}:{self.broker_service_port_tls}"
+
+    @property
+    def web_service_url_tls(self) -> str | None:
+        """``https://host:port`` of the REST API: the HTTPS port's, or the one port's when the
+        certificate alone makes it HTTPS; None without TLS."""
+        if self.web_service_port_tls is not None:
+            return f"https://{self._advertised_host()}:{self.web_service_port_tls}"
+        return self.advertised_url if self.advertised_url.startswith("https://") else None
+
+    def _advertised_host(self) -> str:
         host = urlsplit(self.advertised_url).hostname or self.host
-        if ":" in host:
-            host = f"[{host}]"
-        return f"pulsar://{host}:{self.broker_service_port}"
+        return f"[{host}]" if ":" in host else host
 
     def exposure_refusal(self) -> str | None:
         """Why ``serve`` must not start as configured, or None: without authentication the

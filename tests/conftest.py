@@ -19,6 +19,7 @@ from service.compaction import CompactionService
 from service.db import Database
 from service.settings import Settings
 from service.topics import Broker
+from tests.certificates import TlsFiles, make_tls_files
 from tests.server import (
     S3_ENV,
     WAL_ENV,
@@ -220,6 +221,16 @@ def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureSe
     s.start()
     yield SecureServer(s, key)
     s.stop()
+
+
+# ------------------------------------------------------------------ TLS
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    """A throw-away CA, a server certificate for localhost and 127.0.0.1, a client certificate,
+    and a client certificate of another CA (``tests.certificates``)."""
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 # ------------------------------------------------------------------ a real browser

@@ -140,8 +140,11 @@ class ServerProcess:
         self.pulsar_url = f"pulsar://127.0.0.1:{self.broker_port}"
         self.extra_env = dict(env or {})  # a copy: start() records the fresh database in it
         self.unset = unset  # variables of this process's environment the server does not get
-        # With TLS on, https, and trust in the server's own (self-signed) certificate.
+        # With TLS on the one port (a certificate and no HTTPS port of its own), https, and trust
+        # in the server's own (self-signed) certificate.
         cert = self.extra_env.get("COMPACTOR_TLS_CERT_FILE")
+        if "COMPACTOR_WEB_SERVICE_PORT_TLS" in self.extra_env:
+            cert = None  # HTTPS on a port of its own: this URL stays plain HTTP
         self.url = f"{'https' if cert else 'http'}://127.0.0.1:{self.port}"
         self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=cert) if cert else True
         self.proc: subprocess.Popen[bytes] | None = None

@@ -33,6 +33,7 @@ from api.pulsar.framing import (
     command,
     encode,
 )
+from api.tls import peer_certificate
 from service.authorization import Authorizer, Rule
 from service.auto_topics import topic_for_use
 from service.errors import ServiceError
@@ -115,6 +116,10 @@ class PulsarConnection(asyncio.Protocol):
         self._paused = False
         self._task: asyncio.Task[None] | None = None
         self.peer = "?"
+        # The client certificate of a TLS connection, verified in its handshake (``api.tls``);
+        # None on plain TCP or without one. The TLS authentication provider reads it.
+        self.peer_certificate: dict[str, Any] | None = None
+        self.tls = False  # whether the client came over TLS (pulsar+ssl://)
         self._out: list[bytes] = []
         self._flushing = False
 
@@ -125,6 +130,8 @@ class PulsarConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.tls = transport.get_extra_info("sslcontext") is not None
+        self.peer_certificate = peer_certificate(transport)
         self.ctx.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._run())
 

@@ -1,5 +1,9 @@
-"""The TCP listener of Pulsar's binary protocol, started and stopped with the app, in its
-event loop."""
+"""The TCP listeners of Pulsar's binary protocol, plain (``pulsar://``) and over TLS
+(``pulsar+ssl://``, ``COMPACTOR_BROKER_SERVICE_PORT_TLS``, with ``service.tls``'s context),
+started and stopped with the app, in its event loop. Both serve the same connections' commands;
+a TLS connection starts once its handshake is done, and a handshake that fails (no client
+certificate where one is required, one from a CA not trusted, plain TCP on the TLS port) closes
+that connection only."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from service.schemas import SchemaRegistry
 from service.settings import Settings
 from service.subscription_service import SubscriptionService
 from service.tenants import TenantService
+from service.tls import server_context
 from service.tokens import TokenVerifier
 from service.topics import Broker
 
@@ -53,7 +58,9 @@ class ProtocolCollector(Collector):
 
 
 class BrokerListener:
-    """Listens on ``settings.host`` and ``settings.broker_service_port`` (0: not at all)."""
+    """Listens on ``settings.host`` and ``settings.broker_service_port`` (0: not at all), and over
+    TLS on ``settings.broker_service_port_tls`` (None: not at all; 0: a free port, which is then
+    recorded in the settings for lookups to answer)."""
 
     def __init__(
         self,
@@ -85,6 +92,7 @@ class BrokerListener:
             connections=set(),
         )
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self._collector: ProtocolCollector | None = None
 
     @property
@@ -99,31 +107,51 @@ class BrokerListener:
     def service_url(self) -> str:
         return self.ctx.service_url
 
+    @property
+    def service_url_tls(self) -> str | None:
+        """``pulsar+ssl://host:port`` while the TLS port listens, else None."""
+        if self._tls_server is None or not self._tls_server.is_serving():
+            return None
+        return self.settings.broker_service_url_tls
+
     async def start(self) -> None:
-        if not self.enabled:
-            return
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: PulsarConnection(self.ctx, HANDLERS),
-            host=self.settings.host,
-            port=self.settings.broker_service_port,
-            reuse_address=True,
-        )
-        # A lookup answers with the advertised host (as REST's redirects) and this port.
-        self.ctx.service_url = self.settings.broker_service_url or ""
-        log.info("Pulsar's binary protocol on %s", self.ctx.service_url)
-        if self.registry is not None:
+        if self.enabled:
+            self._server = await loop.create_server(
+                lambda: PulsarConnection(self.ctx, HANDLERS),
+                host=self.settings.host,
+                port=self.settings.broker_service_port,
+                reuse_address=True,
+            )
+            # A lookup answers with the advertised host (as REST's redirects) and this port.
+            self.ctx.service_url = self.settings.broker_service_url or ""
+            log.info("Pulsar's binary protocol on %s", self.ctx.service_url)
+        if self.settings.broker_service_port_tls is not None:
+            self._tls_server = await loop.create_server(
+                lambda: PulsarConnection(self.ctx, HANDLERS),
+                host=self.settings.host,
+                port=self.settings.broker_service_port_tls,
+                reuse_address=True,
+                ssl=server_context(self.settings),
+            )
+            if self.settings.broker_service_port_tls == 0:
+                self.settings.broker_service_port_tls = self._tls_server.sockets[0].getsockname()[1]
+            log.info("Pulsar's binary protocol over TLS on %s", self.settings.broker_service_url_tls)
+        if self.registry is not None and (self._server is not None or self._tls_server is not None):
             self._collector = ProtocolCollector(self.ctx)
             self.registry.register(self._collector)
 
     async def stop(self) -> None:
-        if self._server is None:
+        servers = [s for s in (self._server, self._tls_server) if s is not None]
+        if not servers:
             return
         if self._collector is not None and self.registry is not None:
             self.registry.unregister(self._collector)
             self._collector = None
-        self._server.close()
+        for server in servers:
+            server.close()
         for conn in list(self.ctx.connections):
             conn.close("the service is stopping")
-        await self._server.wait_closed()
-        self._server = None
+        for server in servers:
+            await server.wait_closed()
+        self._server = self._tls_server = None

@@ -67,26 +67,31 @@ async def lookup(conn: PulsarConnection, frame: Frame) -> None:
             # The client connects to it and asks again there (Pulsar's Redirect).
             if e.broker_url is None:
                 refused = _no_binary(name)
+            elif conn.tls:  # instances record only their plain URL: no TLS address to send to
+                refused = _no_binary(name, tls=True)
             else:
                 fields = {"response": answer.Redirect, "brokerServiceUrl": e.broker_url}
                 fields["authoritative"] = True
         except ServiceError as e:
             refused = e
         else:
-            if found.broker_url is None:
+            # Both URLs the owner has: the client takes brokerServiceUrlTls when it is on TLS.
+            urls = {"brokerServiceUrl": found.broker_url, "brokerServiceUrlTls": found.broker_url_tls}
+            if not conn.tls and found.broker_url is None:
                 refused = _no_binary(name)
+            elif conn.tls and found.broker_url_tls is None:
+                refused = _no_binary(name, tls=True)
             else:
-                fields = {"response": answer.Connect, "brokerServiceUrl": found.broker_url}
-                fields["authoritative"] = True
-                if found.broker_url_tls is not None:
-                    fields["brokerServiceUrlTls"] = found.broker_url_tls
+                fields = {"response": answer.Connect, "authoritative": True}
+                fields.update({k: v for k, v in urls.items() if v is not None})
     if refused is not None:
         fields = {"response": answer.Failed, "error": server_error(refused), "message": str(refused)}
     conn.send(pb.BaseCommand.LOOKUP_RESPONSE, request_id=req.request_id, **fields)
 
 
-def _no_binary(name: TopicName) -> ProtocolError:
-    return ProtocolError(pb.ServiceNotReady, f"the owner of {name} does not serve Pulsar's binary protocol")
+def _no_binary(name: TopicName, *, tls: bool = False) -> ProtocolError:
+    what = "Pulsar's binary protocol over TLS" if tls else "Pulsar's binary protocol"
+    return ProtocolError(pb.ServiceNotReady, f"the owner of {name} does not serve {what}")
 
 
 async def topics_of_namespace(conn: PulsarConnection, frame: Frame) -> None:

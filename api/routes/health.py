@@ -22,13 +22,15 @@ def health(request: Request, broker: BrokerDep) -> Health:
     # Still 200 when degraded: the service serves what it can, and a restart would not help.
     pulsar = getattr(request.app.state, "pulsar", None)
     url = pulsar.service_url if pulsar is not None and pulsar.listening else None
+    # Where the TLS ports listen (a port of 0 is the one bound): clients and tests find them here.
+    urls = {
+        "brokerServiceUrl": url,
+        "brokerServiceUrlTls": pulsar.service_url_tls if pulsar is not None else None,
+        "webServiceUrlTls": broker.settings.web_service_url_tls,
+    }
     problems = health_problems(broker)
     if problems:
         return Health(
-            status="degraded",
-            reason="; ".join(problems),
-            compaction=compaction,
-            warmingUp=warming,
-            brokerServiceUrl=url,
+            status="degraded", reason="; ".join(problems), compaction=compaction, warmingUp=warming, **urls
         )
-    return Health(status="ok", compaction=compaction, warmingUp=warming, brokerServiceUrl=url)
+    return Health(status="ok", compaction=compaction, warmingUp=warming, **urls)

@@ -2,8 +2,9 @@
 
 ``GET /lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`` answers Pulsar's ``LookupData``:
 ``brokerUrl`` (where the owner serves Pulsar's binary protocol, ``pulsar://host:port``; its
-HTTP(S) URL when it does not listen for the protocol), ``brokerUrlTls`` when it has one,
-``httpUrl`` (its REST URL), ``httpUrlTls`` when that is https, ``nativeUrl`` (``brokerUrl``
+HTTP(S) URL when it does not listen for the protocol), ``brokerUrlTls`` (``pulsar+ssl://``)
+when it serves the protocol over TLS, ``httpUrl`` (its REST URL), ``httpUrlTls`` when it serves
+HTTPS (its TLS port, or the one port made HTTPS), ``nativeUrl`` (``brokerUrl``
 again, the legacy name) and ``brokerUrlSsl`` (empty: Pulsar's broker sends it for older C++
 clients, which fail a lookup without it). A Pulsar client given an ``http://`` service URL
 asks the partitioned metadata (``api.routes.partitions``), then this, then connects to
@@ -62,6 +63,6 @@ async def lookup(
         brokerUrl=broker_url,
         brokerUrlTls=found.broker_url_tls,
         httpUrl=http_url,
-        httpUrlTls=http_url if http_url.startswith("https://") else None,
+        httpUrlTls=found.http_url_tls or (http_url if http_url.startswith("https://") else None),
         nativeUrl=broker_url,
     )
