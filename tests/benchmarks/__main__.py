@@ -21,6 +21,8 @@ Sections (``--only`` takes a comma-separated subset; default all):
 - ``serving``: a real ``compactor serve``: produce, latency, consume, latest-state load.
 - ``wire``: Pulsar's binary protocol through the official ``pulsar-client`` beside REST
   (``tests/benchmarks/wire.py``).
+- ``tls``: TLS's cost: wire and REST produce, consume and latency over the plain ports beside the
+  TLS ports of one server (``tests/benchmarks/wire_tls.py``).
 - ``storage``: ledgers on object storage against local disk (issue 31): a ``compactor serve`` on
   its data dir and one on the S3 bucket of ``.ci/s3`` (``COMPACTOR_TEST_S3_SETTINGS``), the same
   5M/500k workload (quick: 500k/50k) on both: produce, full and +1% rounds, readCompacted and
@@ -79,6 +81,7 @@ SECTIONS = (
     "partitions",
     "serving",
     "wire",
+    "tls",
     "rounds",
     "storage",
     "instances",
@@ -347,6 +350,16 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"wire benchmark failed: {type(e).__name__}: {e}")
+        if "tls" in args.sections:
+            from tests.benchmarks.wire_tls import TlsBench, TlsParams, tls_table
+
+            log("tls: starting `compactor serve` with its TLS ports")
+            try:
+                tparams = TlsParams.quick(runs=args.runs) if args.quick else TlsParams(runs=args.runs)
+                emit(tls_table(TlsBench(work_dir, tparams, log=log).run()), tables, "tls")
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"tls benchmark failed: {type(e).__name__}: {e}")
         if "instances" in args.sections:
             from tests.benchmarks.instances import InstancesBench, InstancesParams, instances_table
 

@@ -71,6 +71,7 @@ BLOCKS = (
     Block("partitions", INCREMENTAL, ("partitions",)),
     Block("serving", SERVING, ("serving",)),
     Block("wire", SERVING, ("wire",)),
+    Block("tls", SERVING, ("tls",)),
     Block("shared", SERVING, ("shared",)),
     Block("scrape", SERVING, ("scrape",)),
     Block("soak", SERVING, ("soak",)),
