@@ -33,6 +33,7 @@ class TlsSettings(Protocol):
     tls_protocols: frozenset[str]
     tls_ciphers: frozenset[str]
 
+
 #: Pulsar's names of the TLS versions this service accepts (older ones are not offered).
 PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
