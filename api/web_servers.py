@@ -106,21 +106,24 @@ class ServerGroup:
         self.should_exit = True
 
     async def serve(self) -> None:
+        """Start the lifespan, serve until SIGINT or SIGTERM, stop every server, then the
+        lifespan. A signal during start-up is acted on once it is done, as uvicorn does."""
         first = self.members[0][0].config
         lifespan = LifespanOn(
             uvicorn.Config(self.app, lifespan="on", log_level=first.log_level, log_config=None)
         )
-        await lifespan.startup()
-        if lifespan.should_exit:
-            sys.exit(STARTUP_FAILURE)
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in _SIGNALS}
         try:
-            await asyncio.gather(*(server.serve(sockets) for server, sockets in self.members))
+            await lifespan.startup()
+            if lifespan.should_exit:
+                sys.exit(STARTUP_FAILURE)
+            try:
+                await asyncio.gather(*(server.serve(sockets) for server, sockets in self.members))
+            finally:
+                await lifespan.shutdown()
         finally:
-            self.should_exit = True  # one server that stops (a port it could not bind) stops all
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            await lifespan.shutdown()
         # As uvicorn: the signal's own behaviour now that everything is shut down.
         for captured in reversed(self._signals):
             signal.raise_signal(captured)
@@ -144,8 +147,9 @@ def serve(app: ASGIApp, settings: Settings, **options: Any) -> None:
         ssl_context_factory=tls,
         **options,
     )
-    sock = secure.bind_socket()
-    settings.web_service_port_tls = sock.getsockname()[1]
-    group = ServerGroup(app, [(plain, None), (secure, [sock])])
+    # Both bound now, before the lifespan starts anything: a port taken stops the start here.
+    plain_socket, secure_socket = plain.bind_socket(), secure.bind_socket()
+    settings.web_service_port_tls = secure_socket.getsockname()[1]
+    group = ServerGroup(app, [(plain, [plain_socket]), (secure, [secure_socket])])
     with asyncio.Runner(loop_factory=plain.get_loop_factory()) as runner:
         runner.run(group.serve())
