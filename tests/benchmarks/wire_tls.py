@@ -13,6 +13,10 @@ Each run measures plain then TLS, a fresh topic each, 100-byte keyed values:
   p50 and p99.
 - REST produce and consume: ``api.client`` ``send_many`` of 1,000 per request, and
   ``batch_receive`` of 1,000 with a cumulative ack per page, over HTTP and HTTPS.
+- server CPU: the server process's user + system time over the unbatched wire produce and its
+  consume, and over the REST produce and consume, per message moved (each message counted once
+  produced and once consumed): TLS's cost less disturbed by other work on the machine than
+  throughput is.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from tests.benchmarks.measure import median, percentile
 from tests.benchmarks.report import Table
 from tests.certificates import TlsFiles, make_tls_files
 from tests.server import ServerProcess, free_port
+
+WIRE_CPU = "server CPU µs a message, wire unbatched produce + consume"
+REST_CPU = "server CPU µs a message, REST produce + consume"
 
 
 @dataclass(frozen=True)
@@ -107,18 +114,33 @@ class TlsBench:
                 self.log(f"tls: run {i + 1} of {self.params.runs}")
                 for ends in transports:
                     topic = self._topic("unbatched")
+                    cpu = self._server_cpu()
                     result.add("wire produce, unbatched", ends.name, self.produce_wire(ends, topic, False))
-                    result.add("wire produce, batched", ends.name, self.produce_wire(ends, None, True))
                     result.add("wire consume", ends.name, self.consume_wire(ends, topic))
+                    result.add(WIRE_CPU, ends.name, self._cpu_per_message(cpu, 2 * self.params.messages))
+                    result.add("wire produce, batched", ends.name, self.produce_wire(ends, None, True))
                     p50, p99 = self.latency_wire(ends)
                     result.add(f"wire latency p50 ms at {self.params.rate:,} msg/s", ends.name, p50)
                     result.add(f"wire latency p99 ms at {self.params.rate:,} msg/s", ends.name, p99)
                     topic = self._topic("rest")
+                    cpu = self._server_cpu()
                     result.add("REST produce", ends.name, self.produce_rest(ends, topic))
                     result.add("REST consume", ends.name, self.consume_rest(ends, topic))
+                    result.add(REST_CPU, ends.name, self._cpu_per_message(cpu, 2 * self.params.messages))
         finally:
             self.server.stop()
         return result
+
+    def _server_cpu(self) -> float:
+        """CPU seconds (user + system) the server's process has used so far."""
+        import psutil
+
+        assert self.server.proc is not None
+        times = psutil.Process(self.server.proc.pid).cpu_times()
+        return float(times.user + times.system)
+
+    def _cpu_per_message(self, since: float, messages: int) -> float:
+        return (self._server_cpu() - since) / messages * 1e6
 
     def _client(self, ends: Endpoints) -> Any:
         import pulsar
@@ -266,7 +288,7 @@ def tls_table(result: TlsResult) -> Table:
             whats.append(what)
     for what in whats:
         plain, tls = (median(result.figures[(what, t)]) for t in ("plain", "TLS"))
-        if "latency" in what:
+        if "latency" in what or "CPU" in what:
             table.add(what, f"{plain:.2f}", f"{tls:.2f}", f"{tls / plain:.2f}x")
         else:
             table.add(what, f"{plain:,.0f} msg/s", f"{tls:,.0f} msg/s", f"{tls / plain:.2f}x")
