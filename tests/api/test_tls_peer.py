@@ -70,7 +70,7 @@ def test_the_binary_protocols_connection_has_the_client_certificate(
             socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost"
         ) as s:
             s.sendall(encode(command(pb.BaseCommand.CONNECT, client_version="t", protocol_version=21)))
-            assert read_frame(s).type == pb.BaseCommand.CONNECTED  # type: ignore[arg-type]
+            assert read_frame(s).type == pb.BaseCommand.CONNECTED
             (conn,) = listener.ctx.connections
             assert conn.tls
             if with_cert:

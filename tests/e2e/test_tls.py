@@ -13,6 +13,7 @@ import ssl
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -45,8 +46,9 @@ class TlsServer:
     def broker_tls_port(self) -> int:
         return int(urlsplit(self.broker_tls).port or 0)
 
-    def https(self, **kwargs: object) -> httpx.Client:
-        return httpx.Client(base_url=self.web_tls, verify=_trusting(self.files), timeout=30, **kwargs)  # type: ignore[arg-type]
+    def https(self) -> httpx.Client:
+        """An HTTPS client of the TLS port, trusting the CA, without a client certificate."""
+        return httpx.Client(base_url=self.web_tls, verify=_trusting(self.files), timeout=30)
 
 
 def _trusting(files: TlsFiles, *, cert: tuple[str, str] | None = None) -> ssl.SSLContext:
@@ -56,9 +58,9 @@ def _trusting(files: TlsFiles, *, cert: tuple[str, str] | None = None) -> ssl.SS
     return context
 
 
-def _start(tmp: object, files: TlsFiles, **env: str) -> TlsServer:
+def _start(data_dir: Path, files: TlsFiles, **env: str) -> TlsServer:
     server = Server(
-        tmp,  # type: ignore[arg-type]
+        data_dir,
         env={
             "COMPACTOR_TLS_CERT_FILE": str(files.server_cert),
             "COMPACTOR_TLS_KEY_FILE": str(files.server_key),
@@ -119,7 +121,7 @@ def _client(url: str, files: TlsFiles, **kwargs: object) -> pulsar.Client:
         # Short: the refusals' tests wait this long for the client to give up.
         operation_timeout_seconds=3,
         connection_timeout_ms=3000,
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
 
 
@@ -221,9 +223,9 @@ def test_the_binary_lookup_answers_both_urls(tls_server: TlsServer) -> None:
     )
     for s in (plain, secure):
         with s:
-            connect(s)  # type: ignore[arg-type]
+            connect(s)
             s.sendall(encode(command(pb.BaseCommand.LOOKUP, topic=topic, request_id=1)))
-            answer = read_frame(s).lookupTopicResponse  # type: ignore[arg-type]
+            answer = read_frame(s).lookupTopicResponse
             assert answer.response == pb.CommandLookupTopicResponse.Connect
             assert answer.brokerServiceUrl == tls_server.server.pulsar_url
             assert answer.brokerServiceUrlTls == tls_server.broker_tls

@@ -22,7 +22,7 @@ def _tls(files: TlsFiles, tmp_path: Path, **more: object) -> Settings:
         data_dir=tmp_path,
         tls_cert_file=files.server_cert,
         tls_key_file=files.server_key,
-        **more,  # type: ignore[arg-type]
+        **more,
     )
 
 
