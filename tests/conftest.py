@@ -29,6 +29,10 @@ from tests.server import (
     s3_settings,
 )
 
+# apache/pulsar-client-python's own test files: run against a configured server by
+# tests/e2e/test_upstream_python_client.py, never collected as this suite's tests.
+collect_ignore = ["upstream"]
+
 
 def local_wal_only(reason: str) -> pytest.MarkDecorator:
     """For a test of the local write-ahead files themselves (skipped with ``--wal=object``)."""
