@@ -1,0 +1,177 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// order is the value of the schema scenario, for Go's JSON and Avro schemas alike.
+type order struct {
+	ID  string `json:"id" avro:"id"`
+	Qty int    `json:"qty" avro:"qty"`
+}
+
+const orderSchema = `{"type": "record", "name": "Order", "namespace": "compactor.e2e",
+  "fields": [{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}]}`
+
+// schemas: a producer with Go's JSON schema and one with its Avro schema, each on a topic of its
+// own, and a consumer with the same schema that decodes what they sent; the schema each topic
+// has afterwards, as REST gives it.
+func schemas(s *session, out *result) error {
+	for _, kind := range []struct {
+		name   string
+		schema func() pulsar.Schema
+	}{
+		{"json", func() pulsar.Schema { return pulsar.NewJSONSchema(orderSchema, nil) }},
+		{"avro", func() pulsar.Schema { return pulsar.NewAvroSchema(orderSchema, nil) }},
+	} {
+		topic := s.topic("schema-" + kind.name)
+		out.set(kind.name+"Topic", topic)
+		// Batching (the default): Go's client writes the schema version into a batch's
+		// metadata, and into an unbatched message's not at all (against Pulsar's broker too).
+		p, err := s.client.CreateProducer(pulsar.ProducerOptions{Topic: topic, Schema: kind.schema()})
+		if err != nil {
+			return fmt.Errorf("%s producer: %w", kind.name, err)
+		}
+		for _, o := range []order{{"o1", 3}, {"o2", 5}} {
+			if _, err := send(p, &pulsar.ProducerMessage{Key: o.ID, Value: o}); err != nil {
+				p.Close()
+				return fmt.Errorf("%s send: %w", kind.name, err)
+			}
+		}
+		p.Close()
+		c, err := s.client.Subscribe(pulsar.ConsumerOptions{
+			Topic:                       topic,
+			SubscriptionName:            "typed",
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+			Schema:                      kind.schema(),
+		})
+		if err != nil {
+			return fmt.Errorf("%s consumer: %w", kind.name, err)
+		}
+		var got []map[string]any
+		for i := 0; i < 2; i++ {
+			m, err := receive(c)
+			if err != nil {
+				c.Close()
+				return err
+			}
+			var o order
+			if err := m.GetSchemaValue(&o); err != nil {
+				c.Close()
+				return fmt.Errorf("%s decode: %w", kind.name, err)
+			}
+			got = append(got, map[string]any{
+				"key":           m.Key(),
+				"id":            o.ID,
+				"qty":           o.Qty,
+				"schemaVersion": hex.EncodeToString(m.SchemaVersion()),
+			})
+			if err := c.Ack(m); err != nil {
+				c.Close()
+				return err
+			}
+		}
+		c.Close()
+		out.set(kind.name, got)
+		status, body, err := s.request(http.MethodGet, "/admin/v2/schemas/"+strings.TrimPrefix(topic, "persistent://")+"/schema", "")
+		if err != nil {
+			return err
+		}
+		var registered map[string]any
+		if status != http.StatusOK || json.Unmarshal([]byte(body), &registered) != nil {
+			return fmt.Errorf("the %s schema over REST: %d %s", kind.name, status, body)
+		}
+		out.set(kind.name+"Registered", registered)
+	}
+	return nil
+}
+
+// partitions: a topic of three partitions (created over REST); the client lists them, a
+// producer routes by key (and a custom router sends "pinned" messages to partition 2), a
+// consumer of the topic receives each message with its partition's topic and index, and the
+// last message ids name every partition.
+func partitions(s *session, out *result) error {
+	topic := s.topic("partitioned")
+	out.set("topic", topic)
+	path := adminPath(topic) + "/partitions"
+	if status, body, err := s.request(http.MethodPut, path, "3"); err != nil || status != http.StatusNoContent {
+		return fmt.Errorf("PUT %s: %d %s %v", path, status, body, err)
+	}
+	names, err := s.client.TopicPartitions(topic)
+	if err != nil {
+		return err
+	}
+	out.set("partitions", names)
+	p, err := s.client.CreateProducer(pulsar.ProducerOptions{
+		Topic:           topic,
+		DisableBatching: true,
+		MessageRouter: func(m *pulsar.ProducerMessage, md pulsar.TopicMetadata) int {
+			if strings.HasPrefix(string(m.Payload), "pinned") {
+				return 2 % int(md.NumPartitions())
+			}
+			return int(hashKey(m.Key) % md.NumPartitions())
+		},
+	})
+	if err != nil {
+		return err
+	}
+	sent := map[string]string{}
+	for i := 0; i < 6; i++ {
+		value := fmt.Sprintf("v%d", i)
+		if i >= 4 {
+			value = fmt.Sprintf("pinned%d", i)
+		}
+		m, err := send(p, &pulsar.ProducerMessage{Key: fmt.Sprintf("key%d", i), Payload: []byte(value)})
+		if err != nil {
+			p.Close()
+			return err
+		}
+		sent[value] = id(m)
+	}
+	p.Close()
+	out.set("sent", sent)
+	c, err := s.subscribe(topic, "s", pulsar.Exclusive)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	received := map[string]map[string]any{}
+	for i := 0; i < len(sent); i++ {
+		m, err := receive(c)
+		if err != nil {
+			out.set("received", received)
+			return err
+		}
+		received[string(m.Payload())] = describe(m)
+		if err := c.Ack(m); err != nil {
+			return err
+		}
+	}
+	out.set("received", received)
+	out.set("extra", nothingMore(c))
+	last, err := c.GetLastMessageIDs()
+	if err != nil {
+		return fmt.Errorf("last message ids: %w", err)
+	}
+	lastIDs := map[string]string{}
+	for _, m := range last {
+		lastIDs[m.Topic()] = id(m)
+	}
+	out.set("last", lastIDs)
+	return nil
+}
+
+// hashKey is a small stable hash of a key (the router's choice must be predictable here).
+func hashKey(key string) uint32 {
+	var h uint32
+	for _, b := range []byte(key) {
+		h = h*31 + uint32(b)
+	}
+	return h
+}
