@@ -2,9 +2,10 @@
 a real ``compactor serve``.
 
 The client is driven by a small Go module, ``tests/go``: one program whose scenarios (produce,
-shared, redelivery, reader, seek, compacted, schema, partitions, lastid) run side by side with
-one client and write what they saw as JSON; the tests here judge it. The module's dependencies
-are pinned by its ``go.mod`` and ``go.sum`` and come through the Go module proxy. The program is
+shared, redelivery, reader, seek, compacted, schema, partitions, lastid, http) run side by
+side and write what they saw as JSON; the tests here judge it. The
+module's dependencies are pinned by its ``go.mod`` and ``go.sum`` and come through the Go module
+proxy. The program is
 built once and cached under a key of the module's files and the Go version
 (``~/.cache/topic-compactor/go-client/<key>``; Go's own caches are in ``~/go`` and
 ``~/.cache/go-build``), so a later run only starts it. Go is found on PATH, else at
@@ -56,6 +57,7 @@ SCENARIOS = (
     "schema",
     "partitions",
     "lastid",
+    "http",
 )
 # Past the program's own limits (150 s for the longest scenario): a program that hangs anyway.
 RUN_TIMEOUT_S = 240
@@ -288,6 +290,15 @@ def test_batch_index_acknowledgements_leave_only_the_members_not_acknowledged(
     assert backlog(shared_server, r["batchedTopic"], "s") == 0
 
 
+def test_a_cumulative_acknowledgement_acknowledges_everything_up_to_its_message(
+    go: GoRun, shared_server: Server
+) -> None:
+    r = go.scenario("redelivery")
+    sent = r["cumulativeSent"]
+    assert ids(r["afterCumulative"]) == sent[3:]
+    assert backlog(shared_server, r["cumulativeTopic"], "s") == 0
+
+
 # ------------------------------------------------------------------ readers, seeks, last ids
 
 
@@ -356,6 +367,8 @@ def test_read_compacted_readers_and_consumers_see_the_latest_value_of_each_key(
     ]
     rest = rest_messages(shared_server, r["topic"], readCompacted="true")
     assert [m["messageId"] for m in rest] == [rest_id(m) for m in r["compactedReader"]]
+    # A TableView over it: the latest value of each key, the deleted key gone.
+    assert r["tableView"] == {"k0": "b0", "k1": "after", "k3": "a3", "k4": "b4"}
 
 
 # ------------------------------------------------------------------ schemas
@@ -398,3 +411,13 @@ def test_a_partitioned_topic_routes_consumes_and_names_each_partition(go: GoRun)
     for i in sorted(sent.values(), key=order):
         last_sent[names[int(i.split(":")[3])]] = order(i)[:3]
     assert {t: order(i)[:3] for t, i in r["last"].items()} == last_sent
+
+
+# ------------------------------------------------------------------ an HTTP service URL
+
+
+def test_a_client_given_the_http_url_looks_topics_up_over_rest_and_works(go: GoRun) -> None:
+    r = go.scenario("http")
+    got = r["received"]
+    assert ids(got) == [r["sent"]]
+    assert [(m["key"], value(m)) for m in got] == [("k", b"over http")]

@@ -34,6 +34,7 @@ var scenarios = map[string]scenario{
 	"schema":     schemas,
 	"partitions": partitions,
 	"lastid":     lastID,
+	"http":       httpURL,
 }
 
 // Seconds a scenario may take from the start of the run (60 unless named here): the compaction

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -256,8 +257,8 @@ func lastID(s *session, out *result) error {
 }
 
 // compacted: keyed messages (batched and not, a tombstone, a keyless one), a compaction over
-// REST, one message after it, then readers with and without readCompacted, and a readCompacted
-// consumer of a durable subscription.
+// REST, one message after it, then readers with and without readCompacted, a readCompacted
+// consumer of a durable subscription, and a TableView.
 func compacted(s *session, out *result) error {
 	topic := s.topic("compacted")
 	out.set("topic", topic)
@@ -345,5 +346,21 @@ func compacted(s *session, out *result) error {
 		return err
 	}
 	out.set("compactedConsumerExtra", nothingMore(c))
+
+	// A TableView: the latest value of each key, built on a readCompacted reader.
+	tv, err := s.client.CreateTableView(pulsar.TableViewOptions{
+		Topic:           topic,
+		Schema:          pulsar.NewStringSchema(nil),
+		SchemaValueType: reflect.TypeOf(new(string)),
+	})
+	if err != nil {
+		return fmt.Errorf("table view: %w", err)
+	}
+	defer tv.Close()
+	table := map[string]string{}
+	for k, v := range tv.Entries() {
+		table[k] = *(v.(*string))
+	}
+	out.set("tableView", table)
 	return nil
 }

@@ -322,5 +322,50 @@ func redelivery(s *session, out *result) error {
 	}
 	out.set("batchRedelivered", rest)
 	out.set("batchExtra", nothingMore(bc))
+	return cumulative(s, out)
+}
+
+// cumulative: a consumer acknowledges the first three of five messages with one cumulative
+// acknowledgement and leaves; the next consumer gets the last two.
+func cumulative(s *session, out *result) error {
+	topic := s.topic("cumulative")
+	out.set("cumulativeTopic", topic)
+	p, err := s.unbatched(topic)
+	if err != nil {
+		return err
+	}
+	var sent []string
+	for i := 0; i < 5; i++ {
+		m, err := send(p, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("c%d", i))})
+		if err != nil {
+			p.Close()
+			return err
+		}
+		sent = append(sent, id(m))
+	}
+	p.Close()
+	out.set("cumulativeSent", sent)
+	c, err := s.subscribe(topic, "s", pulsar.Exclusive)
+	if err != nil {
+		return err
+	}
+	var third pulsar.Message
+	for i := 0; i < 3; i++ {
+		if third, err = receive(c); err != nil {
+			c.Close()
+			return err
+		}
+	}
+	if err := c.AckCumulative(third); err != nil {
+		c.Close()
+		return err
+	}
+	c.Close()
+	c, err = s.subscribe(topic, "s", pulsar.Exclusive)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	out.set("afterCumulative", drain(c))
 	return nil
 }

@@ -175,3 +175,36 @@ func hashKey(key string) uint32 {
 	}
 	return h
 }
+
+// httpURL: a client given the service's HTTP URL instead of the binary protocol's finds the
+// topic through Pulsar's lookup REST paths, then produces and consumes over the binary protocol.
+func httpURL(s *session, out *result) error {
+	client, err := newClient(s.httpURL)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	topic := s.topic("http")
+	out.set("topic", topic)
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		return err
+	}
+	m, err := send(p, &pulsar.ProducerMessage{Key: "k", Payload: []byte("over http")})
+	p.Close()
+	if err != nil {
+		return err
+	}
+	out.set("sent", id(m))
+	c, err := client.Subscribe(pulsar.ConsumerOptions{
+		Topic:                       topic,
+		SubscriptionName:            "s",
+		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	out.set("received", drain(c))
+	return nil
+}
