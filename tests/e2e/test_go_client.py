@@ -2,11 +2,10 @@
 a real ``compactor serve``.
 
 The client is driven by a small Go module, ``tests/go``: one program whose scenarios (produce,
-shared, redelivery, reader, seek, compacted, schema, partitions, lastid, http) run side by
-side and write what they saw as JSON; the tests here judge it. The
-module's dependencies are pinned by its ``go.mod`` and ``go.sum`` and come through the Go module
-proxy. The program is
-built once and cached under a key of the module's files and the Go version
+shared, redelivery, reader, seek, compacted, compression, schema, partitions, lastid, http) run
+side by side and write what they saw as JSON; the tests here judge it. The module's
+dependencies are pinned by its ``go.mod`` and ``go.sum`` and come through the Go module proxy.
+The program is built once and cached under a key of the module's files and the Go version
 (``~/.cache/topic-compactor/go-client/<key>``; Go's own caches are in ``~/go`` and
 ``~/.cache/go-build``), so a later run only starts it. Go is found on PATH, else at
 ``/usr/local/go/bin/go`` (where Go's own installer puts it); without Go the tests are skipped,
@@ -16,7 +15,8 @@ What the Go client does differently from the Java and C++ clients, against Pulsa
 against this service, and the tests take as given: ids of unbatched messages carry batch index 0
 (``L:E:0``); a consumer's ``Seek(id)`` hands over the messages after that id (the service sends
 from the id on, as Pulsar's broker does, and the client drops the one it sought to); an
-unbatched producer writes no schema version into its messages; and an unbatched message with
+unbatched producer writes no schema version into its messages; the ids ``GetLastMessageIDs``
+gives carry no partition; and an unbatched message with
 neither payload nor properties is dropped as corrupt (apache/pulsar-client-go#1482, after
 0.19.0), so the tombstone below has a property.
 """
@@ -58,6 +58,7 @@ SCENARIOS = (
     "partitions",
     "lastid",
     "http",
+    "compression",
 )
 # Past the program's own limits (150 s for the longest scenario): a program that hangs anyway.
 RUN_TIMEOUT_S = 240
@@ -369,6 +370,20 @@ def test_read_compacted_readers_and_consumers_see_the_latest_value_of_each_key(
     assert [m["messageId"] for m in rest] == [rest_id(m) for m in r["compactedReader"]]
     # A TableView over it: the latest value of each key, the deleted key gone.
     assert r["tableView"] == {"k0": "b0", "k1": "after", "k3": "a3", "k4": "b4"}
+
+
+def test_batches_compressed_by_the_go_codecs_are_read_and_compacted(go: GoRun, shared_server: Server) -> None:
+    r = go.scenario("compression")
+    sent = r["sent"]  # LZ4, ZLIB and ZSTD batches, then an LZ4-compressed unbatched message
+    assert [(m["id"], m["key"], value(m)) for m in r["fullReader"]] == [
+        (m["id"], m["key"], value(m)) for m in sent
+    ]
+    latest = {m["key"]: m for m in sent}
+    expected = sorted(latest.values(), key=lambda m: order(m["id"]))
+    assert [(m["id"], value(m)) for m in r["compactedReader"]] == [(m["id"], value(m)) for m in expected]
+    assert [value(m).split(b"-")[0] for m in expected] == [b"lz4", b"zlib", b"zlib", b"zstd", b"single"]
+    rest = rest_messages(shared_server, r["topic"], readCompacted="true")
+    assert [base64.b64decode(str(m["value"])) for m in rest] == [value(m) for m in expected]
 
 
 # ------------------------------------------------------------------ schemas

@@ -25,21 +25,22 @@ import (
 type scenario func(s *session, out *result) error
 
 var scenarios = map[string]scenario{
-	"produce":    produce,
-	"shared":     shared,
-	"redelivery": redelivery,
-	"reader":     reader,
-	"compacted":  compacted,
-	"seek":       seek,
-	"schema":     schemas,
-	"partitions": partitions,
-	"lastid":     lastID,
-	"http":       httpURL,
+	"produce":     produce,
+	"shared":      shared,
+	"redelivery":  redelivery,
+	"reader":      reader,
+	"compacted":   compacted,
+	"seek":        seek,
+	"schema":      schemas,
+	"partitions":  partitions,
+	"lastid":      lastID,
+	"http":        httpURL,
+	"compression": compression,
 }
 
 // Seconds a scenario may take from the start of the run (60 unless named here): the compaction
 // waits for a Spark job.
-var timeouts = map[string]time.Duration{"compacted": 150 * time.Second}
+var timeouts = map[string]time.Duration{"compacted": 150 * time.Second, "compression": 150 * time.Second}
 
 // A result is a scenario's JSON object, safe to write from its goroutine while main reads it.
 type result struct {
