@@ -2,11 +2,11 @@
 a real ``compactor serve``.
 
 The client is driven by a small Go module, ``tests/go``: one program whose scenarios (produce,
-shared, redelivery, reader, seek, compacted, compression, schema, partitions, lastid, http) run
-side by side and write what they saw as JSON; the tests here judge it. The module's
-dependencies are pinned by its ``go.mod`` and ``go.sum`` and come through the Go module proxy.
-The program is built once and cached under a key of the module's files and the Go version
-(``~/.cache/topic-compactor/go-client/<key>``; Go's own caches are in ``~/go`` and
+shared, keyshared, failover, redelivery, reader, seek, compacted, compression, schema,
+partitions, lastid, http) run side by side and write what they saw as JSON; the tests here judge
+it. The module's dependencies are pinned by its ``go.mod`` and ``go.sum`` and come through the
+Go module proxy. The program is built once and cached under a key of the module's files and the
+Go version (``~/.cache/topic-compactor/go-client/<key>``; Go's own caches are in ``~/go`` and
 ``~/.cache/go-build``), so a later run only starts it. Go is found on PATH, else at
 ``/usr/local/go/bin/go`` (where Go's own installer puts it); without Go the tests are skipped,
 saying so.
@@ -50,6 +50,8 @@ BINARY = "goclient"
 SCENARIOS = (
     "produce",
     "shared",
+    "keyshared",
+    "failover",
     "redelivery",
     "reader",
     "seek",
@@ -260,6 +262,30 @@ def test_a_shared_subscription_gives_each_message_to_one_of_its_consumers(
     assert got["first"] and got["second"]  # both consumers had work
     assert "firstExtra" not in got and "secondExtra" not in got
     assert backlog(shared_server, r["topic"], "workers") == 0
+
+
+def test_a_key_shared_subscription_gives_each_key_to_one_consumer_in_order(go: GoRun) -> None:
+    r = go.scenario("keyshared")
+    got = r["received"]
+    assert sorted(int(value(m)) for ms in got.values() for m in ms) == list(range(20))
+    owners: dict[str, set[str]] = {}
+    for who, ms in got.items():
+        for m in ms:
+            owners.setdefault(m["key"], set()).add(who)
+        for key in {m["key"] for m in ms}:  # each key's messages in the order sent
+            mine = [int(value(m)) for m in ms if m["key"] == key]
+            assert mine == sorted(mine)
+    assert all(len(who) == 1 for who in owners.values()), owners
+    assert len(owners) == 4
+
+
+def test_a_failover_subscription_has_one_active_consumer_and_the_other_takes_over(go: GoRun) -> None:
+    r = go.scenario("failover")
+    active = r["active"]
+    standby = "second" if active == "first" else "first"
+    assert [value(m) for m in r["before"][active]] == [b"before0", b"before1", b"before2"]
+    assert r["before"][standby] == []
+    assert [value(m) for m in r["after"][standby]] == [b"after0", b"after1", b"after2"]
 
 
 def test_what_was_not_acknowledged_is_redelivered_after_a_reconnection_and_a_nack(

@@ -27,6 +27,8 @@ type scenario func(s *session, out *result) error
 var scenarios = map[string]scenario{
 	"produce":     produce,
 	"shared":      shared,
+	"keyshared":   keyShared,
+	"failover":    failover,
 	"redelivery":  redelivery,
 	"reader":      reader,
 	"compacted":   compacted,
