@@ -6,7 +6,7 @@ VENV ?= .venv
 # install compiles ledger/_batch_codec.c into ledger/ once, when it installs).
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml setup.py ledger/_batch_codec.c | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-postgres lint docs bench bench-quick install java maven proto
+.PHONY: run test test-postgres lint docs bench bench-quick install java maven go proto
 
 # Spark needs Java 17 or 21: found, else installed (root on Debian/Ubuntu), else named in one
 # line -- before anything else, so a fresh machine does not fail later in every compaction.
@@ -16,6 +16,11 @@ java:
 # The Java client's tests build a Maven project: Maven and a JDK, installed when missing (root on Debian).
 maven:
 	@.ci/maven
+
+# The Go client's tests build a Go module (tests/go) through the Go module proxy: Go 1.24 or
+# newer, installed when missing (root on Debian).
+go:
+	@.ci/go
 
 $(STAMP): pyproject.toml setup.py ledger/_batch_codec.c | java
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +35,11 @@ install: $(STAMP)
 run: java $(STAMP)
 	$(VENV)/bin/compactor serve
 
-test: java maven $(STAMP)
+test: java maven go $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The suite with PostgreSQL as the metadata store (installs and starts a local server).
-test-postgres: java maven $(STAMP)
+test-postgres: java maven go $(STAMP)
 	COMPACTOR_TEST_POSTGRES_URL="$$(.ci/postgres)" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -28,6 +28,11 @@ class WireReader(WireSubscriber):
     ) -> None:
         super().__init__(conn, consumer_id, topic, subscription, read_compacted)
         self.position = start
+        # Pulsar's non-durable cursor: its mark-delete position moves with the reader's
+        # acknowledgements (the clients acknowledge what they read), not with what was sent
+        # ahead; GET_LAST_MESSAGE_ID reports it, and Go's Reader.HasNext after a seek by time
+        # compares the last message with it.
+        self.mark = before(start)
         self._seeks = 0  # a read that began before a seek must not move the position after it
 
     async def _fetch(self, limit: int) -> Page:
@@ -69,7 +74,10 @@ class WireReader(WireSubscriber):
     async def ack(
         self, ids: list[Position], *, cumulative: bool, batches: list[tuple[Position, int]]
     ) -> None:
-        return None  # a non-durable cursor keeps no acknowledgements
+        # Nothing is stored; a reader reads in order, so the furthest entry acknowledged is
+        # where its mark-delete position is.
+        if ids and (furthest := max(ids)) > self.mark:
+            self.mark = furthest
 
     async def redeliver(self, ids: list[Position]) -> None:
         return None  # a reader reads on; nothing is pending on the broker's side
@@ -78,9 +86,10 @@ class WireReader(WireSubscriber):
         target = await self.conn.call(reader_target, self.conn, self.topic, message_id, publish_time)
         self._seeks += 1
         self.position = target
+        self.mark = before(target)
 
     async def mark_delete(self) -> Position:
-        return before(self.position)
+        return self.mark
 
 
 def reader_target(
