@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from api.pulsar.commands import HANDLERS
 from api.pulsar.connection import BrokerContext, PulsarConnection
+from service.authentication import Authentication
 from service.authorization import Authorizer
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
@@ -20,7 +21,6 @@ from service.schemas import SchemaRegistry
 from service.settings import Settings
 from service.subscription_service import SubscriptionService
 from service.tenants import TenantService
-from service.tokens import TokenVerifier
 from service.topics import Broker
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class BrokerListener:
         subscriptions: SubscriptionService,
         tenants: TenantService,
         authorizer: Authorizer | None,
-        verifier: TokenVerifier | None,
+        authentication: Authentication | None,
         policies: PolicyStore,
         schemas: SchemaRegistry,
         partitioned: PartitionedTopics,
@@ -77,7 +77,7 @@ class BrokerListener:
             subscriptions=subscriptions,
             tenants=tenants,
             authorizer=authorizer,
-            verifier=verifier,
+            authentication=authentication,
             policies=policies,
             schemas=schemas,
             partitioned=partitioned,
