@@ -77,6 +77,15 @@ def _pem(directory: Path, name: str, cert: x509.Certificate, key: Any) -> tuple[
     return cert_file, key_file
 
 
+#: A client certificate's subject as a deployment's would be (the role: its CN).
+HTTPS_CLIENT = x509.Name(
+    [
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Acme"),
+        x509.NameAttribute(NameOID.COMMON_NAME, "https-client"),
+    ]
+)
+
+
 def peer_certificate_of(tmp_path: Path, client_subject: x509.Name) -> dict[str, Any]:
     """What ``getpeercert()`` gives the server after a handshake in which a client presented a
     certificate with ``client_subject``, issued by the CA the server trusts (the handshake runs
