@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from service.errors import Unauthenticated
+
+if TYPE_CHECKING:
+    from service.tokens import TokenVerifier
 
 #: The providers, by the names an operator may give (broker.conf's class names carry over).
 _JAVA = "org.apache.pulsar.broker.authentication.AuthenticationProvider"
@@ -83,13 +86,13 @@ class TokenProvider:
 
     method = "token"
 
-    def __init__(self, verifier: Any) -> None:
+    def __init__(self, verifier: TokenVerifier) -> None:
         self.verifier = verifier
 
     def role(self, data: str) -> str:
         if not data:
             raise Unauthenticated("no token: send the token as the credentials of the token method")
-        return str(self.verifier.role(data))
+        return self.verifier.role(data)
 
 
 def common_name(certificate: Mapping[str, Any] | None) -> str | None:
@@ -127,8 +130,8 @@ class Authentication:
     def __init__(
         self,
         *,
-        token: Any | None = None,
-        basic: Any | None = None,
+        token: TokenVerifier | None = None,
+        basic: Provider | None = None,
         tls: bool = False,
         anonymous_role: str | None = None,
     ) -> None:
