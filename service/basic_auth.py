@@ -88,9 +88,10 @@ class Entry:
     scheme: str | None
 
 
-def parse(text: str) -> dict[str, Entry]:
+def parse(text: str, *, warn: bool = True) -> dict[str, Entry]:
     """The users of an htpasswd text; ``ValueError`` naming the line for one that is not
-    ``user:hash`` (blank lines are skipped; a later line of a user replaces an earlier one)."""
+    ``user:hash`` (blank lines are skipped; a later line of a user replaces an earlier one).
+    ``warn``: log each user whose hash no password matches."""
     users: dict[str, Entry] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -100,7 +101,7 @@ def parse(text: str) -> dict[str, Entry]:
             raise ValueError(f"line {number} of the basic auth conf is not user:hash")
         user, hashed = parts
         scheme = _scheme(hashed)
-        if scheme is None:
+        if scheme is None and warn:
             log.warning(
                 "basic auth: user %r has a hash no password matches: use crypt (htpasswd -d) or "
                 "$apr1$ (htpasswd -m), the formats Pulsar's AuthenticationProviderBasic checks",
@@ -116,14 +117,14 @@ def _scheme(hashed: str) -> str | None:
     return "des" if _DES.match(hashed) else None
 
 
-def load(value: str) -> dict[str, Entry]:
+def load(value: str, *, warn: bool = True) -> dict[str, Entry]:
     """The users of the file the setting names (``ValueError`` with a reason)."""
     data = read_conf(value)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("the basic auth conf is not UTF-8 text") from None
-    return parse(text)
+    return parse(text, warn=warn)
 
 
 def split_credentials(data: str) -> tuple[str, str]:

@@ -496,7 +496,7 @@ class Settings(BaseSettings):
             from service.basic_auth import load
 
             try:
-                load(self.basic_auth_conf)
+                load(self.basic_auth_conf, warn=False)  # the service warns once, when it loads the file
             except ValueError as e:
                 raise ValueError(f"basic_auth_conf: {e}") from None
 
