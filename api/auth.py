@@ -26,6 +26,7 @@ from service.errors import Unauthenticated
 #: The header Pulsar's clients name their method in (``AuthenticationFilter.PULSAR_AUTH_METHOD_NAME``).
 METHOD_HEADER = "x-pulsar-auth-method-name"
 _SCHEMES = {"bearer": "token", "basic": "basic"}
+_FORMS = {"token": "'Bearer <token>'", "basic": "'Basic <base64 of user:password>'"}
 _HOW = {
     "token": "Authorization: Bearer <token>",
     "basic": "Authorization: Basic <base64 of user:password>",
@@ -76,7 +77,16 @@ def authenticate(request: Request) -> str:
     """The role of the request's credentials; ``Unauthenticated`` (401) with the reason otherwise."""
     chain: Authentication = request.app.state.authentication
     creds = credentials(request, chain)
-    if creds.method == NO_METHOD and chain.anonymous_role is None:
+    if (
+        chain.anonymous_role is None
+        and not chain.serves(creds.method)
+        and METHOD_HEADER not in request.headers
+    ):
+        # REST's own words for what to send (a method named in Pulsar's header gets Pulsar's
+        # reason from the chain, as the wire does).
+        forms = " or ".join(_FORMS[m] for m in chain.methods if m in _FORMS)
+        if "authorization" in request.headers and forms:
+            raise Unauthenticated(f"the Authorization header must be {forms}")
         ways = " or ".join(_HOW[m] for m in chain.methods)
         raise Unauthenticated(f"authentication required: send {ways}")
     role = chain.role(creds)

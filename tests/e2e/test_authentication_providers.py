@@ -253,8 +253,13 @@ def test_strict_server_refuses_no_credentials_and_guards_metrics(strict_server: 
     assert httpx.get(f"{s.url}/metrics", headers=s.bearer("someone")).status_code == 200
     r = httpx.get(f"{s.url}/admin/v2/tenants", headers={"Authorization": "Digest abc"})
     assert r.status_code == 401
+    assert r.json()["reason"] == (
+        "the Authorization header must be 'Bearer <token>' or 'Basic <base64 of user:password>'"
+    )
+    r = httpx.get(f"{s.url}/admin/v2/tenants", headers={"X-Pulsar-Auth-Method-Name": "sasl"})
+    assert r.status_code == 401
     assert (
-        "No anonymous role, and no authentication provider configured for auth method 'digest'"
+        "No anonymous role, and no authentication provider configured for auth method 'sasl'"
         in (r.json()["reason"])
     )
 
