@@ -38,7 +38,9 @@ from api.routes import (
     topics,
 )
 from migrations import upgrade
+from service.authentication import Authentication
 from service.authorization import Authorizer
+from service.basic_auth import BasicAuthenticator
 from service.compaction import CompactionService
 from service.db import Database
 from service.engine import SparkEngine
@@ -150,7 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             subscriptions=subs,
             tenants=tenant_service,
             authorizer=app.state.authorizer,
-            verifier=app.state.token_verifier,
+            authentication=app.state.authentication,
             policies=policy_store,
             schemas=schema_registry,
             partitioned=partitioned,
@@ -175,7 +177,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.state.settings = settings
     app.state.authorizer = None
-    app.state.token_verifier = token_verifier(settings) if settings.authentication_enabled else None
+    app.state.authentication = authentication_chain(settings)
     app.state.metrics = service_metrics
     app.state.pulsar = None
 
@@ -208,14 +210,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         secured=settings.authentication_enabled,
         metrics_open=not settings.authenticate_metrics_endpoint,
         max_partitions=settings.max_partitions_per_topic,
+        methods=settings.authentication_providers,
+        anonymous=settings.anonymous_user_role is not None,
     )
     return app
 
 
-def token_verifier(settings: Settings) -> TokenVerifier:
-    return TokenVerifier(
-        secret_key=read_key(settings.token_secret_key) if settings.token_secret_key else None,
-        public_key=read_key(settings.token_public_key) if settings.token_public_key else None,
-        claim=settings.token_auth_claim,
-        cache_size=settings.token_cache_size,
+def authentication_chain(settings: Settings) -> Authentication | None:
+    """The providers ``settings`` configure, and the anonymous role; None with authentication off."""
+    if not settings.authentication_enabled:
+        return None
+    providers = settings.authentication_providers
+    token = basic = None
+    if "token" in providers:
+        token = TokenVerifier(
+            secret_key=read_key(settings.token_secret_key) if settings.token_secret_key else None,
+            public_key=read_key(settings.token_public_key) if settings.token_public_key else None,
+            claim=settings.token_auth_claim,
+            cache_size=settings.token_cache_size,
+        )
+    if "basic" in providers:
+        assert settings.basic_auth_conf is not None  # the settings' own check
+        basic = BasicAuthenticator.from_conf(settings.basic_auth_conf)
+    return Authentication(
+        token=token, basic=basic, tls="tls" in providers, anonymous_role=settings.anonymous_user_role
     )

@@ -64,8 +64,8 @@ def _describe(errors: list[dict]) -> str:  # type: ignore[type-arg]
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
-    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return _error_response(exc)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return _error_response(exc, challenge=_challenge(request))
 
     @app.exception_handler(NotOwner)
     async def _not_owner(request: Request, exc: NotOwner) -> JSONResponse:
@@ -114,14 +114,25 @@ def _allowed(request: Request) -> list[str]:
     return sorted(set().union(*(m for n, m in matched if n == fewest)))
 
 
-def _error_response(exc: ServiceError) -> JSONResponse:
+def _challenge(request: Request) -> str:
+    """The schemes a 401 names (RFC 7235): those of the providers served, the token's first."""
+    chain = getattr(request.app.state, "authentication", None)
+    methods = chain.methods if chain is not None else ("token",)
+    schemes = [_SCHEMES[m] for m in methods if m in _SCHEMES] or ["Bearer"]
+    return ", ".join(f'{scheme} realm="compactor"' for scheme in schemes)
+
+
+_SCHEMES = {"token": "Bearer", "basic": "Basic"}
+
+
+def _error_response(exc: ServiceError, *, challenge: str = 'Bearer realm="compactor"') -> JSONResponse:
     status = _status(exc)
     headers: dict[str, str] | None = None
     if isinstance(exc, Unavailable):
         headers = {"Retry-After": str(exc.retry_after)}
     elif status == 401:
-        # RFC 6750: a 401 names the scheme the client should use.
-        headers = {"WWW-Authenticate": 'Bearer realm="compactor"'}
+        # RFC 6750 / 7235: a 401 names the schemes the client may use.
+        headers = {"WWW-Authenticate": challenge}
     return JSONResponse({"reason": exc.reason}, status_code=status, headers=headers)
 
 

@@ -16,6 +16,7 @@ what this service adds around them, so it is completed here, in one place:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -160,16 +161,36 @@ COLUMNS_PAGE: dict[str, Any] = {
 }
 
 
+#: The security scheme of each authentication provider (``service.authentication``).
+_SECURITY_SCHEMES: dict[str, tuple[str, dict[str, str]]] = {
+    "token": ("bearerAuth", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}),
+    "basic": ("basicAuth", {"type": "http", "scheme": "basic"}),
+    "tls": ("clientCertificate", {"type": "mutualTLS"}),
+}
+#: The schemes a 401's ``WWW-Authenticate`` names (a client certificate has none).
+_CHALLENGES = {"token": "Bearer", "basic": "Basic"}
+
+
 def install_openapi(
-    app: FastAPI, *, secured: bool, metrics_open: bool = True, max_partitions: int = 256
+    app: FastAPI,
+    *,
+    secured: bool,
+    metrics_open: bool = True,
+    max_partitions: int = 256,
+    methods: Sequence[str] = ("token",),
+    anonymous: bool = False,
 ) -> None:
-    """Serve the completed document (built once, on first request, as FastAPI's)."""
+    """Serve the completed document (built once, on first request, as FastAPI's). ``methods``
+    are the authentication providers served (each a security scheme); with ``anonymous`` a
+    request without credentials is one of the alternatives too."""
     open_paths = OPEN_PATHS | {"/metrics"} if metrics_open else OPEN_PATHS
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
-            app.openapi_schema = complete(doc, secured=secured, open_paths=open_paths)
+            app.openapi_schema = complete(
+                doc, secured=secured, open_paths=open_paths, methods=methods, anonymous=anonymous
+            )
             _partition_bounds(app.openapi_schema, max_partitions)
         return app.openapi_schema
 
@@ -177,7 +198,12 @@ def install_openapi(
 
 
 def complete(
-    doc: dict[str, Any], *, secured: bool, open_paths: frozenset[str] = OPEN_PATHS
+    doc: dict[str, Any],
+    *,
+    secured: bool,
+    open_paths: frozenset[str] = OPEN_PATHS,
+    methods: Sequence[str] = ("token",),
+    anonymous: bool = False,
 ) -> dict[str, Any]:
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     _hoist_defs(doc, schemas)
@@ -199,15 +225,35 @@ def complete(
     if secured:
         schemas_root = doc["components"]
         schemas_root["securitySchemes"] = {
-            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+            name: scheme for method, (name, scheme) in _SECURITY_SCHEMES.items() if method in methods
         }
+    security: list[dict[str, list[str]]] = [
+        {_SECURITY_SCHEMES[m][0]: []} for m in methods if m in _SECURITY_SCHEMES
+    ]
+    if anonymous:
+        security.append({})  # no credentials: the anonymous role
     for path, item in doc.get("paths", {}).items():
         for method, op in item.items():
-            _complete_operation(path, method.upper(), op, secured=secured and path not in open_paths)
+            _complete_operation(
+                path,
+                method.upper(),
+                op,
+                secured=secured and path not in open_paths,
+                security=security,
+                challenge=", ".join(_CHALLENGES[m] for m in methods if m in _CHALLENGES),
+            )
     return doc
 
 
-def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: bool) -> None:
+def _complete_operation(
+    path: str,
+    method: str,
+    op: dict[str, Any],
+    *,
+    secured: bool,
+    security: list[dict[str, list[str]]] | None = None,
+    challenge: str = "Bearer",
+) -> None:
     for param in op.get("parameters", ()):
         if param.get("in") == "path" and param["name"] in _NAME_LIMITS:
             param["schema"] = {**param.get("schema", {}), "type": "string", **_NAME_LIMITS[param["name"]]}
@@ -223,7 +269,7 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: 
         statuses.add(422)
     if secured:
         statuses |= {401, 403}
-        op["security"] = [{"bearerAuth": []}]
+        op["security"] = security if security is not None else [{"bearerAuth": []}]
     if "{topic}" in path and not path.startswith("/dashboard/topics/"):
         statuses.add(503)
         if not path.startswith("/lookup/"):  # a lookup answers the owner instead
@@ -236,7 +282,7 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], *, secured: 
         }
         if status == 401:
             responses["401"]["headers"] = {
-                "WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}
+                "WWW-Authenticate": {"schema": {"type": "string"}, "description": challenge or "Bearer"}
             }
     for code in ("500", "503"):
         declared = responses.get(code)

@@ -249,7 +249,20 @@ class Settings(BaseSettings):
 
     # Security, as Pulsar's broker.conf names it (authenticationEnabled, tokenSecretKey, ...).
     authentication_enabled: bool = Field(
-        default=False, description="Require a token (Authorization: Bearer) on every route but /health."
+        default=False, description="Require credentials on every route but /health (and on the wire)."
+    )
+    authentication_providers: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("token",),
+        description="Comma list of token, basic, tls (or Pulsar's AuthenticationProvider* class names).",
+    )
+    basic_auth_conf: str | None = Field(
+        default=None,
+        description="The basic provider's htpasswd file: a path, file:///path, data:;base64,... or base64 "
+        "(Pulsar's basicAuthConf / pulsar.auth.basic.conf).",
+    )
+    anonymous_user_role: str | None = Field(
+        default=None,
+        description="The role of a client that sends no credentials (Pulsar's anonymousUserRole).",
     )
     authorization_enabled: bool = Field(
         default=False, description="Check the role's permissions (needs authentication)."
@@ -377,6 +390,20 @@ class Settings(BaseSettings):
             return frozenset(r.strip() for r in v.split(",") if r.strip())
         return v
 
+    @field_validator("authentication_providers", mode="before")
+    @classmethod
+    def _providers(cls, v: object) -> object:
+        from service.authentication import parse_providers
+
+        if isinstance(v, str | list | tuple):
+            return parse_providers(v)
+        return v
+
+    @field_validator("anonymous_user_role", "basic_auth_conf")
+    @classmethod
+    def _blank_is_unset(cls, v: str | None) -> str | None:
+        return v.strip() or None if v is not None else None
+
     @field_validator("advertised_listeners", mode="before")
     @classmethod
     def _listeners(cls, v: object) -> object:
@@ -474,9 +501,27 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _security(self) -> Settings:
         if self.authentication_enabled:
+            self._check_providers()
+        if self.authorization_enabled and not self.authentication_enabled:
+            raise ValueError("authorization needs authentication (COMPACTOR_AUTHENTICATION_ENABLED=true)")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("TLS needs both COMPACTOR_TLS_CERT_FILE and COMPACTOR_TLS_KEY_FILE")
+        for f in (self.tls_cert_file, self.tls_key_file, self.tls_trust_certs_file_path):
+            if f is not None and not f.is_file():
+                raise ValueError(f"TLS file {f} does not exist")
+        return self
+
+    def _check_providers(self) -> None:
+        """Each configured provider has what it needs (read now: a bad key or file stops
+        ``serve`` before it starts)."""
+        providers = self.authentication_providers
+        if not providers:
+            raise ValueError("authentication needs at least one of COMPACTOR_AUTHENTICATION_PROVIDERS")
+        if "token" in providers:
             if not (self.token_secret_key or self.token_public_key):
                 raise ValueError(
-                    "authentication needs COMPACTOR_TOKEN_SECRET_KEY or COMPACTOR_TOKEN_PUBLIC_KEY"
+                    "authentication needs COMPACTOR_TOKEN_SECRET_KEY or COMPACTOR_TOKEN_PUBLIC_KEY for the "
+                    "token provider (or leave token out of COMPACTOR_AUTHENTICATION_PROVIDERS)"
                 )
             # Imported here: the JWT and cryptography libraries load only where tokens are used.
             from service.tokens import read_key
@@ -488,14 +533,24 @@ class Settings(BaseSettings):
                         read_key(value)
                     except ValueError as e:
                         raise ValueError(f"{name}: {e}") from None
-        if self.authorization_enabled and not self.authentication_enabled:
-            raise ValueError("authorization needs authentication (COMPACTOR_AUTHENTICATION_ENABLED=true)")
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("TLS needs both COMPACTOR_TLS_CERT_FILE and COMPACTOR_TLS_KEY_FILE")
-        for f in (self.tls_cert_file, self.tls_key_file, self.tls_trust_certs_file_path):
-            if f is not None and not f.is_file():
-                raise ValueError(f"TLS file {f} does not exist")
-        return self
+        if "basic" in providers:
+            if self.basic_auth_conf is None:
+                raise ValueError("the basic provider needs COMPACTOR_BASIC_AUTH_CONF (an htpasswd file)")
+            from service.basic_auth import load
+
+            try:
+                load(self.basic_auth_conf, warn=False)  # the service warns once, when it loads the file
+            except ValueError as e:
+                raise ValueError(f"basic_auth_conf: {e}") from None
+
+    @property
+    def open_to_anyone(self) -> bool:
+        """Whether a client without credentials may do everything: authentication off, or an
+        anonymous role that authorization does not bound (off, or the role a superuser)."""
+        if not self.authentication_enabled:
+            return True
+        role = self.anonymous_user_role
+        return role is not None and (not self.authorization_enabled or role in self.superuser_roles)
 
     @model_validator(mode="after")
     def _tls_ports(self) -> Settings:
@@ -541,8 +596,16 @@ class Settings(BaseSettings):
     def exposure_refusal(self) -> str | None:
         """Why ``serve`` must not start as configured, or None: without authentication the
         service listens on loopback only, unless the operator says otherwise."""
-        if self.authentication_enabled or self.allow_unauthenticated or _is_loopback(self.host):
+        if not self.open_to_anyone or self.allow_unauthenticated or _is_loopback(self.host):
             return None
+        if self.authentication_enabled:
+            return (
+                f"refusing to serve on {self.host} with the anonymous role {self.anonymous_user_role!r} "
+                "unbounded: a client without credentials could read and delete every topic. Turn "
+                "authorization on (COMPACTOR_AUTHORIZATION_ENABLED=true) with an anonymous role that is "
+                "not a superuser, unset COMPACTOR_ANONYMOUS_USER_ROLE, listen on 127.0.0.1, or set "
+                "COMPACTOR_ALLOW_UNAUTHENTICATED=true if the network itself is trusted."
+            )
         return (
             f"refusing to serve on {self.host} without authentication: anyone who reaches the port "
             "could read and delete every topic. Enable authentication "

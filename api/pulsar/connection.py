@@ -34,6 +34,7 @@ from api.pulsar.framing import (
     encode,
 )
 from api.tls import peer_certificate
+from service.authentication import NO_METHOD, Credentials
 from service.authorization import Authorizer, Rule
 from service.auto_topics import topic_for_use
 from service.errors import ServiceError
@@ -43,10 +44,10 @@ from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
 
 if TYPE_CHECKING:
+    from service.authentication import Authentication
     from service.settings import Settings
     from service.subscription_service import SubscriptionService
     from service.tenants import TenantService
-    from service.tokens import TokenVerifier
     from service.topics import Broker
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ class BrokerContext:
     subscriptions: SubscriptionService
     tenants: TenantService
     authorizer: Authorizer | None
-    verifier: TokenVerifier | None
+    # The provider chain (None: authentication off).
+    authentication: Authentication | None
     policies: PolicyStore
     schemas: SchemaRegistry
     partitioned: PartitionedTopics
@@ -236,17 +238,19 @@ class PulsarConnection(asyncio.Protocol):
         await handler(self, frame)
 
     def _connect(self, connect: pb.CommandConnect) -> None:
-        if self.ctx.settings.authentication_enabled:
-            assert self.ctx.verifier is not None
-            method = connect.auth_method_name
-            token = connect.auth_data.decode("utf-8", "replace") if connect.HasField("auth_data") else ""
-            if method != "token" or not token:
-                self.error(NO_REQUEST, pb.AuthenticationError, "authentication is required: use a token")
-                raise ProtocolClose("no token")
+        chain = self.ctx.authentication
+        if chain is not None:
+            # As Pulsar's ServerCnx: the method the client names (none without one) picks the
+            # provider; one no provider serves gets the anonymous role, or is refused.
+            credentials = Credentials(
+                method=connect.auth_method_name or NO_METHOD,
+                data=connect.auth_data.decode("utf-8", "replace") if connect.HasField("auth_data") else "",
+                peer_certificate=self.peer_certificate,
+            )
             try:
-                self.role = self.ctx.verifier.role(token)
+                self.role = chain.role(credentials)
             except ServiceError as e:
-                self.error(NO_REQUEST, pb.AuthenticationError, str(e))
+                self.error(NO_REQUEST, pb.AuthenticationError, f"Unable to authenticate: {e}")
                 raise ProtocolClose(f"authentication failed: {e}") from None
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         self.connected = True

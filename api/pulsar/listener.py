@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from api.pulsar.commands import HANDLERS
 from api.pulsar.connection import BrokerContext, PulsarConnection
+from service.authentication import Authentication
 from service.authorization import Authorizer
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
@@ -25,7 +26,6 @@ from service.settings import Settings
 from service.subscription_service import SubscriptionService
 from service.tenants import TenantService
 from service.tls import server_context
-from service.tokens import TokenVerifier
 from service.topics import Broker
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class BrokerListener:
         subscriptions: SubscriptionService,
         tenants: TenantService,
         authorizer: Authorizer | None,
-        verifier: TokenVerifier | None,
+        authentication: Authentication | None,
         policies: PolicyStore,
         schemas: SchemaRegistry,
         partitioned: PartitionedTopics,
@@ -84,7 +84,7 @@ class BrokerListener:
             subscriptions=subscriptions,
             tenants=tenants,
             authorizer=authorizer,
-            verifier=verifier,
+            authentication=authentication,
             policies=policies,
             schemas=schemas,
             partitioned=partitioned,
