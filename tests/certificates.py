@@ -106,14 +106,15 @@ def _issue(
     return cert_path, key_path, (cert, key)
 
 
-def make_tls_files(directory: Path) -> TlsFiles:
-    """Every file of :class:`TlsFiles`, written under ``directory``."""
+def make_tls_files(directory: Path, *, client_cn: str = "app1") -> TlsFiles:
+    """Every file of :class:`TlsFiles`, written under ``directory``; the client certificates'
+    common name (the role the tls authentication provider gives) is ``client_cn``."""
     directory.mkdir(parents=True, exist_ok=True)
     ca, _, ca_issuer = _issue(directory, "ca", "compactor test CA", None, ca=True)
     server_cert, server_key, _ = _issue(directory, "server", "localhost", ca_issuer, server=True)
-    client_cert, client_key, _ = _issue(directory, "client", "app1", ca_issuer)
+    client_cert, client_key, _ = _issue(directory, "client", client_cn, ca_issuer)
     other_ca, _, other_issuer = _issue(directory, "other-ca", "another CA", None, ca=True)
-    stranger_cert, stranger_key, _ = _issue(directory, "stranger", "app1", other_issuer)
+    stranger_cert, stranger_key, _ = _issue(directory, "stranger", client_cn, other_issuer)
     return TlsFiles(
         ca, server_cert, server_key, client_cert, client_key, other_ca, stranger_cert, stranger_key
     )

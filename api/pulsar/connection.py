@@ -37,7 +37,7 @@ from api.tls import peer_certificate
 from service.authentication import NO_METHOD, Credentials
 from service.authorization import Authorizer, Rule
 from service.auto_topics import topic_for_use
-from service.errors import ServiceError
+from service.errors import Forbidden, ServiceError
 from service.names import TopicName
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
@@ -294,9 +294,15 @@ class PulsarConnection(asyncio.Protocol):
         authorizer = self.ctx.authorizer
         if authorizer is None or self.role is None:
             return
-        authorizer.check(
-            role=self.role, rule=rule, tenant=name.tenant, namespace=name.namespace, topic=name.topic
-        )
+        try:
+            authorizer.check(
+                role=self.role, rule=rule, tenant=name.tenant, namespace=name.namespace, topic=name.topic
+            )
+        except Forbidden:
+            # As Pulsar's broker answers: a topic of a namespace that does not exist is not found,
+            # whoever asks (asked only on a refusal: the common path reads no table).
+            self.ctx.tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
+            raise
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking service verb on a worker thread (the REST routes' pool)."""
