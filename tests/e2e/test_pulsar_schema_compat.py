@@ -193,6 +193,8 @@ def test_a_consumer_whose_schema_cannot_read_the_topic_is_refused(
     client.create_producer(topic, schema=AvroSchema(User)).send(User(name="ann"))
     with pytest.raises(pulsar.IncompatibleSchema):
         client.subscribe(topic, "s", schema=AvroSchema(UserNeedsAge))
+    with pytest.raises(pulsar.IncompatibleSchema):  # another type than the topic's
+        client.subscribe(topic, "s", schema=JsonSchema(User))
     consumer = client.subscribe(
         topic, "s", schema=AvroSchema(UserWithAge), initial_position=pulsar.InitialPosition.Earliest
     )
