@@ -172,90 +172,114 @@ def _aliases(doc: dict[str, object], namespace: str | None) -> frozenset[str]:
 
 
 def can_read(writer: AvroType, reader: AvroType) -> str | None:
-    """None when data written with ``writer`` can be read with ``reader``; else why not."""
-    return _resolve(writer, reader, {})
+    """None when data written with ``writer`` can be read with ``reader``; else why not.
+    ``AvroSchemaError`` when the pair takes more than ``MAX_STEPS`` steps to decide."""
+    return _Walk({}, [0]).resolve(writer, reader)
 
 
-_Seen = dict[tuple[int, int], str | None]
+# Real schema pairs resolve in hundreds of steps (a record of a thousand fields in a few
+# thousand); unions of thousands of records compared by structure could take billions. A pair
+# past this (about half a second of work) is refused rather than decided slowly.
+MAX_STEPS = 50_000
 
 
-def _resolve(w: AvroType, r: AvroType, seen: _Seen) -> str | None:
-    if w.kind == "union":
-        if _alike(w, r, set()):
-            pairs = list(zip(w.branches, r.branches, strict=True))
-        else:
-            pairs = [(b, r) for b in w.branches]
-        return next((e for a, b in pairs if (e := _resolve(a, b, seen)) is not None), None)
-    if w.kind == r.kind:
-        if w.kind in PRIMITIVES:
+class _Walk:
+    """One resolution: the record pairs decided so far (``seen``: recursion and repetition end
+    there) and the steps taken, shared with the trial walks a reader's union makes."""
+
+    def __init__(self, seen: dict[tuple[int, int], str | None], steps: list[int]) -> None:
+        self.seen = seen
+        self.steps = steps
+
+    def resolve(self, w: AvroType, r: AvroType) -> str | None:
+        _step(self.steps)
+        if w.kind == "union":
+            if _alike(w, r, set(), self.steps):
+                pairs = list(zip(w.branches, r.branches, strict=True))
+            else:
+                pairs = [(b, r) for b in w.branches]
+            return next((e for a, b in pairs if (e := self.resolve(a, b)) is not None), None)
+        if w.kind == r.kind:
+            if w.kind in PRIMITIVES:
+                return None
+            if w.kind in ("array", "map"):
+                assert w.items is not None and r.items is not None
+                return self.resolve(w.items, r.items)
+            if w.kind in ("enum", "fixed"):
+                if not _same_name(w, r):
+                    return f"found {w.describe()}, expecting {r.describe()}"
+                if w.kind == "fixed" and w.size != r.size:
+                    return f"{r.describe()} is {r.size} bytes, written as {w.size}"
+                return None
+            return self.record(w, r)
+        if r.kind == "union":
+            branch = self.matching_branch(w, r)
+            if branch is None:
+                return f"found {w.describe()}, expecting one of {[b.describe() for b in r.branches]}"
+            return self.resolve(w, branch)
+        if r.kind in _PROMOTIONS.get(w.kind, ()):
             return None
-        if w.kind in ("array", "map"):
-            assert w.items is not None and r.items is not None
-            return _resolve(w.items, r.items, seen)
-        if w.kind in ("enum", "fixed"):
-            if not _same_name(w, r):
-                return f"found {w.describe()}, expecting {r.describe()}"
-            if w.kind == "fixed" and w.size != r.size:
-                return f"{r.describe()} is {r.size} bytes, written as {w.size}"
-            return None
-        return _record(w, r, seen)
-    if r.kind == "union":
-        branch = _matching_branch(w, r, seen)
-        if branch is None:
-            return f"found {w.describe()}, expecting one of {[b.describe() for b in r.branches]}"
-        return _resolve(w, branch, seen)
-    if r.kind in _PROMOTIONS.get(w.kind, ()):
-        return None
-    return f"found {w.describe()}, expecting {r.describe()}"
+        return f"found {w.describe()}, expecting {r.describe()}"
+
+    def record(self, w: AvroType, r: AvroType) -> str | None:
+        _step(self.steps)
+        key = (id(w), id(r))
+        if key in self.seen:  # a recursive record: what holds for the rest holds here
+            return self.seen[key]
+        self.seen[key] = None
+        written = {f.name: f for f in w.fields}
+        problem: str | None = None
+        for rf in r.fields:
+            wf = written.get(rf.name) or next((written[a] for a in rf.aliases if a in written), None)
+            if wf is None:
+                if not rf.has_default:
+                    problem = (
+                        f"field {rf.name!r} of {r.describe()} is missing in the writer's and has no default"
+                    )
+            else:
+                inner = self.resolve(wf.type, rf.type)
+                if inner is not None:
+                    problem = f"field {rf.name!r}: {inner}"
+            if problem is not None:
+                break
+        self.seen[key] = problem
+        return problem
+
+    def matching_branch(self, w: AvroType, r: AvroType) -> AvroType | None:
+        """The branch of the reader's union that reads the writer's (non-union) type, in Avro's
+        order: the same type, a named type by full name, a record by structure (one of the same
+        short name preferred), then a promotion."""
+        structural: AvroType | None = None
+        for b in r.branches:
+            if b.kind != w.kind:
+                continue
+            if w.kind not in ("record", "enum", "fixed"):
+                return b
+            if w.name is not None and w.name == b.name:
+                return b
+            better = structural is None or (w.short is not None and w.short == b.short)
+            # A trial: what it decides must not stand for the walk that follows.
+            if w.kind == "record" and better and _Walk(dict(self.seen), self.steps).record(w, b) is None:
+                structural = b
+        if structural is not None:
+            return structural
+        promoted = _PROMOTIONS.get(w.kind, ())
+        return next((b for b in r.branches if b.kind in promoted), None)
 
 
-def _record(w: AvroType, r: AvroType, seen: _Seen) -> str | None:
-    key = (id(w), id(r))
-    if key in seen:  # a recursive record: what holds for the rest holds here
-        return seen[key]
-    seen[key] = None
-    written = {f.name: f for f in w.fields}
-    problem: str | None = None
-    for rf in r.fields:
-        wf = written.get(rf.name) or next((written[a] for a in rf.aliases if a in written), None)
-        if wf is None:
-            if not rf.has_default:
-                problem = f"field {rf.name!r} of {r.describe()} is missing in the writer's and has no default"
-        else:
-            inner = _resolve(wf.type, rf.type, seen)
-            if inner is not None:
-                problem = f"field {rf.name!r}: {inner}"
-        if problem is not None:
-            break
-    seen[key] = problem
-    return problem
-
-
-def _matching_branch(w: AvroType, r: AvroType, seen: _Seen) -> AvroType | None:
-    """The branch of the reader's union that reads the writer's (non-union) type: Avro's order."""
-    structural: AvroType | None = None
-    for b in r.branches:
-        if b.kind != w.kind:
-            continue
-        if w.kind not in ("record", "enum", "fixed"):
-            return b
-        if w.name is not None and w.name == b.name:
-            return b
-        better = structural is None or (w.short is not None and w.short == b.short)
-        if w.kind == "record" and better and _record(w, b, dict(seen)) is None:
-            structural = b
-    if structural is not None:
-        return structural
-    promoted = _PROMOTIONS.get(w.kind, ())
-    return next((b for b in r.branches if b.kind in promoted), None)
+def _step(steps: list[int]) -> None:
+    steps[0] += 1
+    if steps[0] > MAX_STEPS:
+        raise AvroSchemaError(f"the schemas take more than {MAX_STEPS} steps to compare")
 
 
 def _same_name(w: AvroType, r: AvroType) -> bool:
     return w.short == r.short or (w.name is not None and w.name in r.aliases)
 
 
-def _alike(w: AvroType, r: AvroType, seen: set[tuple[int, int]]) -> bool:
+def _alike(w: AvroType, r: AvroType, seen: set[tuple[int, int]], steps: list[int]) -> bool:
     """Avro's union equivalence: the same shape and (short) names, branch by branch."""
+    _step(steps)
     if w.kind != r.kind:
         return False
     if w.kind in _NAMED and w.short != r.short:
@@ -264,19 +288,20 @@ def _alike(w: AvroType, r: AvroType, seen: set[tuple[int, int]]) -> bool:
         return True
     if w.kind in ("array", "map"):
         assert w.items is not None and r.items is not None
-        return _alike(w.items, r.items, seen)
+        return _alike(w.items, r.items, seen, steps)
     if w.kind == "fixed":
         return w.size == r.size
     if w.kind == "enum":
         return w.symbols == r.symbols
     if w.kind == "union":
         return len(w.branches) == len(r.branches) and all(
-            _alike(a, b, seen) for a, b in zip(w.branches, r.branches, strict=True)
+            _alike(a, b, seen, steps) for a, b in zip(w.branches, r.branches, strict=True)
         )
     key = (id(w), id(r))
     if key in seen:
         return True
     seen.add(key)
     return len(w.fields) == len(r.fields) and all(
-        a.name == b.name and _alike(a.type, b.type, seen) for a, b in zip(w.fields, r.fields, strict=True)
+        a.name == b.name and _alike(a.type, b.type, seen, steps)
+        for a, b in zip(w.fields, r.fields, strict=True)
     )

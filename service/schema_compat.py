@@ -126,7 +126,10 @@ def _avro_reason(others: list[Definition], new: Definition, strategy: str) -> st
             if old.type == "JSON" and _json_schema(old.data) is not None:
                 continue  # Pulsar's older JSON format, replaced by an Avro definition
             return "the existing schema is not an Avro definition"
-        reason = _directions(written, reader, strategy)
+        try:
+            reason = _directions(written, reader, strategy)
+        except AvroSchemaError as e:  # a pair too costly to decide
+            return str(e)
         if reason is not None:
             return reason
     return None

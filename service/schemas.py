@@ -143,7 +143,7 @@ class SchemaRegistry:
         """An admin's upload: the version of ``info`` in the topic's history, added as the next
         version if it is new and the topic's strategy admits it (else ``IncompatibleSchema``)."""
         strategy = self.strategy(name)
-        return self._add(name, info, lambda history: _admit(history, info, strategy))  # type: ignore[return-value]
+        return _added(self._add(name, info, lambda history: _admit(history, info, strategy)))
 
     def put_for_producer(self, name: TopicName, info: SchemaInfo) -> int:
         """A producer's schema (or GET_OR_CREATE_SCHEMA's): as an upload, and only if producers
@@ -156,7 +156,7 @@ class SchemaRegistry:
                 raise IncompatibleSchema(AUTO_UPDATE_DISABLED)
             return _admit(history, info, strategy)
 
-        return self._add(name, info, decide)  # type: ignore[return-value]
+        return _added(self._add(name, info, decide))
 
     def for_consumer(self, name: TopicName, info: SchemaInfo, *, active: bool) -> None:
         """A consumer's schema, as Pulsar's broker takes it: checked against the topic's schema
@@ -255,6 +255,13 @@ class SchemaRegistry:
 def _admit(history: list[StoredSchema], info: SchemaInfo, strategy: str) -> bool:
     check([h.info for h in history], info, strategy)
     return True
+
+
+def _added(version: int | None) -> int:
+    """The version a producer's or admin's ``_add`` gives: its decisions add or refuse, never
+    leave out."""
+    assert version is not None
+    return version
 
 
 def _key(name: TopicName) -> TopicName:

@@ -151,6 +151,24 @@ def test_a_definition_that_is_not_avro_is_refused_with_a_reason(definition: str)
         parse(definition)
 
 
+def test_a_pair_too_costly_to_compare_is_refused_quickly_not_decided_slowly() -> None:
+    # Unions of many records that match by no name: every writer branch tries every reader
+    # branch by structure (Avro's rule) and matches only the last, 250 x 250 trials, past the
+    # step budget.
+    def union(prefix: str, field: str) -> list[Any]:
+        return [record(f(field, "int"), name=f"{prefix}{i}") for i in range(250)]
+
+    writer = record(f("v", union("A", "x")))
+    reader = record(f("v", [*union("B", "y"), record(f("x", "int"), name="C")]))
+    with pytest.raises(IncompatibleSchema, match="steps"):
+        check([avro(writer)], avro(reader), "FULL")
+    # A large schema of real shape stays well within the budget: a thousand optional fields,
+    # one more added with a default, against every version.
+    wide = record(*(f(f"f{i}", ["null", "string"], default=None) for i in range(1000)))
+    wider = {**wide, "fields": [*wide["fields"], f("extra", ["null", "long"], default=None)]}
+    check([avro(wide), avro(wide)], avro(wider), "FULL_TRANSITIVE")
+
+
 # --- strategies ----------------------------------------------------------------------------------
 
 # Each strategy against adding a field with a default, adding one without, removing one without.
