@@ -143,7 +143,7 @@ class _Parser:
             for f in fields:
                 if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
                     raise AvroSchemaError(f"a field of {full} without a name or a type")
-                aliases = frozenset(a for a in f.get("aliases") or () if isinstance(a, str))
+                aliases = frozenset(_strings(f.get("aliases")))
                 node.fields.append(
                     AvroField(f["name"], self.parse(f["type"], space, depth + 1), "default" in f, aliases)
                 )
@@ -163,12 +163,13 @@ def _full(name: str, namespace: str | None) -> str:
 
 
 def _aliases(doc: dict[str, object], namespace: str | None) -> frozenset[str]:
-    raw = doc.get("aliases") or ()
-    return (
-        frozenset(_full(a, namespace) for a in raw if isinstance(a, str))
-        if isinstance(raw, list)
-        else frozenset()
-    )
+    return frozenset(_full(a, namespace) for a in _strings(doc.get("aliases")))
+
+
+def _strings(raw: object) -> list[str]:
+    """The strings of a list (aliases). Anything else is ignored, where Avro's parser refuses it:
+    an alias ignored only makes fewer names match."""
+    return [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
 
 
 def can_read(writer: AvroType, reader: AvroType) -> str | None:

@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.avro_resolution import AvroSchemaError, can_read, parse
 from service.db import Database
@@ -151,6 +153,28 @@ def test_a_definition_that_is_not_avro_is_refused_with_a_reason(definition: str)
         parse(definition)
 
 
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"aliases": 5},
+        {"aliases": [5, None]},
+        {"namespace": 5},
+        {"fields": [{"name": "a", "type": "int", "aliases": 5}]},
+        {"fields": [5]},
+        {"fields": [{"name": 5, "type": "int"}]},
+        {"name": ["R"]},
+        {"type": 5},
+    ],
+)
+def test_odd_attribute_values_are_ignored_or_refused_never_a_crash(odd: dict[str, Any]) -> None:
+    doc = {**record(f("a", "int")), **odd}
+    try:
+        parsed = parse(json.dumps(doc))
+    except AvroSchemaError:
+        return
+    assert can_read(parsed, parsed) is None
+
+
 def test_a_pair_too_costly_to_compare_is_refused_quickly_not_decided_slowly() -> None:
     # Unions of many records that match by no name: every writer branch tries every reader
     # branch by structure (Avro's rule) and matches only the last, 250 x 250 trials, past the
@@ -167,6 +191,58 @@ def test_a_pair_too_costly_to_compare_is_refused_quickly_not_decided_slowly() ->
     wide = record(*(f(f"f{i}", ["null", "string"], default=None) for i in range(1000)))
     wider = {**wide, "fields": [*wide["fields"], f("extra", ["null", "long"], default=None)]}
     check([avro(wide), avro(wide)], avro(wider), "FULL_TRANSITIVE")
+
+
+# Definitions as a client may send them: mostly schemas (records, enums, fixed, arrays, maps,
+# unions, named references), with any JSON where a value is expected.
+_NAMES = st.sampled_from(["R", "S", "a.R", "E", "F"])
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 20) | _NAMES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_NAMES, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _composite(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    name = st.sampled_from(["a", "b", "c"])
+    field = st.fixed_dictionaries(
+        {"name": name, "type": inner}, optional={"default": _ANY, "aliases": st.lists(name) | _ANY}
+    )
+    named = {"name": _NAMES}
+    optional = {"aliases": st.lists(_NAMES) | _ANY, "namespace": _ANY}
+    return (
+        st.fixed_dictionaries(
+            {"type": st.just("record"), **named, "fields": st.lists(field, max_size=3) | _ANY},
+            optional=optional,
+        )
+        | st.fixed_dictionaries(
+            {"type": st.just("enum"), **named, "symbols": st.lists(st.sampled_from("ABC")) | _ANY},
+            optional=optional,
+        )
+        | st.fixed_dictionaries({"type": st.just("fixed"), **named, "size": st.integers(-1, 3) | _ANY})
+        | st.fixed_dictionaries({"type": st.just("array"), "items": inner})
+        | st.fixed_dictionaries({"type": st.just("map"), "values": inner})
+        | st.lists(inner, max_size=3)
+    )
+
+
+_SCHEMAS = st.recursive(
+    st.sampled_from(["int", "long", "float", "double", "string", "bytes", "null", "boolean"]) | _NAMES | _ANY,
+    _composite,
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(writer=_SCHEMAS, reader=_SCHEMAS)
+def test_any_definition_is_parsed_and_compared_or_refused_with_a_reason_never_a_crash(
+    writer: Any, reader: Any
+) -> None:
+    for strategy in ("FULL", "BACKWARD_TRANSITIVE"):
+        try:
+            check([avro(writer)], avro(reader), strategy)
+        except IncompatibleSchema as e:
+            assert e.reason
 
 
 # --- strategies ----------------------------------------------------------------------------------
