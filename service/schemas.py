@@ -142,12 +142,18 @@ class SchemaRegistry:
     def put(self, name: TopicName, info: SchemaInfo) -> int:
         """An admin's upload: the version of ``info`` in the topic's history, added as the next
         version if it is new and the topic's strategy admits it (else ``IncompatibleSchema``)."""
+        known = self._version_of(name, info)
+        if known is not None:
+            return known
         strategy = self.strategy(name)
         return _added(self._add(name, info, lambda history: _admit(history, info, strategy)))
 
     def put_for_producer(self, name: TopicName, info: SchemaInfo) -> int:
         """A producer's schema (or GET_OR_CREATE_SCHEMA's): as an upload, and only if producers
         may add versions to the topic (Pulsar's ``isAllowAutoUpdateSchema``)."""
+        known = self._version_of(name, info)
+        if known is not None:  # a producer starting again: no policy to read
+            return known
         policy = self.policies.effective(name)
         strategy = policy.schemaCompatibilityStrategy or "FULL"
 
@@ -204,6 +210,10 @@ class SchemaRegistry:
         except IncompatibleSchema as e:
             return e.reason, strategy
         return None, strategy
+
+    def _version_of(self, name: TopicName, info: SchemaInfo) -> int | None:
+        """The version the topic has of ``info``'s definition, if any."""
+        return next((h.version for h in self.versions(name) if same_definition(h.info, info)), None)
 
     def _add(
         self, name: TopicName, info: SchemaInfo, decide: Callable[[list[StoredSchema]], bool]
