@@ -64,7 +64,8 @@ def _topic_field(field: str, path: str, noun: str, kind: Any, set_with: tuple[st
 
     _name(get, set_, remove, f"topic_{noun}")
     router.get(TOPIC + path, response_model=kind)(get)
-    router.api_route(TOPIC + path, methods=list(set_with), status_code=204, response_class=Response)(set_)
+    for method in set_with:  # a route per method: each its own operation id
+        router.api_route(TOPIC + path, methods=[method], status_code=204, response_class=Response)(set_)
     router.delete(TOPIC + path, status_code=204, response_class=Response)(remove)
 
 
