@@ -84,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ownership = LeaseOwnership(db=db, registry=registry, lease_ms=settings.ownership_lease_ms)
         broker = Broker(settings=settings, db=db, ownership=ownership)
         policy_store = PolicyStore(db=db, settings=settings)
-        schema_registry = SchemaRegistry(db)
+        schema_registry = SchemaRegistry(db, policies=policy_store)
         app.state.schemas = schema_registry
         engine = SparkEngine(settings)
         app.state.engine = engine

@@ -24,6 +24,7 @@ from fastapi.openapi.utils import get_openapi
 
 from api.schemas import ErrorOut
 from service.names import PARTITION_SUFFIX
+from service.schema_compat import STRATEGIES
 
 # A name part: 1-128 of [A-Za-z0-9_.=-], never "." or ".." (service.names), without a lookahead
 # so that every generator of strings from patterns can use it.
@@ -79,6 +80,9 @@ POLICY_BODY: dict[str, Any] = {
         "retentionTimeMs": _nullable(_WHOLE),
         "retentionSizeBytes": _nullable(_WHOLE),
         "deduplicationEnabled": _nullable({"type": "boolean"}),
+        "schemaCompatibilityStrategy": _nullable({"type": "string", "enum": list(STRATEGIES)}),
+        "isAllowAutoUpdateSchema": _nullable({"type": "boolean"}),
+        "schemaValidationEnforced": _nullable({"type": "boolean"}),
     },
 }
 SCHEMA_PATCHES: dict[str, dict[str, Any]] = {
@@ -303,6 +307,18 @@ def _complete_operation(
                 **_nullable({"type": "boolean"}),
                 "title": "Deduplication",
                 "description": "Pulsar's producer deduplication on or off; null: unset.",
+            }
+        elif path.endswith("/schemaCompatibilityStrategy"):
+            body["schema"] = {
+                **_nullable({"type": "string", "enum": list(STRATEGIES)}),
+                "title": "SchemaCompatibilityStrategy",
+                "description": "Pulsar's strategy; UNDEFINED or null: unset (inherit).",
+            }
+        elif path.endswith(("/isAllowAutoUpdateSchema", "/schemaValidationEnforced")):
+            body["schema"] = {
+                **_nullable({"type": "boolean"}),
+                "title": "Switch",
+                "description": "null: unset.",
             }
         elif "messages" in body["schema"].get("properties", {}):  # the produce batch
             body["schema"]["properties"]["messages"]["minItems"] = 1

@@ -7,6 +7,7 @@ ServiceError
 ├── NotFound              (404) topic, subscription, ledger
 │   └── UnknownListener         a lookup names an advertised listener the service does not have
 ├── Conflict              (409) exists already, compaction running, consumer active
+│   └── IncompatibleSchema      a schema the topic's compatibility strategy refuses
 ├── TooLarge              (413) message or request over its size limit
 ├── DamagedData           (500) a stored file failed a check; the reason names topic, ledger, check
 ├── NotOwner              (307) another instance owns the topic: ``url`` is where
@@ -54,6 +55,12 @@ class UnknownListener(NotFound):
 
 class Conflict(ServiceError):
     pass
+
+
+class IncompatibleSchema(Conflict):
+    """A producer's, consumer's or admin's schema that the topic's schema compatibility strategy
+    (or its auto-update and validation policies) refuses: 409 over REST, as Pulsar's schema
+    upload answers, and Pulsar's ``IncompatibleSchema`` on the binary protocol."""
 
 
 class TooLarge(ServiceError):

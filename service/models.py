@@ -206,7 +206,8 @@ class ScrubRun(Base):
 
 
 class Policy(Base):
-    """Compaction, retention and deduplication policy of a namespace (``topic == ""``) or a topic.
+    """Compaction, retention, deduplication and schema policy of a namespace (``topic == ""``) or a
+    topic.
 
     A NULL column means "not set here": the topic inherits the namespace's, then the service's.
     """
@@ -228,6 +229,10 @@ class Policy(Base):
     retention_time_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     retention_size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     deduplication_enabled: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # Pulsar's SchemaCompatibilityStrategy name (never UNDEFINED: that is NULL, "not set here").
+    schema_compatibility_strategy: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    is_allow_auto_update_schema: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    schema_validation_enforced: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 class Tenant(Base):

@@ -1,5 +1,5 @@
-"""Compaction, retention and deduplication policies at three levels: topic over namespace over
-the service.
+"""Compaction, retention, deduplication and schema policies at three levels: topic over namespace
+over the service.
 
 A policy row holds the values set at one scope; a NULL column is "not set here". The
 effective policy of a topic takes each field from the narrowest scope that sets it.
@@ -17,6 +17,7 @@ from service import models
 from service.db import Database
 from service.errors import InvalidInput
 from service.names import TopicName, check_part, partition_of
+from service.schema_compat import STRATEGIES
 from service.settings import Settings
 
 _STRATEGY = re.compile(r"^(offset|eventTime|property:[A-Za-z0-9_.\-]{1,128})$")
@@ -36,6 +37,9 @@ class Policy:
     retentionTimeMs: int | None = None
     retentionSizeBytes: int | None = None
     deduplicationEnabled: bool | None = None
+    schemaCompatibilityStrategy: str | None = None
+    isAllowAutoUpdateSchema: bool | None = None
+    schemaValidationEnforced: bool | None = None
 
 
 FIELDS = [f.name for f in fields(Policy)]
@@ -50,14 +54,18 @@ COLUMN = {
     "retentionTimeMs": "retention_time_ms",
     "retentionSizeBytes": "retention_size_bytes",
     "deduplicationEnabled": "deduplication_enabled",
+    "schemaCompatibilityStrategy": "schema_compatibility_strategy",
+    "isAllowAutoUpdateSchema": "is_allow_auto_update_schema",
+    "schemaValidationEnforced": "schema_validation_enforced",
 }
+_BOOLEANS = ("retainNullKey", "deduplicationEnabled", "isAllowAutoUpdateSchema", "schemaValidationEnforced")
 
 
 def validate(field: str, value: Any) -> Any:
     """The value, checked; ``InvalidInput`` (400) for anything out of range."""
     if value is None:
         return None
-    if field in ("retainNullKey", "deduplicationEnabled"):
+    if field in _BOOLEANS:
         if not isinstance(value, bool):
             raise InvalidInput(f"{field} must be true or false")
         return value
@@ -65,6 +73,10 @@ def validate(field: str, value: Any) -> Any:
         if not isinstance(value, str) or not _STRATEGY.match(value):
             raise InvalidInput("compactionStrategy must be 'offset', 'eventTime' or 'property:<name>'")
         return value
+    if field == "schemaCompatibilityStrategy":
+        if not isinstance(value, str) or value not in STRATEGIES:
+            raise InvalidInput(f"schemaCompatibilityStrategy must be one of {', '.join(STRATEGIES)}")
+        return None if value == "UNDEFINED" else value  # Pulsar's UNDEFINED: not set here
     if field == "minCleanableDirtyRatio":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise InvalidInput("minCleanableDirtyRatio must be a number from 0 to 1")
@@ -172,6 +184,9 @@ class PolicyStore:
             retentionTimeMs=None,
             retentionSizeBytes=None,
             deduplicationEnabled=s.broker_deduplication_enabled,
+            schemaCompatibilityStrategy=s.schema_compatibility_strategy,
+            isAllowAutoUpdateSchema=s.is_allow_auto_update_schema_enabled,
+            schemaValidationEnforced=s.is_schema_validation_enforced,
         )
 
     @staticmethod

@@ -2,16 +2,18 @@
 with versions.
 
 A topic's versions are 0, 1, 2, ... in the order they were first declared, and a version never
-changes once written. Declaring a schema the topic already has (same type, definition and
-properties) gives that version back, as Pulsar does, so producers that restart do not add
-versions. Compatibility between versions is not checked (Pulsar's ``ALWAYS_COMPATIBLE``): any
-schema is accepted as the next version. Clients carry a version as 8 big-endian bytes
-(:func:`version_bytes`).
+changes once written. Declaring a schema the topic already has (the same type and definition;
+properties play no part) gives that version back, as Pulsar does, so producers that restart do
+not add versions. A new schema becomes the next version only if the topic's schema compatibility
+strategy admits it (``service.schema_compat``; the strategy, and whether producers may add
+versions at all, are policies: topic over namespace over the service's settings). Clients carry a
+version as 8 big-endian bytes (:func:`version_bytes`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, func, select
@@ -21,8 +23,10 @@ from sqlalchemy.sql.elements import ColumnElement
 from service import models
 from service.clock import now_ms
 from service.db import Database
-from service.errors import InvalidInput, NotFound
+from service.errors import IncompatibleSchema, InvalidInput, NotFound
 from service.names import TopicName, partition_of
+from service.policies import PolicyStore
+from service.schema_compat import check, check_consumer, same_definition
 
 # Pulsar's schema types by their admin names; the protocol numbers them in this order
 # (``Schema.Type`` in Pulsar's protocol).
@@ -51,6 +55,9 @@ SCHEMA_TYPES = (
 )
 # A schema definition above this is refused (Pulsar keeps schemas in its metadata store too).
 MAX_SCHEMA_BYTES = 1 << 20
+# Pulsar's words, which its clients show and users search for.
+AUTO_UPDATE_DISABLED = "Schema not found and schema auto updating is disabled."
+SCHEMA_REQUIRED = "Producers cannot connect or send message without a schema to topics with a schema"
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,9 @@ class SchemaRegistry:
     them). Keyed by topic name, not topic row: a schema may be uploaded before its topic
     exists, as with Pulsar's admin, and goes with the topic when the topic is deleted."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, policies: PolicyStore) -> None:
         self.db = db
+        self.policies = policies
 
     def latest(self, name: TopicName) -> StoredSchema | None:
         with self.db.session() as s:
@@ -127,28 +135,107 @@ class SchemaRegistry:
             rows = s.scalars(select(models.Schema).where(*_match(name)).order_by(models.Schema.version)).all()
             return [_stored(r) for r in rows]
 
+    def strategy(self, name: TopicName) -> str:
+        """The topic's schema compatibility strategy: its own, its namespace's, the service's."""
+        return self.policies.effective(name).schemaCompatibilityStrategy or "FULL"
+
     def put(self, name: TopicName, info: SchemaInfo) -> int:
-        """The version of ``info`` in the topic's history, added as the next version if it is
-        new."""
-        return self._put(name, info, only_if_none=False)  # type: ignore[return-value]
+        """An admin's upload: the version of ``info`` in the topic's history, added as the next
+        version if it is new and the topic's strategy admits it (else ``IncompatibleSchema``)."""
+        known = self._version_of(name, info)
+        if known is not None:
+            return known
+        strategy = self.strategy(name)
+        return _added(self._add(name, info, lambda history: _admit(history, info, strategy)))
 
-    def put_if_none(self, name: TopicName, info: SchemaInfo) -> int | None:
-        """What a consumer's schema does: it becomes version 0 of a topic without a schema, and
-        names its version when the topic has it; else None (nothing changes)."""
-        return self._put(name, info, only_if_none=True)
+    def put_for_producer(self, name: TopicName, info: SchemaInfo) -> int:
+        """A producer's schema (or GET_OR_CREATE_SCHEMA's): as an upload, and only if producers
+        may add versions to the topic (Pulsar's ``isAllowAutoUpdateSchema``)."""
+        known = self._version_of(name, info)
+        if known is not None:  # a producer starting again: no policy to read
+            return known
+        policy = self.policies.effective(name)
+        strategy = policy.schemaCompatibilityStrategy or "FULL"
 
-    def _put(self, name: TopicName, info: SchemaInfo, *, only_if_none: bool) -> int | None:
+        def decide(history: list[StoredSchema]) -> bool:
+            if policy.isAllowAutoUpdateSchema is False:
+                raise IncompatibleSchema(AUTO_UPDATE_DISABLED)
+            return _admit(history, info, strategy)
+
+        return _added(self._add(name, info, decide))
+
+    def for_consumer(self, name: TopicName, info: SchemaInfo, *, active: bool) -> None:
+        """A consumer's schema, as Pulsar's broker takes it: checked against the topic's schema
+        when it has one (``schema_compat.check_consumer``); the topic's first version when the
+        topic has none and is idle; refused on an ``active`` topic (one with data or producers)
+        without a schema, unless the strategy is ``ALWAYS_COMPATIBLE``."""
+        policy = self.policies.effective(name)
+        strategy = policy.schemaCompatibilityStrategy or "FULL"
+
+        def decide(history: list[StoredSchema]) -> bool:
+            if history:
+                check_consumer([h.info for h in history], info, strategy)
+                return False
+            if active:
+                if strategy == "ALWAYS_COMPATIBLE":
+                    return False
+                raise IncompatibleSchema(
+                    "Failed to add schema to an active topic with empty(BYTES) schema: "
+                    f"new schema type {info.type}"
+                )
+            if policy.isAllowAutoUpdateSchema is False:
+                raise IncompatibleSchema(AUTO_UPDATE_DISABLED)
+            return True
+
+        history = self.versions(name)
+        if history:  # checked even when the topic has this very schema, as Pulsar checks it
+            decide(history)
+            return
+        self._add(name, info, decide)
+
+    def for_producer_without_schema(self, name: TopicName) -> None:
+        """Refuse a producer that declares no schema when the topic has one and its policy
+        enforces schemas (Pulsar's ``schemaValidationEnforced``)."""
+        # The topic's schema first: most topics of raw bytes have none, and then the policy's
+        # three reads are spared.
+        if self.latest(name) is not None and self.policies.effective(name).schemaValidationEnforced:
+            raise IncompatibleSchema(SCHEMA_REQUIRED)
+
+    def compatibility(self, name: TopicName, info: SchemaInfo) -> tuple[str | None, str]:
+        """Why the topic would refuse ``info`` as its next version (None: it would take it),
+        and the strategy that decides; nothing changes."""
+        strategy = self.strategy(name)
+        try:
+            check([h.info for h in self.versions(name)], info, strategy)
+        except IncompatibleSchema as e:
+            return e.reason, strategy
+        return None, strategy
+
+    def _version_of(self, name: TopicName, info: SchemaInfo) -> int | None:
+        """The version the topic has of ``info``'s definition, if any."""
+        return next((h.version for h in self.versions(name) if same_definition(h.info, info)), None)
+
+    def _add(
+        self, name: TopicName, info: SchemaInfo, decide: Callable[[list[StoredSchema]], bool]
+    ) -> int | None:
+        """The version of ``info`` in the topic's history; if it has none, ``decide(history)``
+        refuses (raises), adds nothing (False: None) or adds ``info`` as the next version. In one
+        transaction: a version added meanwhile by another connection or instance is decided on
+        again."""
         props = json.dumps(info.properties, sort_keys=True)
-        for _ in range(5):  # another instance or connection may add the same version first
+        for _ in range(5):
             try:
                 with self.db.session() as s:
-                    rows = s.scalars(select(models.Schema).where(*_match(name))).all()
-                    for r in rows:
-                        if r.type == info.type and bytes(r.data) == info.data and r.properties == props:
-                            return r.version
-                    if rows and only_if_none:
+                    rows = s.scalars(
+                        select(models.Schema).where(*_match(name)).order_by(models.Schema.version)
+                    ).all()
+                    history = [_stored(r) for r in rows]
+                    for h in history:
+                        if same_definition(h.info, info):
+                            return h.version
+                    if not decide(history):
                         return None
-                    version = max((r.version for r in rows), default=-1) + 1
+                    version = history[-1].version + 1 if history else 0
                     key = _key(name)
                     s.add(
                         models.Schema(
@@ -173,6 +260,18 @@ class SchemaRegistry:
             last = s.scalar(select(func.max(models.Schema.version)).where(*_match(name)))
             s.execute(delete(models.Schema).where(*_match(name)))
             return last
+
+
+def _admit(history: list[StoredSchema], info: SchemaInfo, strategy: str) -> bool:
+    check([h.info for h in history], info, strategy)
+    return True
+
+
+def _added(version: int | None) -> int:
+    """The version a producer's or admin's ``_add`` gives: its decisions add or refuse, never
+    leave out."""
+    assert version is not None
+    return version
 
 
 def _key(name: TopicName) -> TopicName:

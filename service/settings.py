@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from ledger.storage import S3Settings, Storage, StorageError, open_storage
 from service.listeners import Listener, parse_listeners
 from service.tls import check_tls_settings
+from service.schema_compat import Strategy
 
 FsyncPolicy = Literal["always", "interval", "never"]
 #: What the row-group cache holds by default on object storage (``Settings.cache_bytes``).
@@ -103,6 +104,23 @@ class Settings(BaseSettings):
         default=False,
         description="Pulsar's producer deduplication for topics whose namespace or topic policy does "
         "not say (Pulsar's brokerDeduplicationEnabled).",
+    )
+    schema_compatibility_strategy: Strategy = Field(
+        default="FULL",
+        description="How a topic's new schema must relate to its existing ones when neither the "
+        "topic nor its namespace says (Pulsar's schemaCompatibilityStrategy): ALWAYS_COMPATIBLE, "
+        "ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL or a _TRANSITIVE form.",
+    )
+    is_allow_auto_update_schema_enabled: bool = Field(
+        default=True,
+        description="Whether a producer may add a new schema version to a topic (checked against "
+        "the strategy) when its namespace does not say (Pulsar's isAllowAutoUpdateSchemaEnabled); "
+        "false: only schemas uploaded by an admin.",
+    )
+    is_schema_validation_enforced: bool = Field(
+        default=False,
+        description="Refuse a producer without a schema on a topic that has one, when the topic or "
+        "its namespace does not say (Pulsar's isSchemaValidationEnforced).",
     )
     ownership_lease_ms: int = Field(
         default=10_000,
@@ -327,6 +345,11 @@ class Settings(BaseSettings):
         description="Cipher suites of TLSv1.2, comma-separated OpenSSL names (ECDHE-RSA-AES256-GCM-SHA384); "
         "OpenSSL's defaults when empty (Pulsar's tlsCiphers, which takes Java's names).",
     )
+
+    @field_validator("schema_compatibility_strategy", mode="before")
+    @classmethod
+    def _strategy_upper(cls, v: Any) -> Any:
+        return v.strip().upper() if isinstance(v, str) else v
 
     @field_validator("data_dir")
     @classmethod

@@ -92,6 +92,11 @@ class ProducerAccess:
         t.producers.append(producer)
         return t.epoch
 
+    def has_producers(self, topic: TopicName) -> bool:
+        """Whether a producer holds ``topic`` now (a consumer's schema checks on a busy topic)."""
+        t = self._topics.get(topic)
+        return t is not None and bool(t.producers)
+
     def release(self, topic: TopicName, producer: Holder) -> None:
         """The producer closed (or its connection did): the next waiter may get the topic."""
         t = self._topics.get(topic)

@@ -8,6 +8,7 @@ from api.pulsar import pulsar_api_pb2 as pb
 from service.errors import (
     Conflict,
     Forbidden,
+    IncompatibleSchema,
     InvalidInput,
     NotFound,
     NotOwner,
@@ -43,6 +44,8 @@ def server_error(
         return pb.AuthorizationError
     if isinstance(e, NotFound):
         return not_found
+    if isinstance(e, IncompatibleSchema):
+        return pb.IncompatibleSchema
     if isinstance(e, Conflict):
         return conflict
     if isinstance(e, (NotOwner, Unavailable)):

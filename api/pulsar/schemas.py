@@ -43,19 +43,30 @@ def as_wire(name: TopicName, stored: StoredSchema) -> pb.Schema:
 
 async def producer_schema(conn: PulsarConnection, name: TopicName, schema: pb.Schema | None) -> bytes | None:
     """The version a producer's schema has in the topic's history (added as the next one if
-    new), as the 8 bytes the client then puts in every message; None without a schema."""
+    new and the topic's compatibility strategy admits it), as the 8 bytes the client then puts
+    in every message; None without a schema (refused where the topic enforces its schema)."""
     info = declared(schema) if schema is not None else None
     if info is None:
+        await conn.call(conn.ctx.schemas.for_producer_without_schema, name)
         return None
-    return version_bytes(await conn.call(conn.ctx.schemas.put, name, info))
+    return version_bytes(await conn.call(conn.ctx.schemas.put_for_producer, name, info))
 
 
 async def consumer_schema(conn: PulsarConnection, name: TopicName, schema: pb.Schema | None) -> None:
-    """A consumer's schema becomes the topic's first when it has none (Pulsar's rule for a
-    topic without a schema); otherwise it is accepted as it is (compatibility is not checked)."""
+    """A consumer's schema: checked against the topic's (Pulsar's rules for consumers), or the
+    topic's first if it has none and is idle: no message stored and no producer connected."""
     info = declared(schema) if schema is not None else None
-    if info is not None:
-        await conn.call(conn.ctx.schemas.put_if_none, name, info)
+    if info is None:
+        return
+    active = conn.ctx.access.has_producers(name) or await conn.call(_has_data, conn, name)
+    await conn.call(conn.ctx.schemas.for_consumer, name, info, active=active)
+
+
+def _has_data(conn: PulsarConnection, name: TopicName) -> bool:
+    try:
+        return conn.ctx.broker.last_message_id(name, read_compacted=False) is not None
+    except NotFound:
+        return False
 
 
 async def get_schema(conn: PulsarConnection, frame: Frame) -> None:

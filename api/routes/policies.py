@@ -1,7 +1,7 @@
 """Compaction policies: thresholds at Pulsar's paths, and the whole policy document, at topic
-and namespace level; Pulsar's deduplication switch at its paths. ``?applied=true`` on a
-topic's GET gives the effective value (topic over namespace over the service default), as
-Pulsar's ``applied`` flag does."""
+and namespace level; Pulsar's deduplication switch and schema policies (compatibility strategy,
+auto-update, validation) at its paths. ``?applied=true`` on a topic's GET gives the effective
+value (topic over namespace over the service default), as Pulsar's ``applied`` flag does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
 
-from api.deps import BrokerDep, PartitionedDep, PoliciesDep, TenantAdmin, TopicDep
+from api.deps import BrokerDep, PartitionedDep, PoliciesDep, TenantAdmin, TenantsDep, TopicDep
 from service.errors import InvalidInput, NotFound
 from service.names import TopicName
 from service.partitions import PartitionedTopics
@@ -26,10 +26,10 @@ TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 
-def _topic_field(field: str, path: str, noun: str, kind: Any) -> None:
-    """GET (``?applied=true``: the effective value), POST and DELETE of one policy field of a
-    topic at ``TOPIC + path``, as the routes ``get_topic_{noun}``, ``set_topic_{noun}`` and
-    ``remove_topic_{noun}``; the value is a ``kind``."""
+def _topic_field(field: str, path: str, noun: str, kind: Any, set_with: tuple[str, ...] = ("POST",)) -> None:
+    """GET (``?applied=true``: the effective value), POST (or the methods ``set_with``) and
+    DELETE of one policy field of a topic at ``TOPIC + path``, as the routes ``get_topic_{noun}``,
+    ``set_topic_{noun}`` and ``remove_topic_{noun}``; the value is a ``kind``."""
 
     # No docstrings below: FastAPI would take them for the routes' descriptions.
     def get(
@@ -64,7 +64,8 @@ def _topic_field(field: str, path: str, noun: str, kind: Any) -> None:
 
     _name(get, set_, remove, f"topic_{noun}")
     router.get(TOPIC + path, response_model=kind)(get)
-    router.post(TOPIC + path, status_code=204, response_class=Response)(set_)
+    for method in set_with:  # a route per method: each its own operation id
+        router.api_route(TOPIC + path, methods=[method], status_code=204, response_class=Response)(set_)
     router.delete(TOPIC + path, status_code=204, response_class=Response)(remove)
 
 
@@ -107,6 +108,62 @@ _namespace_field(
     about="Pulsar's producer deduplication for the namespace's topics (null: not set here).",
 )
 _topic_field("deduplicationEnabled", "/deduplicationEnabled", "deduplication", bool | None)
+# Pulsar's admin sets a topic's strategy with PUT; POST as the service's other topic policies.
+_topic_field(
+    "schemaCompatibilityStrategy",
+    "/schemaCompatibilityStrategy",
+    "schema_compatibility",
+    str | None,
+    ("PUT", "POST"),
+)
+_topic_field("schemaValidationEnforced", "/schemaValidationEnforced", "schema_validation", bool | None)
+_namespace_field(
+    "schemaValidationEnforced",
+    "/schemaValidationEnforced",
+    "schema_validation",
+    bool | None,
+    about="Refuse producers without a schema on the namespace's topics that have one (null: not set here).",
+)
+
+
+@router.get(NAMESPACE + "/schemaCompatibilityStrategy", response_model=str)
+def get_namespace_schema_compatibility(
+    tenant: str, namespace: str, policies: PoliciesDep, tenants: TenantsDep
+) -> str:
+    """The namespace's schema compatibility strategy; ``UNDEFINED``: not set here (its topics
+    take the service's, ``COMPACTOR_SCHEMA_COMPATIBILITY_STRATEGY``), as Pulsar answers."""
+    tenants.require_namespace(tenant=tenant, namespace=namespace)
+    return policies.get(Scope.namespace_of(tenant, namespace)).schemaCompatibilityStrategy or "UNDEFINED"
+
+
+@router.put(NAMESPACE + "/schemaCompatibilityStrategy", status_code=204, response_class=Response)
+def set_namespace_schema_compatibility(
+    tenant: str, namespace: str, policies: PoliciesDep, tenants: TenantsDep, value: Annotated[Any, Body()]
+) -> Response:
+    """Set it (``UNDEFINED``: unset)."""
+    tenants.require_namespace(tenant=tenant, namespace=namespace)
+    policies.set(Scope.namespace_of(tenant, namespace), schemaCompatibilityStrategy=value)
+    return Response(status_code=204)
+
+
+@router.get(NAMESPACE + "/isAllowAutoUpdateSchema", response_model=bool)
+def get_namespace_auto_update_schema(
+    tenant: str, namespace: str, policies: PoliciesDep, tenants: TenantsDep
+) -> bool:
+    """Whether producers may add schema versions to the namespace's topics: the namespace's
+    setting, else the service's (``COMPACTOR_IS_ALLOW_AUTO_UPDATE_SCHEMA_ENABLED``)."""
+    tenants.require_namespace(tenant=tenant, namespace=namespace)
+    value = policies.get(Scope.namespace_of(tenant, namespace)).isAllowAutoUpdateSchema
+    return value if value is not None else policies.settings.is_allow_auto_update_schema_enabled
+
+
+@router.post(NAMESPACE + "/isAllowAutoUpdateSchema", status_code=204, response_class=Response)
+def set_namespace_auto_update_schema(
+    tenant: str, namespace: str, policies: PoliciesDep, tenants: TenantsDep, value: Annotated[Any, Body()]
+) -> Response:
+    tenants.require_namespace(tenant=tenant, namespace=namespace)
+    policies.set(Scope.namespace_of(tenant, namespace), isAllowAutoUpdateSchema=value)
+    return Response(status_code=204)
 
 
 @router.get(TOPIC + "/compactionPolicy")

@@ -1,6 +1,6 @@
 """Pulsar's schema registry at its admin paths (``/admin/v2/schemas/...``): the versions of a
-topic's schema, read by anyone who may look the topic up, uploaded and deleted by its tenant's
-admins (``service.schemas``)."""
+topic's schema, read by anyone who may look the topic up, uploaded, checked for compatibility and
+deleted by its tenant's admins (``service.schemas``)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,15 @@ class SchemaIn(BaseModel):
     type: SchemaType
     schema_: str = Field(alias="schema", max_length=MAX_SCHEMA_BYTES, description="The definition")
     properties: dict[str, str] = Field(default_factory=dict, max_length=256)
+
+
+class CompatibilityOut(BaseModel):
+    """Pulsar's ``IsCompatibilityResponse``: whether the topic would take the schema as its next
+    version, under which strategy, and (beyond Pulsar's answer) why not."""
+
+    isCompatibility: bool
+    schemaCompatibilityStrategy: str
+    reason: str | None = Field(default=None, description="Why the schema is refused (null when it is not)")
 
 
 class VersionOut(BaseModel):
@@ -84,14 +93,31 @@ def get_all_schemas(name: TopicDep, schemas: SchemasDep) -> AllSchemasOut:
 @router.post("/schema", dependencies=[TenantAdmin])
 def post_schema(name: TopicDep, schemas: SchemasDep, tenants: TenantsDep, body: SchemaIn) -> VersionOut:
     """Add a version (or find the one the topic has with this definition); the namespace must
-    exist, the topic need not yet."""
+    exist, the topic need not yet. 409 when the topic's schema compatibility strategy refuses
+    it, as Pulsar answers."""
     tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
+    return VersionOut(version=schemas.put(name, _info(body)))
+
+
+@router.post("/compatibility", dependencies=[TenantAdmin])
+def test_compatibility(
+    name: TopicDep, schemas: SchemasDep, tenants: TenantsDep, body: SchemaIn
+) -> CompatibilityOut:
+    """Whether the topic would take this schema as its next version under its strategy (the
+    topic's, its namespace's or the service's); nothing changes."""
+    tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
+    reason, strategy = schemas.compatibility(name, _info(body))
+    return CompatibilityOut(
+        isCompatibility=reason is None, schemaCompatibilityStrategy=strategy, reason=reason
+    )
+
+
+def _info(body: SchemaIn) -> SchemaInfo:
     try:
         data = body.schema_.encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate, which JSON can escape
         raise InvalidInput(f"the schema is not valid text: {e.reason}") from None
-    info = SchemaInfo(body.type, data, body.properties)
-    return VersionOut(version=schemas.put(name, info))
+    return SchemaInfo(body.type, data, body.properties)
 
 
 @router.delete("/schema", dependencies=[TenantAdmin])

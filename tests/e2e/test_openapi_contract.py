@@ -38,6 +38,14 @@ def test_openapi_document_resolves_and_documents_errors(server_factory: type[Ser
     tenant = produce["parameters"][0]["schema"]
     assert tenant["maxLength"] == 128 and tenant["pattern"].startswith("^")
     assert doc["paths"]["/health"]["get"].get("security") is None
+    # Each operation its own id (generators of clients name methods after them), a route
+    # serving two methods included.
+    ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    strategy = doc["paths"]["/admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaCompatibilityStrategy"]
+    assert {"get", "put", "post", "delete"} <= set(strategy)
+    body = strategy["put"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "FULL_TRANSITIVE" in str(body) and "409" in strategy["put"]["responses"]
 
 
 def test_schemathesis_finds_nothing(server_factory: type[Server], tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Schemas and ordering keys with the official ``pulsar-client`` against a real ``compactor
 serve``: the topic keeps each schema a producer declares as a version, every message carries
-the version it was written with, and Key_Shared routes by a message's ordering key."""
+the version it was written with, and Key_Shared routes by a message's ordering key. (Which new
+versions a topic admits: tests/e2e/test_pulsar_schema_compat.py.)"""
 
 from __future__ import annotations
 
@@ -43,6 +44,16 @@ def version(n: int) -> bytes:
     return n.to_bytes(8, "big")
 
 
+def any_schema_goes(server: Server, topic: str) -> None:
+    """Let the topic take any new schema (Pulsar's ALWAYS_COMPATIBLE): these tests are about
+    versions, and the service's default (FULL) refuses unrelated records."""
+    path = topic.removeprefix("persistent://")
+    r = httpx.post(
+        f"{server.url}/admin/v2/persistent/{path}/schemaCompatibilityStrategy", json="ALWAYS_COMPATIBLE"
+    )
+    assert r.status_code == 204, r.text
+
+
 def test_a_json_producer_declares_version_0_and_its_messages_carry_it(
     client: pulsar.Client, shared_server: Server
 ) -> None:
@@ -69,6 +80,7 @@ def test_a_new_schema_is_the_next_version_and_each_message_keeps_its_own(
     topic = fresh()
     first = client.create_producer(topic, schema=AvroSchema(Order), batching_enabled=False)
     first.send(Order(id="o-1", amount=1), partition_key="k")
+    any_schema_goes(shared_server, topic)
     second = client.create_producer(topic, schema=AvroSchema(Payment), batching_enabled=True)
     second.send(Payment(order="o-1", cents=100, currency="EUR"), partition_key="k")
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
@@ -131,6 +143,7 @@ def test_a_consumer_schema_is_the_first_version_of_a_topic_without_one(
     client.subscribe(topic, "s", schema=JsonSchema(Order)).close()
     assert httpx.get(f"{schemas_of(shared_server, topic)}/schema").json()["version"] == 0
     # A consumer of another schema later does not add a version (only producers do).
+    any_schema_goes(shared_server, topic)
     client.subscribe(topic, "t", schema=JsonSchema(Payment)).close()
     assert len(httpx.get(f"{schemas_of(shared_server, topic)}/schemas").json()["getSchemaResponses"]) == 1
 
@@ -188,7 +201,15 @@ def test_schemas_over_rest(shared_server: Server) -> None:
         assert http.post(
             f"{url}/schema", json={"type": "AVRO", "schema": definition, "properties": {"p": "q"}}
         ).json() == {"version": 0}
-        assert http.post(f"{url}/schema", json={"type": "STRING", "schema": ""}).json() == {"version": 1}
+        # A field added with a default: the next version under the default strategy (FULL).
+        evolved = json.dumps(
+            {
+                "type": "record",
+                "name": "R",
+                "fields": [{"name": "a", "type": "int"}, {"name": "b", "type": "int", "default": 0}],
+            }
+        )
+        assert http.post(f"{url}/schema", json={"type": "AVRO", "schema": evolved}).json() == {"version": 1}
         assert http.get(f"{url}/schema").json()["version"] == 1
         # Bad input: 4xx with a reason, nothing added.
         # (JSON may escape a lone surrogate, which no schema text can hold.)

@@ -73,6 +73,16 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/compactionPolicy"): {"retainNullKey": True},
     ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/compactionPolicy"): {"retainNullKey": True},
     ("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema"): {"type": "STRING", "schema": ""},
+    ("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility"): {
+        "type": "STRING",
+        "schema": "",
+    },
+    ("PUT", "/admin/v2/namespaces/{tenant}/{namespace}/schemaCompatibilityStrategy"): "FULL",
+    ("PUT", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaCompatibilityStrategy"): "FULL",
+    ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaCompatibilityStrategy"): "FULL",
+    ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/isAllowAutoUpdateSchema"): True,
+    ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/schemaValidationEnforced"): False,
+    ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaValidationEnforced"): False,
     ("PUT", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions"): 2,
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions"): 3,
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor"): {
