@@ -24,6 +24,7 @@ from service.errors import (
     DamagedData,
     Forbidden,
     InvalidInput,
+    NotAllowed,
     NotFound,
     NotOwner,
     ServiceError,
@@ -39,6 +40,7 @@ STATUS: dict[type[ServiceError], int] = {
     Unauthenticated: 401,
     Forbidden: 403,
     NotFound: 404,
+    NotAllowed: 405,
     Conflict: 409,
     TooLarge: 413,
     # Damage is not the client's doing: a 500, but always with a reason (never a bare one).

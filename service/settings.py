@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         description="Create a topic on its first use by a producer or consumer of the binary protocol, "
         "in a namespace that exists (Pulsar's allowAutoTopicCreation).",
     )
+    enable_non_persistent_topics: bool = Field(
+        default=True,
+        description="Serve non-persistent topics (non-persistent://): held in memory, delivered to the "
+        "consumers connected now, stored nowhere (Pulsar's enableNonPersistentTopics).",
+    )
     max_partitions_per_topic: int = Field(
         default=256,
         ge=1,
