@@ -66,8 +66,12 @@ def _describe(errors: list[dict]) -> str:  # type: ignore[type-arg]
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
-    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return _error_response(exc)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        response = _error_response(exc)
+        if response.status_code == 405:
+            # RFC 9110: a 405 names what the path does allow (none, for a path only refused).
+            response.headers["Allow"] = ", ".join(_allowed(request))
+        return response
 
     @app.exception_handler(NotOwner)
     async def _not_owner(request: Request, exc: NotOwner) -> JSONResponse:

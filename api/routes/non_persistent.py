@@ -2,6 +2,7 @@
 namespace's list, a topic's stats and internal stats, its partitioned metadata (always 0: they
 are never partitioned here), and a clear 405 for a compaction. Any other path under the
 domain is answered by ``api.routes.fallback`` (405: served over Pulsar's binary protocol only).
+A 405 names in ``Allow`` the methods the path's documented routes serve.
 
 The routes are ``async``: they read ``service.non_persistent`` on the event loop that serves
 the binary protocol, which is where it changes.
@@ -24,9 +25,6 @@ router = APIRouter(prefix="/admin/v2/non-persistent", tags=["non-persistent topi
 
 NOT_LOADED: dict[int | str, dict[str, Any]] = {
     404: {"description": "The topic is not served now (no producer or consumer)", "model": ErrorOut}
-}
-NO_COMPACTION: dict[int | str, dict[str, Any]] = {
-    405: {"description": "A non-persistent topic stores nothing to compact", "model": ErrorOut}
 }
 
 
@@ -78,12 +76,14 @@ async def partitions(
     return {"partitions": 0}
 
 
+# The compaction paths only ever refuse: kept out of the OpenAPI document (as the fallbacks
+# are), with the persistent paths' permission rules, and in the guide (docs/rest-api.md).
 @router.put(
     "/{tenant}/{namespace}/{topic}/compaction",
     status_code=204,
     response_class=Response,
     dependencies=[TenantAdmin],
-    responses=NO_COMPACTION,
+    include_in_schema=False,
 )
 async def compact(name: TopicDep) -> Response:
     raise NotAllowed(
@@ -91,7 +91,7 @@ async def compact(name: TopicDep) -> Response:
     )
 
 
-@router.get("/{tenant}/{namespace}/{topic}/compaction", dependencies=[CanLookup], responses=NO_COMPACTION)
+@router.get("/{tenant}/{namespace}/{topic}/compaction", dependencies=[CanLookup], include_in_schema=False)
 async def compaction_status(name: TopicDep) -> dict[str, str]:
     raise NotAllowed(f"A non-persistent topic ({full_name(name)}) is never compacted")
 

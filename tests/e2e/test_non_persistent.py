@@ -279,9 +279,11 @@ def test_bad_requests_get_pulsars_errors_and_change_nothing(
         ("GET", f"/admin/v2/non-persistent/{ns}/t/compaction"),
         ("DELETE", f"/admin/v2/non-persistent/{ns}/t"),
         ("POST", f"/topics/non-persistent/{ns}/t"),
+        ("PUT", f"/admin/v2/non-persistent/{ns}/t/stats"),
     ):
         r = http.request(method, path)
         assert r.status_code == 405 and "non-persistent" in r.json()["reason"], (method, path, r.text)
+        assert "allow" in r.headers  # RFC 9110: a 405 says what the path allows (here nothing)
     assert http.get(f"/admin/v2/non-persistent/{ns}/..%2Fx/stats").status_code in (400, 404)
     assert http.get(f"/admin/v2/non-persistent/{ns}/never-used/stats").status_code == 404
     assert http.get("/admin/v2/non-persistent/np/no-such-namespace").status_code == 404
