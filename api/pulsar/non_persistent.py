@@ -26,7 +26,7 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import PulsarConnection
 from api.pulsar.errors import ProtocolError
 from api.pulsar.framing import Frame, command, encode_payload
-from api.pulsar.messages import id_data, partition_index
+from api.pulsar.messages import MAX_BATCH_MESSAGES, id_data, partition_index
 from ledger.entry import Position
 from service.authorization import Rule
 from service.errors import ServiceError
@@ -78,31 +78,38 @@ class NonPersistentProducer:
         self.closed = False
 
     def publish(self, frame: Frame) -> None:
+        """Answer a SEND and hand it to the consumers (or refuse it, as the persistent path
+        refuses the same: too large, a bad batch count, chunked or encrypted)."""
         req = frame.command.send
         md = frame.metadata
         assert md is not None
-        conn = self.conn
-        limit = conn.ctx.settings.max_message_size
+        limit = self.conn.ctx.settings.max_message_size
         size = len(frame.raw_metadata) + len(frame.payload)
+        count = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
         if size > limit:
-            conn.send(
-                pb.BaseCommand.SEND_ERROR,
+            self._refuse(req, f"Exceed maximum message size: {size} bytes, the limit is {limit}")
+        elif not 0 < count <= MAX_BATCH_MESSAGES:
+            self._refuse(req, f"a batch of {count} messages")
+        elif md.HasField("num_chunks_from_msg") or md.encryption_keys:
+            self._refuse(req, "chunked or encrypted messages are not supported")
+        else:
+            self.conn.send(
+                pb.BaseCommand.SEND_RECEIPT,
                 producer_id=self.producer_id,
                 sequence_id=req.sequence_id,
-                error=pb.NotAllowedError,
-                message=f"Exceed maximum message size: {size} bytes, the limit is {limit}",
+                message_id=id_data(STORED_NOWHERE),
+                highest_sequence_id=req.highest_sequence_id,
             )
-            return
-        count = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
-        message = Message(frame.raw_metadata, frame.payload, max(count, 1), sticky_key(md))
-        conn.send(
-            pb.BaseCommand.SEND_RECEIPT,
+            self.topic.publish(self.record, Message(frame.raw_metadata, frame.payload, count, sticky_key(md)))
+
+    def _refuse(self, req: pb.CommandSend, message: str) -> None:
+        self.conn.send(
+            pb.BaseCommand.SEND_ERROR,
             producer_id=self.producer_id,
             sequence_id=req.sequence_id,
-            message_id=id_data(STORED_NOWHERE),
-            highest_sequence_id=req.highest_sequence_id,
+            error=pb.NotAllowedError,
+            message=message,
         )
-        self.topic.publish(self.record, message)
 
     def close(self) -> None:
         if not self.closed:

@@ -17,7 +17,7 @@ import pulsar
 import pytest
 
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.framing import command, encode
+from api.pulsar.framing import command, encode, encode_payload
 from tests.conftest import SUPERUSER, SecureServer, Server
 from tests.e2e.conftest import QUIET
 from tests.e2e.raw_wire import connect, raw, read_frame
@@ -209,6 +209,33 @@ def test_read_compacted_is_refused_on_the_wire(shared_server: Server, ns: str) -
         assert answer.error.message == "readCompacted only valid on persistent topics"
         s.sendall(encode(command(pb.BaseCommand.PING)))
         assert read_frame(s).type == pb.BaseCommand.PONG  # the connection serves on
+    finally:
+        s.close()
+
+
+def test_a_bad_send_is_refused_and_the_next_one_served(shared_server: Server, ns: str) -> None:
+    s = raw(shared_server)
+    try:
+        connect(s)
+        producer = command(
+            pb.BaseCommand.PRODUCER, topic=f"non-persistent://{ns}/t", producer_id=1, request_id=1
+        )
+        s.sendall(encode(producer))
+        assert read_frame(s).type == pb.BaseCommand.PRODUCER_SUCCESS
+        for sequence_id, members in ((0, 10**6), (1, None)):
+            md = pb.MessageMetadata(producer_name="raw", sequence_id=sequence_id, publish_time=1)
+            if members is not None:
+                md.num_messages_in_batch = members  # more than any batch may claim
+            send = command(pb.BaseCommand.SEND, producer_id=1, sequence_id=sequence_id)
+            s.sendall(encode_payload(send, md.SerializeToString(), b"payload"))
+            answer = read_frame(s)
+            if members is not None:
+                assert answer.type == pb.BaseCommand.SEND_ERROR
+                assert answer.send_error.error == pb.NotAllowedError
+            else:
+                assert answer.type == pb.BaseCommand.SEND_RECEIPT
+                got = answer.send_receipt.message_id
+                assert (got.ledgerId, got.entryId) == (0, 0)
     finally:
         s.close()
 
