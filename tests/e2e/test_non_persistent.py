@@ -100,6 +100,22 @@ def test_shared_splits_and_failover_sends_to_the_active_consumer_only(client: pu
     assert nothing_more(failover["b-second"]) and nothing_more(shared[0]) and nothing_more(shared[1])
 
 
+class Order(pulsar.schema.Record):
+    item = pulsar.schema.String()
+    amount = pulsar.schema.Integer()
+
+
+def test_producers_and_consumers_with_schemas(client: pulsar.Client, ns: str) -> None:
+    """Schemas are taken as given (none kept): typed clients work, and a bytes consumer too."""
+    topic = f"non-persistent://{ns}/typed"
+    typed = client.subscribe(topic, "typed", schema=pulsar.schema.JsonSchema(Order))
+    raw_bytes = client.subscribe(topic, "bytes")
+    client.create_producer(topic, schema=pulsar.schema.JsonSchema(Order)).send(Order(item="tea", amount=2))
+    got = typed.receive(5000).value()
+    assert (got.item, got.amount) == ("tea", 2)
+    assert b'"tea"' in raw_bytes.receive(5000).data()
+
+
 def test_key_shared_gives_each_key_to_one_consumer(client: pulsar.Client, ns: str) -> None:
     topic = f"non-persistent://{ns}/keys"
     consumers = [client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)]
@@ -236,6 +252,18 @@ def test_a_bad_send_is_refused_and_the_next_one_served(shared_server: Server, ns
                 assert answer.type == pb.BaseCommand.SEND_RECEIPT
                 got = answer.send_receipt.message_id
                 assert (got.ledgerId, got.entryId) == (0, 0)
+        # No schema is kept for these topics: asked for one, the answer is a topic without.
+        s.sendall(encode(command(pb.BaseCommand.GET_SCHEMA, request_id=2, topic=f"non-persistent://{ns}/t")))
+        answer = read_frame(s)
+        assert answer.getSchemaResponse.error_code == pb.TopicNotFound
+        schema = pb.Schema(name="s", schema_data=b"", type=pb.Schema.String)
+        ask = command(
+            pb.BaseCommand.GET_OR_CREATE_SCHEMA, request_id=3, topic=f"non-persistent://{ns}/t", schema=schema
+        )
+        s.sendall(encode(ask))
+        answer = read_frame(s)
+        assert answer.type == pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE
+        assert not answer.getOrCreateSchemaResponse.HasField("error_code")
     finally:
         s.close()
 
