@@ -75,6 +75,24 @@ def test_a_message_reaches_the_consumers_connected_now_and_no_later_one(
     assert set(internal["cursors"]) == {"before", "after"}
 
 
+def test_a_reader_reads_what_is_sent_while_it_is_open(
+    client: pulsar.Client, http: httpx.Client, ns: str
+) -> None:
+    topic = f"non-persistent://{ns}/read"
+    keep = client.subscribe(topic, "keep")  # keeps the topic loaded once the reader goes
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"before the reader")
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)  # there is no earliest
+    producer.send(b"while it reads")
+    assert reader.read_next(5000).data() == b"while it reads"
+    cursors = http.get(f"/admin/v2/non-persistent/{ns}/read/internalStats").json()["cursors"]
+    assert len(cursors) == 2
+    reader.close()  # its non-durable subscription goes with it
+    cursors = http.get(f"/admin/v2/non-persistent/{ns}/read/internalStats").json()["cursors"]
+    assert list(cursors) == ["keep"]
+    keep.close()
+
+
 def test_nothing_is_written_to_the_data_dir(client: pulsar.Client, shared_server: Server, ns: str) -> None:
     name = f"unstored-{uuid.uuid4().hex[:8]}"
     consumer = client.subscribe(f"non-persistent://{ns}/{name}", "s")
