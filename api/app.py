@@ -29,6 +29,7 @@ from api.routes import (
     messages,
     metrics,
     namespaces,
+    non_persistent,
     partitions,
     permissions,
     policies,
@@ -46,6 +47,7 @@ from service.db import Database
 from service.engine import SparkEngine
 from service.instances import InstanceRegistry
 from service.metrics import ServiceMetrics
+from service.non_persistent import NonPersistentTopics
 from service.ownership import LeaseOwnership
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
@@ -146,6 +148,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Spark takes seconds to start: check Java (and with warm-up, start Spark and run a
         # throw-away round) now, in the background, so the first compaction does not wait.
         engine.start_in_background()
+        # Non-persistent topics: in memory, shared by the binary protocol and REST's stats.
+        non_persistent = NonPersistentTopics(enabled=settings.enable_non_persistent_topics)
+        app.state.non_persistent = non_persistent
         listener = BrokerListener(
             settings=settings,
             broker=broker,
@@ -157,6 +162,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             schemas=schema_registry,
             partitioned=partitioned,
             registry=service_metrics.registry,
+            non_persistent=non_persistent,
         )
         await listener.start()
         app.state.pulsar = listener
@@ -180,6 +186,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.authentication = authentication_chain(settings)
     app.state.metrics = service_metrics
     app.state.pulsar = None
+    app.state.non_persistent = NonPersistentTopics(enabled=settings.enable_non_persistent_topics)
 
     app.add_middleware(AuditLog)
     app.add_middleware(RequestGuard, max_request_bytes=settings.max_request_bytes)
@@ -204,6 +211,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dashboard.router)
     app.include_router(broker_stats.router)
     app.include_router(lookup.router)
+    app.include_router(non_persistent.router)
     app.include_router(fallback.router)
     install_openapi(
         app,

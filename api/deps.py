@@ -11,6 +11,7 @@ from api.peers import Peers
 from service.authorization import Rule
 from service.compaction import CompactionService
 from service.names import TopicName
+from service.non_persistent import NonPersistentTopics
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
@@ -47,6 +48,10 @@ async def get_subscriptions(request: Request) -> SubscriptionService:
     return request.app.state.subscriptions  # type: ignore[no-any-return]
 
 
+async def get_non_persistent(request: Request) -> NonPersistentTopics:
+    return request.app.state.non_persistent  # type: ignore[no-any-return]
+
+
 async def get_compaction(request: Request) -> CompactionService:
     return request.app.state.compaction  # type: ignore[no-any-return]
 
@@ -73,6 +78,7 @@ PeersDep = Annotated[Peers, Depends(get_peers)]
 PoliciesDep = Annotated[PolicyStore, Depends(get_policies)]
 SubscriptionsDep = Annotated[SubscriptionService, Depends(get_subscriptions)]
 CompactionDep = Annotated[CompactionService, Depends(get_compaction)]
+NonPersistentDep = Annotated[NonPersistentTopics, Depends(get_non_persistent)]
 AuthorizationDep = Annotated[str | None, Depends(authorization)]
 
 # A route declares what it needs with ``dependencies=[...]`` (or its router does); see

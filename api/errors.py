@@ -24,6 +24,7 @@ from service.errors import (
     DamagedData,
     Forbidden,
     InvalidInput,
+    NotAllowed,
     NotFound,
     NotOwner,
     ServiceError,
@@ -39,6 +40,7 @@ STATUS: dict[type[ServiceError], int] = {
     Unauthenticated: 401,
     Forbidden: 403,
     NotFound: 404,
+    NotAllowed: 405,
     Conflict: 409,
     TooLarge: 413,
     # Damage is not the client's doing: a 500, but always with a reason (never a bare one).
@@ -65,7 +67,11 @@ def _describe(errors: list[dict]) -> str:  # type: ignore[type-arg]
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return _error_response(exc, challenge=_challenge(request))
+        response = _error_response(exc, challenge=_challenge(request))
+        if response.status_code == 405:
+            # RFC 9110: a 405 names what the path does allow (none, for a path only refused).
+            response.headers["Allow"] = ", ".join(_allowed(request))
+        return response
 
     @app.exception_handler(NotOwner)
     async def _not_owner(request: Request, exc: NotOwner) -> JSONResponse:

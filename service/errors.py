@@ -6,6 +6,7 @@ ServiceError
 ├── Forbidden             (403) the role may not do this
 ├── NotFound              (404) topic, subscription, ledger
 │   └── UnknownListener         a lookup names an advertised listener the service does not have
+├── NotAllowed            (405) not done for this kind of topic (compacting a non-persistent one)
 ├── Conflict              (409) exists already, compaction running, consumer active
 │   └── IncompatibleSchema      a schema the topic's compatibility strategy refuses
 ├── TooLarge              (413) message or request over its size limit
@@ -51,6 +52,11 @@ class NotFound(ServiceError):
 class UnknownListener(NotFound):
     """A lookup asked for an advertised listener the service does not have (Pulsar refuses
     it with ServiceNotReady over the binary protocol)."""
+
+
+class NotAllowed(ServiceError):
+    """Not done for this kind of thing at all, whatever its state (Pulsar's
+    ``NotAllowedException``): a compaction or readCompacted on a non-persistent topic."""
 
 
 class Conflict(ServiceError):

@@ -29,10 +29,14 @@ class Lookup:
     http_url_tls: str | None = None  # its HTTPS URL, when it serves HTTPS
 
 
-def lookup_topic(*, broker: Broker, name: TopicName, listener: str | None = None) -> Lookup:
+def lookup_topic(
+    *, broker: Broker, name: TopicName, listener: str | None = None, persistent: bool = True
+) -> Lookup:
     """The owner's URLs for ``name``, those of the advertised listener ``listener`` if one is
     named. ``UnknownListener`` for a listener the service does not have; ``NotOwner`` when a
-    listener is named and another instance owns the topic."""
+    listener is named and another instance owns the topic. A non-persistent topic
+    (``persistent`` false) has no owner but the instance asked: it is served where it is used
+    (with several instances, each serves its own; see docs/concepts.md)."""
     settings = broker.settings
     chosen = None
     listener = (listener or "").strip()
@@ -41,7 +45,8 @@ def lookup_topic(*, broker: Broker, name: TopicName, listener: str | None = None
         if chosen is None:
             raise UnknownListener(unknown_listener_reason(listener, list(settings.advertised_listeners)))
     try:
-        broker.topic(name)
+        if persistent:
+            broker.topic(name)
     except NotFound:
         pass  # not created yet: it will be here, where its first producer or consumer is
     except NotOwner as e:

@@ -14,8 +14,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ledger.storage import S3Settings, Storage, StorageError, open_storage
 from service.listeners import Listener, parse_listeners
-from service.tls import check_tls_settings
 from service.schema_compat import Strategy
+from service.tls import check_tls_settings
 
 FsyncPolicy = Literal["always", "interval", "never"]
 #: What the row-group cache holds by default on object storage (``Settings.cache_bytes``).
@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         default=True,
         description="Create a topic on its first use by a producer or consumer of the binary protocol, "
         "in a namespace that exists (Pulsar's allowAutoTopicCreation).",
+    )
+    enable_non_persistent_topics: bool = Field(
+        default=True,
+        description="Serve non-persistent topics (non-persistent://): held in memory, delivered to the "
+        "consumers connected now, stored nowhere (Pulsar's enableNonPersistentTopics).",
     )
     max_partitions_per_topic: int = Field(
         default=256,

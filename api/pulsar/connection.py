@@ -39,6 +39,7 @@ from service.authorization import Authorizer, Rule
 from service.auto_topics import topic_for_use
 from service.errors import Forbidden, ServiceError
 from service.names import TopicName
+from service.non_persistent import NonPersistentTopics
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
@@ -86,6 +87,8 @@ class BrokerContext:
     # subscribes again (Pulsar keeps the non-durable cursor across that reconnection).
     reader_positions: BoundedDict = field(default_factory=lambda: BoundedDict(10_000))
     access: ProducerAccess = field(default_factory=lambda: ProducerAccess())
+    # The non-persistent topics served now (REST's stats read the same ones).
+    non_persistent: NonPersistentTopics = field(default_factory=NonPersistentTopics)
     # Consumers waiting for messages on a worker thread now (see ``delivery.WireSubscriber``);
     # touched on the event loop only.
     thread_waits: int = 0
@@ -264,7 +267,8 @@ class PulsarConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ helpers for handlers
 
     def topic_name(self, text: str) -> TopicName:
-        """A ``persistent://t/n/x`` name (or Pulsar's short forms ``x`` and ``t/n/x``)."""
+        """A ``persistent://t/n/x`` name (or Pulsar's short forms ``x`` and ``t/n/x``); a
+        ``non-persistent://`` name is the business of ``api.pulsar.non_persistent``."""
         if "://" not in text:
             text = f"persistent://public/default/{text}" if "/" not in text else f"persistent://{text}"
         if not text.startswith("persistent://"):

@@ -29,12 +29,15 @@ from api.pulsar.delivery import WireSubscriber
 from api.pulsar.errors import ProtocolError
 from api.pulsar.framing import Frame
 from api.pulsar.messages import EARLIEST_ID, LATEST_ID, entry_id_data, id_data, position
+from api.pulsar.non_persistent import LAST_MESSAGE_ID_REFUSED, NonPersistentConsumer
+from api.pulsar.non_persistent import subscribe as non_persistent_subscribe
 from api.pulsar.readers import WireReader, reader_target
 from api.pulsar.schemas import consumer_schema
 from ledger.entry import Position
 from service.authorization import Rule
 from service.errors import Conflict, ServiceError
 from service.names import TopicName
+from service.non_persistent import is_non_persistent
 from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
 from service.topic_reads import EARLIEST, LATEST
 
@@ -80,6 +83,9 @@ def _start_of(data: pb.MessageIdData | None, initial: str) -> str:
 
 async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.subscribe
+    if is_non_persistent(req.topic):
+        await non_persistent_subscribe(conn, frame)
+        return
     request_id = req.request_id
 
     async def work() -> None:
@@ -131,7 +137,7 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
     await conn.request(request_id, work, not_found=pb.TopicNotFound, conflict=pb.ConsumerBusy)
 
 
-def _consumer(conn: PulsarConnection, consumer_id: int) -> WireSubscriber | None:
+def _consumer(conn: PulsarConnection, consumer_id: int) -> WireSubscriber | NonPersistentConsumer | None:
     c = conn.consumers.get(consumer_id)
     return None if c is None or c.closed else c
 
@@ -183,6 +189,10 @@ async def seek(conn: PulsarConnection, frame: Frame) -> None:
     async def work() -> None:
         if c is None:
             raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
+        if isinstance(c, NonPersistentConsumer):
+            # Pulsar's NonPersistentSubscription.resetCursor: done, and nothing changes.
+            conn.send(pb.BaseCommand.SUCCESS, request_id=req.request_id)
+            return
         if req.HasField("message_publish_time"):
             await c.seek(message_id=None, publish_time=req.message_publish_time)
         elif req.HasField("message_id"):
@@ -208,6 +218,8 @@ async def last_message_id(conn: PulsarConnection, frame: Frame) -> None:
     async def work() -> None:
         if c is None:
             raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
+        if isinstance(c, NonPersistentConsumer):
+            raise ProtocolError(pb.NotAllowedError, LAST_MESSAGE_ID_REFUSED)
         last = await conn.call(_last_message, conn, c.topic, c.read_compacted, c.partition)
         mark = await c.mark_delete()
         conn.send(
@@ -247,7 +259,10 @@ async def unsubscribe(conn: PulsarConnection, frame: Frame) -> None:
     async def work() -> None:
         if c is None:
             raise ProtocolError(pb.ConsumerNotFound, f"consumer {req.consumer_id} not found")
-        if isinstance(c, WireConsumer):
+        if isinstance(c, NonPersistentConsumer):
+            c.unsubscribe()  # Conflict (ConsumerBusy) unless it is the subscription's one consumer
+            conn.consumers.pop(req.consumer_id, None)
+        elif isinstance(c, WireConsumer):
             subs = conn.ctx.subscriptions
             others = await conn.call(lambda: subs.get(c.topic, c.subscription).consumer_count() - 1)
             if others and not req.force:
@@ -265,7 +280,7 @@ async def unsubscribe(conn: PulsarConnection, frame: Frame) -> None:
 
 async def close_consumer(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.close_consumer
-    c: WireSubscriber | None = conn.consumers.pop(req.consumer_id, None)
+    c: WireSubscriber | NonPersistentConsumer | None = conn.consumers.pop(req.consumer_id, None)
     if c is not None:
         c.close()
         # Answered once the consumer is gone, as Pulsar does: a client that subscribes again

@@ -10,6 +10,7 @@ from service.errors import (
     Forbidden,
     IncompatibleSchema,
     InvalidInput,
+    NotAllowed,
     NotFound,
     NotOwner,
     ServiceError,
@@ -51,7 +52,7 @@ def server_error(
     if isinstance(e, (NotOwner, Unavailable)):
         # The client looks the topic up again and retries (Pulsar's ServiceNotReady).
         return pb.ServiceNotReady
-    if isinstance(e, (InvalidInput, TooLarge)):
+    if isinstance(e, (InvalidInput, TooLarge, NotAllowed)):
         return pb.NotAllowedError
     if isinstance(e, ServiceError):
         return pb.UnknownError

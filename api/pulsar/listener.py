@@ -19,6 +19,7 @@ from api.pulsar.commands import HANDLERS
 from api.pulsar.connection import BrokerContext, PulsarConnection
 from service.authentication import Authentication
 from service.authorization import Authorizer
+from service.non_persistent import NonPersistentTopics
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
 from service.schemas import SchemaRegistry
@@ -75,6 +76,7 @@ class BrokerListener:
         schemas: SchemaRegistry,
         partitioned: PartitionedTopics,
         registry: CollectorRegistry | None = None,
+        non_persistent: NonPersistentTopics | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -90,6 +92,8 @@ class BrokerListener:
             partitioned=partitioned,
             service_url="",
             connections=set(),
+            non_persistent=non_persistent
+            or NonPersistentTopics(enabled=settings.enable_non_persistent_topics),
         )
         self._server: asyncio.Server | None = None
         self._tls_server: asyncio.Server | None = None

@@ -1,4 +1,11 @@
-"""Where a topic lives: PARTITIONED_METADATA, LOOKUP and GET_TOPICS_OF_NAMESPACE."""
+"""Where a topic lives: PARTITIONED_METADATA, LOOKUP and GET_TOPICS_OF_NAMESPACE.
+
+A ``non-persistent://`` topic is looked up as a persistent one is (the same permission rule);
+it is never partitioned here (its partitioned metadata answers 0) and is served where it is
+asked for. GET_TOPICS_OF_NAMESPACE answers each of Pulsar's modes: PERSISTENT the namespace's
+persistent topics (partitions by their names), NON_PERSISTENT the non-persistent topics served
+now, ALL both (what a pattern consumer's ``RegexSubscriptionMode`` asks for).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,12 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import Handler, PulsarConnection
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
+from api.pulsar.non_persistent import topic_name as non_persistent_name
 from service.authorization import Rule
 from service.errors import NotOwner, ServiceError, UnknownListener
 from service.lookup import lookup_topic
 from service.names import TopicName, check_part
+from service.non_persistent import is_non_persistent
 
 
 def _named(
@@ -17,7 +26,7 @@ def _named(
 ) -> tuple[TopicName | None, ServiceError | ProtocolError | None]:
     """The topic a lookup names, if the role may look it up; else the refusal."""
     try:
-        name = conn.topic_name(topic)
+        name = non_persistent_name(topic) if is_non_persistent(topic) else conn.topic_name(topic)
         conn.authorize(Rule.PRODUCE_OR_CONSUME, name)
     except (ServiceError, ProtocolError) as e:
         return None, e
@@ -29,7 +38,7 @@ async def partitioned_metadata(conn: PulsarConnection, frame: Frame) -> None:
     name, refused = _named(conn, req.topic)
     answer = pb.CommandPartitionedTopicMetadataResponse
     partitions = 0
-    if name is not None:
+    if name is not None and not is_non_persistent(req.topic):
         try:
             # N for a partitioned topic (the client then uses its partitions), else 0.
             partitions = await conn.call(conn.ctx.partitioned.partitions, name)
@@ -57,7 +66,11 @@ async def lookup(conn: PulsarConnection, frame: Frame) -> None:
     if name is not None:
         try:
             found = await conn.call(
-                lookup_topic, broker=conn.ctx.broker, name=name, listener=req.advertised_listener_name
+                lookup_topic,
+                broker=conn.ctx.broker,
+                name=name,
+                listener=req.advertised_listener_name,
+                persistent=not is_non_persistent(req.topic),
             )
         except UnknownListener as e:
             # Pulsar's error: the client's C++ core fails the lookup for it (not a missing topic).
@@ -114,11 +127,12 @@ async def topics_of_namespace(conn: PulsarConnection, frame: Frame) -> None:
                 topic=None,
             )
         await conn.call(conn.ctx.tenants.require_namespace, tenant=tenant, namespace=namespace)
-        topics = (
-            []
-            if req.mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT
-            else conn.ctx.broker.list_topics(tenant, namespace)
-        )
+        mode = req.mode
+        topics: list[str] = []
+        if mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+            topics += await conn.call(conn.ctx.broker.list_topics, tenant, namespace)
+        if mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:
+            topics += conn.ctx.non_persistent.list(tenant, namespace)
         conn.send(pb.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, request_id=request_id, topics=topics)
 
     await conn.request(request_id, work, not_found=pb.MetadataError)

@@ -21,12 +21,15 @@ from api.pulsar.connection import Handler, PulsarConnection
 from api.pulsar.errors import ProtocolClose, ProtocolError, server_error
 from api.pulsar.framing import Frame
 from api.pulsar.messages import check_batch, id_data, is_batch, to_batch, to_records
+from api.pulsar.non_persistent import NonPersistentProducer
+from api.pulsar.non_persistent import producer as non_persistent_producer
 from api.pulsar.schemas import producer_schema
 from ledger.entry import Position, Record, StoredBatch, record_size
 from service.authorization import Rule
 from service.deduplication import ProducerSequences
 from service.errors import ServiceError
 from service.names import TopicName
+from service.non_persistent import is_non_persistent
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +209,9 @@ class WireProducer:
 
 async def producer(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.producer
+    if is_non_persistent(req.topic):
+        await non_persistent_producer(conn, frame)
+        return
     request_id = req.request_id
 
     async def work() -> None:
@@ -276,12 +282,15 @@ async def _when_granted(prod: WireProducer, granted: asyncio.Future[int], reques
 
 async def send(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.send
-    prod: WireProducer | None = conn.producers.get(req.producer_id)
+    prod: WireProducer | NonPersistentProducer | None = conn.producers.get(req.producer_id)
     if prod is None or prod.closed:
         # Pulsar closes a connection that sends for a producer it does not have.
         raise ProtocolClose(f"SEND for unknown producer {req.producer_id}")
     if frame.metadata is None:
         raise ProtocolClose("SEND without a payload")
+    if isinstance(prod, NonPersistentProducer):
+        prod.publish(frame)  # handed to the consumers connected now, stored nowhere
+        return
     limit = conn.ctx.settings.max_message_size
     try:
         md = frame.metadata
@@ -309,7 +318,7 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
 
 async def close_producer(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.close_producer
-    prod: WireProducer | None = conn.producers.pop(req.producer_id, None)
+    prod: WireProducer | NonPersistentProducer | None = conn.producers.pop(req.producer_id, None)
     if prod is not None:
         prod.close()
         await prod.flush()

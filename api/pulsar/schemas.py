@@ -7,9 +7,11 @@ from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import Handler, PulsarConnection
 from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
+from api.pulsar.non_persistent import topic_name as non_persistent_name
 from service.authorization import Rule
 from service.errors import InvalidInput, NotFound, ServiceError
 from service.names import TopicName
+from service.non_persistent import is_non_persistent
 from service.schemas import SCHEMA_TYPES, SchemaInfo, StoredSchema, parse_version, version_bytes
 
 # Types a client declares that are not a schema to keep: raw bytes (``None``), and the
@@ -74,6 +76,8 @@ async def get_schema(conn: PulsarConnection, frame: Frame) -> None:
     a message written with another version than its own, or an AUTO_CONSUME consumer."""
     req = frame.command.getSchema
     try:
+        if is_non_persistent(req.topic):
+            raise NotFound("no schema is kept for a non-persistent topic")  # answered as one without
         name = conn.topic_name(req.topic)
         conn.authorize(Rule.PRODUCE_OR_CONSUME, name)
         try:
@@ -109,9 +113,14 @@ async def get_or_create_schema(conn: PulsarConnection, frame: Frame) -> None:
     """The version of a schema in the topic's history, added if new (a producer's right)."""
     req = frame.command.getOrCreateSchema
     try:
-        name = conn.topic_name(req.topic)
-        conn.authorize(Rule.PRODUCE, name)
-        version = await producer_schema(conn, name, req.schema)
+        if is_non_persistent(req.topic):
+            # Taken as given, not kept (api.pulsar.non_persistent): no version to name.
+            conn.authorize(Rule.PRODUCE, non_persistent_name(req.topic))
+            version = None
+        else:
+            name = conn.topic_name(req.topic)
+            conn.authorize(Rule.PRODUCE, name)
+            version = await producer_schema(conn, name, req.schema)
     except (ServiceError, ProtocolError) as e:
         conn.send(
             pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE,

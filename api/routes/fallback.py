@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from service.errors import InvalidInput, NotFound
+from service.errors import InvalidInput, NotAllowed, NotFound
 from service.names import check_part
 
 router = APIRouter(include_in_schema=False)
@@ -34,3 +34,27 @@ def admin_fallback(rest: str, request: Request) -> None:
 @router.api_route("/topics/persistent/{rest:path}", methods=["GET", "PUT", "POST", "DELETE"])
 def topics_fallback(rest: str, request: Request) -> None:
     _refuse(rest)
+
+
+NON_PERSISTENT = (
+    "not served for non-persistent topics: they are produced and consumed over Pulsar's binary "
+    "protocol; REST serves their namespace's list, a topic's stats, internalStats and partitions"
+)
+
+
+@router.api_route("/admin/v2/non-persistent/{rest:path}", methods=["GET", "PUT", "POST", "DELETE"])
+def non_persistent_admin_fallback(rest: str, request: Request) -> None:
+    _refuse_non_persistent(rest)
+
+
+@router.api_route("/topics/non-persistent/{rest:path}", methods=["GET", "PUT", "POST", "DELETE"])
+def non_persistent_topics_fallback(rest: str, request: Request) -> None:
+    _refuse_non_persistent(rest)
+
+
+def _refuse_non_persistent(rest: str) -> None:
+    """405 with why, for a path that names a non-persistent topic and no route serves (400 for
+    a name that is not valid, as under the persistent prefixes)."""
+    for kind, part in zip(_KINDS, rest.split("/"), strict=False):
+        check_part(kind, part)
+    raise NotAllowed(NON_PERSISTENT)

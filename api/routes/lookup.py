@@ -44,8 +44,9 @@ LISTENER = "Name of an advertised listener (COMPACTOR_ADVERTISED_LISTENERS): its
     },
 )
 async def lookup(
-    # Only persistent topics are served: any other domain (non-persistent too) is a 422.
-    domain: Literal["persistent"],
+    # A non-persistent topic is served where it is asked for (service.lookup); any other
+    # domain is a 422.
+    domain: Literal["persistent", "non-persistent"],
     name: TopicDep,
     broker: BrokerDep,
     authoritative: bool = Query(False, description="Accepted as Pulsar's; ownership decides the answer"),
@@ -55,7 +56,11 @@ async def lookup(
     ] = None,
 ) -> LookupOut:
     found = await run_in_threadpool(
-        lookup_topic, broker=broker, name=name, listener=listenerName or listener_header
+        lookup_topic,
+        broker=broker,
+        name=name,
+        listener=listenerName or listener_header,
+        persistent=domain == "persistent",
     )
     http_url = found.http_url
     broker_url = found.broker_url or http_url

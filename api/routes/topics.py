@@ -10,6 +10,7 @@ from api.deps import (
     BrokerDep,
     CanListTopics,
     CanLookup,
+    NonPersistentDep,
     PartitionedDep,
     SchemasDep,
     TenantAdmin,
@@ -35,17 +36,23 @@ def list_namespace_topics(
     namespace: str,
     broker: BrokerDep,
     tenants: TenantsDep,
+    non_persistent: NonPersistentDep,
     mode: Literal["PERSISTENT", "NON_PERSISTENT", "ALL"] = Query(
-        "PERSISTENT", description="Which topics: every topic here is persistent"
+        "PERSISTENT",
+        description="Which topics: the persistent ones, the non-persistent ones served now, or all",
     ),
     includeSystemTopic: bool = Query(False, description="Accepted as Pulsar's; there are none"),  # noqa: N803
 ) -> list[str]:
     """The namespace's topics (partitions by their names), as Pulsar's; 404 for a namespace that
     does not exist. A Pulsar client given an ``http://`` service URL asks this for a pattern
-    (regex) subscription."""
+    (regex) subscription, with the mode of its ``RegexSubscriptionMode``."""
     tenant, namespace = check_part("tenant", tenant), check_part("namespace", namespace)
     tenants.require_namespace(tenant=tenant, namespace=namespace)
-    return [] if mode == "NON_PERSISTENT" else broker.list_topics(tenant, namespace)
+    names = [] if mode == "NON_PERSISTENT" else broker.list_topics(tenant, namespace)
+    if mode != "PERSISTENT":
+        # From a worker thread: list() copies the event loop's keys in one step first.
+        names += non_persistent.list(tenant, namespace)
+    return names
 
 
 @router.put(

@@ -138,7 +138,6 @@ def test_the_lookup_answers_pulsars_lookup_data(shared_server: Server) -> None:
     ("path", "status", "reason"),
     [
         ("/lookup/v2/topic/nonsense/public/default/x", 422, "domain"),
-        ("/lookup/v2/topic/non-persistent/public/default/x", 422, "Input should be 'persistent'"),
         ("/lookup/v2/topic/persistent/public/default/" + "x" * 129, 400, "invalid topic name"),
         ("/lookup/v2/topic/persistent/public/def ault/x", 400, "invalid"),
         ("/lookup/v2/topic/persistent/public/default/a%2Fb", 400, "'/' is not allowed"),

@@ -22,7 +22,7 @@ from tests.conftest import SUPERUSER, SecureServer
 pytestmark = pytest.mark.e2e
 
 # Routes anyone may call: liveness, the API description, and the fallbacks that only ever
-# refuse (400/404) a path no route matched.
+# refuse (400/404, and 405 under the non-persistent prefixes) a path no route matched.
 OPEN = {
     ("GET", "/health"),
     ("GET", "/openapi.json"),
@@ -31,6 +31,8 @@ OPEN = {
     ("GET", "/redoc"),
     *((m, "/admin/v2/persistent/{rest:path}") for m in ("GET", "PUT", "POST", "DELETE")),
     *((m, "/topics/persistent/{rest:path}") for m in ("GET", "PUT", "POST", "DELETE")),
+    *((m, "/admin/v2/non-persistent/{rest:path}") for m in ("GET", "PUT", "POST", "DELETE")),
+    *((m, "/topics/non-persistent/{rest:path}") for m in ("GET", "PUT", "POST", "DELETE")),
     # The dashboard's page and its script and styles: they hold no data; every call the page
     # makes sends the token it asks for (tests/api/test_dashboard.py).
     ("GET", "/dashboard"),
