@@ -57,6 +57,28 @@ class ProduceResponse(BaseModel):
     partitions: list[int] | None = None
 
 
+class EncryptionKeyOut(BaseModel):
+    """A consumer key an encrypted message's data key is encrypted with (Pulsar's ``EncryptionKeys``)."""
+
+    key: str
+    value: str  # the encrypted data key, base64
+    metadata: dict[str, str]
+
+
+class EncryptionOut(BaseModel):
+    """The encryption context of a message its Pulsar producer encrypted (``api.pulsar.encryption``):
+    its value is the ciphertext. A later member of an encrypted batch has only
+    ``batchFirstMessageId``, the member whose value is the whole batch's ciphertext."""
+
+    keys: list[EncryptionKeyOut] | None = None
+    algorithm: str | None = None
+    param: str | None = None  # base64
+    compression: str | None = None
+    uncompressedSize: int | None = None
+    batchSize: int | None = None
+    batchFirstMessageId: str | None = None
+
+
 class MessageOut(BaseModel):
     messageId: str
     key: str | None
@@ -64,6 +86,8 @@ class MessageOut(BaseModel):
     properties: dict[str, str]
     publishTime: int
     eventTime: int | None
+    # Only on a message a Pulsar producer encrypted.
+    encryption: EncryptionOut | None = None
 
     @classmethod
     def of(cls, e: Entry) -> MessageOut:

@@ -10,6 +10,14 @@ from collections.abc import Sequence
 from google.protobuf.message import DecodeError
 
 from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.encryption import (
+    ENCRYPTION_PROPERTY,
+    apply_context,
+    encrypted_batch_payload,
+    encrypted_record,
+    first_member_value,
+    is_encrypted,
+)
 from api.pulsar.errors import ProtocolError
 from ledger.batch_encoder import encode_batch_payload
 from ledger.batches import BatchError, batch_size, uncompressed
@@ -33,8 +41,11 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     size kept, see ``ledger.entry.message_id``). A ``null_value`` message is stored with a null
     value (a delete when keyed, as an empty value is: Pulsar's rule). ``max_size`` bounds what
     a compressed payload may expand to. (The broker stores a batch whole, see
-    :func:`to_batch`; this decodes one member by member, for tests and tools.)"""
+    :func:`to_batch`; this decodes one member by member, for tests and tools.) An encrypted
+    message is stored as it came (``api.pulsar.encryption``)."""
     _check_sendable(metadata)
+    if is_encrypted(metadata) and not metadata.HasField("num_messages_in_batch"):
+        return [encrypted_record(metadata, payload, max_size)]
     payload = _uncompressed(metadata, payload, max_size)
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
     version = metadata.schema_version if metadata.HasField("schema_version") else None
@@ -53,8 +64,8 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
 
 
 def _check_sendable(metadata: pb.MessageMetadata) -> None:
-    if metadata.HasField("num_chunks_from_msg") or metadata.encryption_keys:
-        raise ProtocolError(pb.NotAllowedError, "chunked or encrypted messages are not supported")
+    if metadata.HasField("num_chunks_from_msg"):
+        raise ProtocolError(pb.NotAllowedError, "chunked messages are not supported")
     if metadata.sequence_id >= _U64 // 2:
         raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
 
@@ -73,11 +84,25 @@ def is_batch(metadata: pb.MessageMetadata) -> bool:
 def to_batch(metadata: pb.MessageMetadata, raw_metadata: bytes, payload: bytes) -> StoredBatch:
     """A batched SEND as the ledger stores it: whole, as sent, its members not decoded (they
     are checked off the event loop, :func:`check_batch`, before it is written). Its size is
-    unknown (-1) until then."""
+    unknown (-1) until then. An encrypted batch is stored as ``api.pulsar.encryption`` says."""
     _check_sendable(metadata)
     n = metadata.num_messages_in_batch
     if not 0 < n <= MAX_BATCH_MESSAGES:
         raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")
+    if is_encrypted(metadata):
+        members = encrypted_batch_payload(metadata, payload)
+        return StoredBatch(
+            metadata=raw_metadata,
+            payload=members,
+            count=n,
+            size=-1,
+            uncompressed_size=len(members),
+            producer_name=metadata.producer_name,
+            sequence_id=metadata.sequence_id,
+            deliver_at_time=metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None,
+            ordering_key=metadata.ordering_key if metadata.HasField("ordering_key") else None,
+            schema_version=metadata.schema_version if metadata.HasField("schema_version") else None,
+        )
     return StoredBatch(
         metadata=raw_metadata,
         payload=payload,
@@ -227,9 +252,10 @@ def batch_message(
     return mid, md.SerializeToString(), payload, ack_set
 
 
-def stored_metadata(batch: StoredBatch) -> bytes:
-    """A stored batch's metadata as its consumers receive it: as its producer sent it, with
-    the broker's publish time (every id and time a client sees is the same over every path)."""
+def stored_message(batch: StoredBatch) -> tuple[bytes, bytes]:
+    """A stored batch's metadata and payload as its consumers receive them: as its producer
+    sent them, with the broker's publish time (every id and time a client sees is the same over
+    every path); an encrypted batch's payload is its ciphertext (``api.pulsar.encryption``)."""
     if not batch.metadata:  # rebuilt from a sealed ledger's rows (``ledger.entry.BatchEntry``)
         md = pb.MessageMetadata(
             producer_name=batch.producer_name,
@@ -241,10 +267,12 @@ def stored_metadata(batch: StoredBatch) -> bytes:
             md.deliver_at_time = batch.deliver_at_time
         if batch.schema_version is not None:
             md.schema_version = batch.schema_version
-        return md.SerializeToString()
+        return md.SerializeToString(), batch.payload
     md = pb.MessageMetadata.FromString(batch.metadata)
     md.publish_time = batch.publish_time
-    return md.SerializeToString()
+    if md.encryption_keys:
+        return md.SerializeToString(), first_member_value(batch.payload)
+    return md.SerializeToString(), batch.payload
 
 
 def entry_metadata(e: Entry) -> bytes:
@@ -256,6 +284,10 @@ def entry_metadata(e: Entry) -> bytes:
         md.deliver_at_time = e.deliver_at_time
     if e.schema_version is not None:
         md.schema_version = e.schema_version
+    props = e.properties
+    if props and ENCRYPTION_PROPERTY in props:
+        # An encrypted message: its context goes to the metadata, not to the properties.
+        e = apply_context(md, e)
     _describe(md, e)
     return md.SerializeToString()
 

@@ -1,0 +1,240 @@
+"""End-to-end encrypted messages (Pulsar producers with ``encryption_key`` set), passed through.
+
+A producer with encryption on compresses, then encrypts each message's payload (a batch's whole
+payload: its members' metadata and payloads together) with a data key, which it encrypts with
+each consumer key named in ``encryption_keys``. The broker never decrypts: it stores the
+ciphertext as it came and gives every consumer the same ``encryption_keys``,
+``encryption_algo``, ``encryption_param``, ``compression`` and ``uncompressed_size`` with it, so
+that a consumer with the private key decrypts, and one without it does what its crypto-failure
+action says (FAIL: not delivered, redelivered later; DISCARD: acknowledged; CONSUME: delivered
+undecrypted, an encrypted batch as one message). Keys, properties, event times and sequence ids
+stay in plaintext in ``MessageMetadata``, so an encrypted message compacts by its key.
+
+Stored as chunks are (``api.pulsar.chunks``): no ledger format changes, the context is one
+property of the service's own, :data:`ENCRYPTION_PROPERTY` (the fields above as a serialized
+``MessageMetadata``, base64), that consumers never see as a property.
+
+- A message sent alone is one ``Record``: its value the ciphertext, the context in the property.
+- An encrypted batch cannot be split (its members' metadata are inside the ciphertext). It keeps
+  its ``n`` positions ``E .. E+n-1``, as every batch (``ledger.entry.message_id``), so that the
+  ids its consumers see and acknowledge, ``L:E:i``, are the ones of any batch: it is stored as a
+  batch (``StoredBatch``) of ``n`` members whose first holds the whole ciphertext with the
+  context (and ``num_messages_in_batch``), and the others are empty (a null value, no key, the
+  property empty). A consumer of the log is sent the ciphertext as the producer sent it, one
+  MESSAGE for the batch, the members it should not get left out by ``ack_set``. Compaction sees
+  one message under the batch's key (its first member), as Pulsar's compactor treats a batch it
+  cannot read; the empty members are always dropped. Read from a compacted ledger (its first
+  member alone), the batch goes whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from collections.abc import Sequence
+
+from google.protobuf.message import DecodeError
+
+from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.errors import ProtocolError
+from ledger.batch_encoder import encode_batch_payload
+from ledger.entry import ENCRYPTION_PROPERTY, Entry, Record, StoredBatch
+
+__all__ = [
+    "ENCRYPTION_PROPERTY",
+    "apply_context",
+    "batch_message",
+    "context",
+    "encrypted_batch_payload",
+    "encrypted_record",
+    "first_member_value",
+    "is_encrypted",
+]
+
+_SIZE = struct.Struct(">I")
+
+
+def is_encrypted(metadata: pb.MessageMetadata) -> bool:
+    return len(metadata.encryption_keys) > 0
+
+
+def _context(metadata: pb.MessageMetadata, batch_size: int | None) -> str:
+    """The :data:`ENCRYPTION_PROPERTY` value of a message (``batch_size`` None) or of an
+    encrypted batch's first member."""
+    ctx = pb.MessageMetadata(encryption_keys=metadata.encryption_keys, compression=metadata.compression)
+    if metadata.HasField("encryption_algo"):
+        ctx.encryption_algo = metadata.encryption_algo
+    if metadata.HasField("encryption_param"):
+        ctx.encryption_param = metadata.encryption_param
+    if metadata.HasField("uncompressed_size"):
+        ctx.uncompressed_size = metadata.uncompressed_size
+    if batch_size is not None:
+        ctx.num_messages_in_batch = batch_size
+    return base64.b64encode(ctx.SerializePartialToString()).decode()
+
+
+def context(value: str) -> pb.MessageMetadata | None:
+    """The context an :data:`ENCRYPTION_PROPERTY` value holds; None when it holds none (an
+    encrypted batch's later member, or a value the service did not write: a REST producer's
+    property of that name is then an ordinary property)."""
+    if not value:
+        return None
+    try:
+        ctx = pb.MessageMetadata.FromString(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError, DecodeError):
+        return None
+    return ctx if ctx.encryption_keys else None
+
+
+def encrypted_record(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> Record:
+    """An encrypted message sent alone as the ledger stores it: the ciphertext as it came (it
+    cannot be decompressed), the context in its property; a null value (nothing encrypted) is
+    stored null, a delete of its key as any null value."""
+    if metadata.uncompressed_size > max_size:
+        raise ProtocolError(
+            pb.NotAllowedError, f"the payload expands to {metadata.uncompressed_size} bytes, above {max_size}"
+        )
+    props = {kv.key: kv.value for kv in metadata.properties} if metadata.properties else {}
+    props[ENCRYPTION_PROPERTY] = _context(metadata, None)
+    return Record(
+        metadata.partition_key if metadata.HasField("partition_key") else None,
+        None if metadata.null_value else payload,
+        props,
+        0,
+        metadata.event_time or None,
+        None,
+        None,
+        metadata.producer_name,
+        metadata.sequence_id,
+        metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None,
+        metadata.ordering_key if metadata.HasField("ordering_key") else None,
+        metadata.schema_version if metadata.HasField("schema_version") else None,
+    )
+
+
+def encrypted_batch_payload(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
+    """The members an encrypted batch of ``num_messages_in_batch`` is stored as, laid out as an
+    uncompressed batch payload (see the module docstring): the first holds the ciphertext."""
+    n = metadata.num_messages_in_batch
+    key = metadata.partition_key if metadata.HasField("partition_key") else None
+    first = metadata.sequence_id
+    members = [
+        Entry(
+            0,
+            0,
+            key,
+            payload,
+            {ENCRYPTION_PROPERTY: _context(metadata, n)},
+            0,
+            metadata.event_time or None,
+            0,
+            n,
+            None,
+            first,
+        )
+    ]
+    members += [
+        Entry(0, i, None, None, {ENCRYPTION_PROPERTY: ""}, 0, None, i, n, None, first + i)
+        for i in range(1, n)
+    ]
+    return encode_batch_payload(members, n)
+
+
+def first_member_value(payload: bytes) -> bytes:
+    """The ciphertext of a stored encrypted batch: its first member's value."""
+    (size,) = _SIZE.unpack_from(payload, 0)
+    single = pb.SingleMessageMetadata.FromString(payload[4 : 4 + size])
+    return payload[4 + size : 4 + size + single.payload_size]
+
+
+def apply_context(md: pb.MessageMetadata, e: Entry) -> Entry:
+    """Set the context ``e``'s :data:`ENCRYPTION_PROPERTY` holds in ``md`` (the metadata a
+    consumer receives with ``e``) and return ``e`` without that property; ``e`` unchanged when it
+    holds none."""
+    ctx = context(e.properties[ENCRYPTION_PROPERTY])
+    if ctx is None:
+        return e
+    ctx.ClearField("num_messages_in_batch")
+    md.MergeFrom(ctx)
+    return e._replace(properties={k: v for k, v in e.properties.items() if k != ENCRYPTION_PROPERTY})
+
+
+def is_encrypted_member(e: Entry) -> bool:
+    """Whether ``e`` is a member of a stored encrypted batch."""
+    return e.batch_index is not None and bool(e.properties) and ENCRYPTION_PROPERTY in e.properties
+
+
+def batch_message(
+    members: Sequence[Entry], first: Entry, partition: int
+) -> tuple[pb.MessageIdData, bytes, bytes, list[int]]:
+    """One MESSAGE for members of a stored encrypted batch whose first member is ``first``
+    (``ledger.entry.Entry``, read with them or on its own): its id, metadata, the ciphertext and
+    the ``ack_set`` of the members to deliver. The first member alone (a compacted ledger keeps
+    nothing else of the batch) sends the batch whole."""
+    n = first.batch_size or 1
+    ctx = context(first.properties.get(ENCRYPTION_PROPERTY, ""))
+    md = pb.MessageMetadata(
+        producer_name=first.producer_name or "",
+        sequence_id=max(0, first.sequence_id or 0),
+        publish_time=first.publish_time,
+        num_messages_in_batch=n,
+    )
+    if first.key is not None:
+        md.partition_key = first.key
+    if first.ordering_key is not None:
+        md.ordering_key = first.ordering_key
+    if first.event_time:
+        md.event_time = first.event_time
+    if first.deliver_at_time is not None:
+        md.deliver_at_time = first.deliver_at_time
+    if first.schema_version is not None:
+        md.schema_version = first.schema_version
+    if ctx is not None:
+        ctx.ClearField("num_messages_in_batch")
+        md.MergeFrom(ctx)
+    present = {m.batch_index for m in members}
+    ack_set: list[int] = []
+    if len(present) != n and present != {0}:
+        words = [0] * ((n + 63) // 64)
+        for i in present:
+            if i is not None and 0 <= i < n:
+                words[i // 64] |= 1 << (i % 64)
+        ack_set = [w - (1 << 64) if w >= 1 << 63 else w for w in words]  # int64 on the wire
+    mid = pb.MessageIdData(ledgerId=first.ledger_id, entryId=first.entry_id, partition=partition)
+    return mid, md.SerializeToString(), first.value or b"", ack_set
+
+
+def stored_batch_payload(batch: StoredBatch, metadata: pb.MessageMetadata) -> bytes:
+    """What a consumer receives as the payload of ``batch`` (its producer's metadata
+    ``metadata``): the ciphertext of an encrypted batch, else the payload as stored."""
+    return first_member_value(batch.payload) if metadata.encryption_keys else batch.payload
+
+
+def rest_view(e: Entry) -> tuple[dict[str, str], dict[str, object] | None]:
+    """``e``'s properties and encryption context as the REST API shows them (``e`` holds
+    :data:`ENCRYPTION_PROPERTY`): the context as ``encryption`` (base64 for bytes; an encrypted
+    batch's later member names the member that holds the batch), not as a property."""
+    value = e.properties[ENCRYPTION_PROPERTY]
+    props = {k: v for k, v in e.properties.items() if k != ENCRYPTION_PROPERTY}
+    ctx = context(value)
+    if ctx is None:
+        if value == "" and e.batch_index:
+            return props, {"batchFirstMessageId": f"{e.ledger_id}:{e.entry_id - e.batch_index}:0"}
+        return e.properties, None
+    b64 = base64.b64encode
+    return props, {
+        "keys": [
+            {
+                "key": k.key,
+                "value": b64(k.value).decode(),
+                "metadata": {kv.key: kv.value for kv in k.metadata},
+            }
+            for k in ctx.encryption_keys
+        ],
+        "algorithm": ctx.encryption_algo,
+        "param": b64(ctx.encryption_param).decode(),
+        "compression": pb.CompressionType.Name(ctx.compression),
+        "uncompressedSize": ctx.uncompressed_size,
+        "batchSize": ctx.num_messages_in_batch if ctx.HasField("num_messages_in_batch") else None,
+    }
