@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
-from ledger.entry import Entry, Record
+from ledger.entry import ENCRYPTION_PROPERTY, Entry, Record
 from service.errors import InvalidInput
 
 
@@ -47,7 +47,12 @@ def to_records(messages: list[MessageIn]) -> list[Record]:
                 value = a2b(text, strict_mode=True)
             except (binascii.Error, ValueError):
                 raise InvalidInput(f"messages[{index}].value is not valid base64") from None
-        records.append(Record(m.get("key"), value, m.get("properties", {}), 0, m.get("eventTime")))
+        props = m.get("properties", {})
+        if props and ENCRYPTION_PROPERTY in props:
+            # The encryption context of Pulsar's encrypted messages, which only the binary
+            # protocol's producers send.
+            raise InvalidInput(f"messages[{index}].properties: {ENCRYPTION_PROPERTY!r} is the service's own")
+        records.append(Record(m.get("key"), value, props, 0, m.get("eventTime")))
     return records
 
 

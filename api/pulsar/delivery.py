@@ -27,6 +27,7 @@ from api.pulsar.connection import PulsarConnection
 from api.pulsar.framing import command, encode_payload
 from api.pulsar.messages import (
     batch_message,
+    entry_frame,
     entry_metadata,
     id_data,
     partition_index,
@@ -266,7 +267,11 @@ class WireSubscriber:
                     message_id=id_data(e.position, partition),
                     redelivery_count=counts[i] if counts else 0,
                 )
-                self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
+                if e.properties and ENCRYPTION_PROPERTY in e.properties:
+                    # An encrypted message: its context and ciphertext.
+                    self.conn.write(encode_payload(cmd, *entry_frame(e)))
+                else:
+                    self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
                 spent += 1
                 i += 1
                 continue

@@ -39,17 +39,20 @@ from google.protobuf.message import DecodeError
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.errors import ProtocolError
 from ledger.batch_encoder import encode_batch_payload
-from ledger.entry import ENCRYPTION_PROPERTY, Entry, Record, StoredBatch
+from ledger.entry import ENCRYPTION_PROPERTY, Entry, Record
 
 __all__ = [
     "ENCRYPTION_PROPERTY",
     "apply_context",
     "batch_message",
     "context",
+    "context_property",
     "encrypted_batch_payload",
     "encrypted_record",
     "first_member_value",
     "is_encrypted",
+    "parse",
+    "rest_view",
 ]
 
 _SIZE = struct.Struct(">I")
@@ -59,9 +62,12 @@ def is_encrypted(metadata: pb.MessageMetadata) -> bool:
     return len(metadata.encryption_keys) > 0
 
 
-def _context(metadata: pb.MessageMetadata, batch_size: int | None) -> str:
+def context_property(
+    metadata: pb.MessageMetadata, batch_size: int | None, ciphertext: bytes | None = None
+) -> str:
     """The :data:`ENCRYPTION_PROPERTY` value of a message (``batch_size`` None) or of an
-    encrypted batch's first member."""
+    encrypted batch's first member: the context, base64; then ``.`` and the ciphertext, base64,
+    for a message stored with an empty value (see :func:`encrypted_record`)."""
     ctx = pb.MessageMetadata(encryption_keys=metadata.encryption_keys, compression=metadata.compression)
     if metadata.HasField("encryption_algo"):
         ctx.encryption_algo = metadata.encryption_algo
@@ -71,35 +77,57 @@ def _context(metadata: pb.MessageMetadata, batch_size: int | None) -> str:
         ctx.uncompressed_size = metadata.uncompressed_size
     if batch_size is not None:
         ctx.num_messages_in_batch = batch_size
-    return base64.b64encode(ctx.SerializePartialToString()).decode()
+    value = base64.b64encode(ctx.SerializePartialToString()).decode()
+    return value if ciphertext is None else f"{value}.{base64.b64encode(ciphertext).decode()}"
+
+
+def parse(value: str) -> tuple[pb.MessageMetadata, bytes | None] | None:
+    """The context an :data:`ENCRYPTION_PROPERTY` value holds, and the ciphertext when the value
+    holds it; None when it holds none (an encrypted batch's later member, or a value the service
+    did not write, which is then an ordinary property)."""
+    if not value:
+        return None
+    head, _, tail = value.partition(".")
+    try:
+        ctx = pb.MessageMetadata.FromString(base64.b64decode(head, validate=True))
+        ciphertext = base64.b64decode(tail, validate=True) if tail else None
+    except (binascii.Error, ValueError, DecodeError):
+        return None
+    return (ctx, ciphertext) if ctx.encryption_keys else None
 
 
 def context(value: str) -> pb.MessageMetadata | None:
-    """The context an :data:`ENCRYPTION_PROPERTY` value holds; None when it holds none (an
-    encrypted batch's later member, or a value the service did not write: a REST producer's
-    property of that name is then an ordinary property)."""
-    if not value:
-        return None
-    try:
-        ctx = pb.MessageMetadata.FromString(base64.b64decode(value, validate=True))
-    except (binascii.Error, ValueError, DecodeError):
-        return None
-    return ctx if ctx.encryption_keys else None
+    """The context an :data:`ENCRYPTION_PROPERTY` value holds (:func:`parse`)."""
+    parsed = parse(value)
+    return parsed[0] if parsed is not None else None
 
 
 def encrypted_record(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> Record:
     """An encrypted message sent alone as the ledger stores it: the ciphertext as it came (it
-    cannot be decompressed), the context in its property; a null value (nothing encrypted) is
-    stored null, a delete of its key as any null value."""
+    cannot be decompressed), the context in its property. A null value (nothing encrypted) is
+    stored null. A keyed message whose producer declares it empty (``uncompressed_size`` 0)
+    deletes its key, as Pulsar's compactor takes it: stored with an empty value, the ciphertext
+    in the property, so that its consumers still get the ciphertext."""
     if metadata.uncompressed_size > max_size:
         raise ProtocolError(
             pb.NotAllowedError, f"the payload expands to {metadata.uncompressed_size} bytes, above {max_size}"
         )
     props = {kv.key: kv.value for kv in metadata.properties} if metadata.properties else {}
-    props[ENCRYPTION_PROPERTY] = _context(metadata, None)
+    key = metadata.partition_key if metadata.HasField("partition_key") else None
+    value: bytes | None = None if metadata.null_value else payload
+    if (
+        value
+        and key is not None
+        and metadata.HasField("uncompressed_size")
+        and metadata.uncompressed_size == 0
+    ):
+        props[ENCRYPTION_PROPERTY] = context_property(metadata, None, value)
+        value = b""
+    else:
+        props[ENCRYPTION_PROPERTY] = context_property(metadata, None)
     return Record(
-        metadata.partition_key if metadata.HasField("partition_key") else None,
-        None if metadata.null_value else payload,
+        key,
+        value,
         props,
         0,
         metadata.event_time or None,
@@ -125,7 +153,7 @@ def encrypted_batch_payload(metadata: pb.MessageMetadata, payload: bytes) -> byt
             0,
             key,
             payload,
-            {ENCRYPTION_PROPERTY: _context(metadata, n)},
+            {ENCRYPTION_PROPERTY: context_property(metadata, n)},
             0,
             metadata.event_time or None,
             0,
@@ -148,21 +176,18 @@ def first_member_value(payload: bytes) -> bytes:
     return payload[4 + size : 4 + size + single.payload_size]
 
 
-def apply_context(md: pb.MessageMetadata, e: Entry) -> Entry:
+def apply_context(md: pb.MessageMetadata, e: Entry) -> tuple[Entry, bytes]:
     """Set the context ``e``'s :data:`ENCRYPTION_PROPERTY` holds in ``md`` (the metadata a
-    consumer receives with ``e``) and return ``e`` without that property; ``e`` unchanged when it
-    holds none."""
-    ctx = context(e.properties[ENCRYPTION_PROPERTY])
-    if ctx is None:
-        return e
+    consumer receives with ``e``); return ``e`` without that property and the payload to send
+    (the ciphertext). ``e`` and its value unchanged when the property holds no context."""
+    parsed = parse(e.properties[ENCRYPTION_PROPERTY])
+    if parsed is None:
+        return e, e.value or b""
+    ctx, ciphertext = parsed
     ctx.ClearField("num_messages_in_batch")
     md.MergeFrom(ctx)
-    return e._replace(properties={k: v for k, v in e.properties.items() if k != ENCRYPTION_PROPERTY})
-
-
-def is_encrypted_member(e: Entry) -> bool:
-    """Whether ``e`` is a member of a stored encrypted batch."""
-    return e.batch_index is not None and bool(e.properties) and ENCRYPTION_PROPERTY in e.properties
+    e = e._replace(properties={k: v for k, v in e.properties.items() if k != ENCRYPTION_PROPERTY})
+    return e, ciphertext if ciphertext is not None else e.value or b""
 
 
 def batch_message(
@@ -205,36 +230,36 @@ def batch_message(
     return mid, md.SerializeToString(), first.value or b"", ack_set
 
 
-def stored_batch_payload(batch: StoredBatch, metadata: pb.MessageMetadata) -> bytes:
-    """What a consumer receives as the payload of ``batch`` (its producer's metadata
-    ``metadata``): the ciphertext of an encrypted batch, else the payload as stored."""
-    return first_member_value(batch.payload) if metadata.encryption_keys else batch.payload
-
-
-def rest_view(e: Entry) -> tuple[dict[str, str], dict[str, object] | None]:
-    """``e``'s properties and encryption context as the REST API shows them (``e`` holds
+def rest_view(e: Entry) -> tuple[dict[str, str], dict[str, object] | None, bytes | None]:
+    """``e``'s properties, encryption context and value as the REST API shows them (``e`` holds
     :data:`ENCRYPTION_PROPERTY`): the context as ``encryption`` (base64 for bytes; an encrypted
-    batch's later member names the member that holds the batch), not as a property."""
+    batch's later member names the member that holds the batch), not as a property; the value
+    is the ciphertext."""
     value = e.properties[ENCRYPTION_PROPERTY]
     props = {k: v for k, v in e.properties.items() if k != ENCRYPTION_PROPERTY}
-    ctx = context(value)
-    if ctx is None:
+    parsed = parse(value)
+    if parsed is None:
         if value == "" and e.batch_index:
-            return props, {"batchFirstMessageId": f"{e.ledger_id}:{e.entry_id - e.batch_index}:0"}
-        return e.properties, None
+            return props, {"batchFirstMessageId": f"{e.ledger_id}:{e.entry_id - e.batch_index}:0"}, e.value
+        return e.properties, None, e.value
+    ctx, ciphertext = parsed
     b64 = base64.b64encode
-    return props, {
-        "keys": [
-            {
-                "key": k.key,
-                "value": b64(k.value).decode(),
-                "metadata": {kv.key: kv.value for kv in k.metadata},
-            }
-            for k in ctx.encryption_keys
-        ],
-        "algorithm": ctx.encryption_algo,
-        "param": b64(ctx.encryption_param).decode(),
-        "compression": pb.CompressionType.Name(ctx.compression),
-        "uncompressedSize": ctx.uncompressed_size,
-        "batchSize": ctx.num_messages_in_batch if ctx.HasField("num_messages_in_batch") else None,
-    }
+    return (
+        props,
+        {
+            "keys": [
+                {
+                    "key": k.key,
+                    "value": b64(k.value).decode(),
+                    "metadata": {kv.key: kv.value for kv in k.metadata},
+                }
+                for k in ctx.encryption_keys
+            ],
+            "algorithm": ctx.encryption_algo,
+            "param": b64(ctx.encryption_param).decode(),
+            "compression": pb.CompressionType.Name(ctx.compression),
+            "uncompressedSize": ctx.uncompressed_size,
+            "batchSize": ctx.num_messages_in_batch if ctx.HasField("num_messages_in_batch") else None,
+        },
+        ciphertext if ciphertext is not None else e.value,
+    )

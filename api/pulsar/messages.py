@@ -50,16 +50,19 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
     version = metadata.schema_version if metadata.HasField("schema_version") else None
     if not metadata.HasField("num_messages_in_batch"):
-        return [
-            _record(
-                metadata,
-                payload,
-                metadata.producer_name,
-                metadata.sequence_id,
-                deliver_at=deliver_at,
-                schema_version=version,
+        record = _record(
+            metadata,
+            payload,
+            metadata.producer_name,
+            metadata.sequence_id,
+            deliver_at=deliver_at,
+            schema_version=version,
+        )
+        if record.properties and ENCRYPTION_PROPERTY in record.properties:
+            raise ProtocolError(
+                pb.NotAllowedError, f"the property {ENCRYPTION_PROPERTY!r} is the service's own"
             )
-        ]
+        return [record]
     return _members(metadata, payload, deliver_at, version)
 
 
@@ -276,7 +279,26 @@ def stored_message(batch: StoredBatch) -> tuple[bytes, bytes]:
 
 
 def entry_metadata(e: Entry) -> bytes:
-    """The serialized ``MessageMetadata`` a consumer receives with ``e``."""
+    """The serialized ``MessageMetadata`` a consumer receives with ``e`` (a message that holds
+    no encryption context: see :func:`entry_frame`)."""
+    md = _message_metadata(e)
+    _describe(md, e)
+    return md.SerializeToString()
+
+
+def entry_frame(e: Entry) -> tuple[bytes, bytes]:
+    """The metadata and payload of the MESSAGE a consumer receives for ``e``, an encrypted
+    message included: its context goes to the metadata, not to the properties, and its payload
+    is the ciphertext (``api.pulsar.encryption``)."""
+    md = _message_metadata(e)
+    payload = e.value or b""
+    if e.properties and ENCRYPTION_PROPERTY in e.properties:
+        e, payload = apply_context(md, e)
+    _describe(md, e)
+    return md.SerializeToString(), payload
+
+
+def _message_metadata(e: Entry) -> pb.MessageMetadata:
     md = pb.MessageMetadata(
         producer_name=e.producer_name or "", sequence_id=e.sequence_id or 0, publish_time=e.publish_time
     )
@@ -284,12 +306,7 @@ def entry_metadata(e: Entry) -> bytes:
         md.deliver_at_time = e.deliver_at_time
     if e.schema_version is not None:
         md.schema_version = e.schema_version
-    props = e.properties
-    if props and ENCRYPTION_PROPERTY in props:
-        # An encrypted message: its context goes to the metadata, not to the properties.
-        e = apply_context(md, e)
-    _describe(md, e)
-    return md.SerializeToString()
+    return md
 
 
 def _describe(md: pb.MessageMetadata | pb.SingleMessageMetadata, e: Entry) -> None:

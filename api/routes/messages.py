@@ -118,7 +118,8 @@ def message_json(e: Entry, redelivery_count: int | None = None) -> dict[str, obj
         "eventTime": e.event_time,
     }
     if e.properties and ENCRYPTION_PROPERTY in e.properties:
-        out["properties"], out["encryption"] = rest_view(e)
+        out["properties"], out["encryption"], value = rest_view(e)
+        out["value"] = binascii.b2a_base64(value, newline=False).decode() if value is not None else None
     if redelivery_count is not None:
         out["redeliveryCount"] = redelivery_count
     return out

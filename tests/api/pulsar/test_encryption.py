@@ -4,12 +4,17 @@ positions and is never split, and what is not a context the service wrote stays 
 
 from __future__ import annotations
 
+import pytest
+
 from api.pulsar import encryption
 from api.pulsar import pulsar_api_pb2 as pb
-from api.pulsar.messages import check_batch, entry_metadata, stored_message, to_batch, to_records
+from api.pulsar.errors import ProtocolError
+from api.pulsar.messages import check_batch, entry_frame, stored_message, to_batch, to_records
+from api.schemas import to_records as rest_records
 from ledger.batches import appended_table, batch_entries
 from ledger.entry import ENCRYPTION_PROPERTY, BatchEntry, Entry, Record
 from ledger.parquet_store import table_to_items
+from service.errors import InvalidInput
 
 CIPHERTEXT = bytes(range(256)) * 2
 
@@ -47,7 +52,9 @@ def test_an_encrypted_message_goes_back_with_its_context_and_ciphertext_unchange
     assert record.value == CIPHERTEXT  # not decompressed: it cannot be
     assert record.key == "k" and set(record.properties) == {"p", ENCRYPTION_PROPERTY}
     entry = Entry(3, 9, record.key, record.value, record.properties, 123, None, None, None, "p", 40)
-    sent = pb.MessageMetadata.FromString(entry_metadata(entry))
+    metadata, payload = entry_frame(entry)
+    sent = pb.MessageMetadata.FromString(metadata)
+    assert payload == CIPHERTEXT
     assert list(sent.encryption_keys) == list(md.encryption_keys)
     assert (sent.encryption_algo, sent.encryption_param) == ("", b"iv-of-twelve")
     assert (sent.compression, sent.uncompressed_size) == (pb.LZ4, 900)
@@ -55,11 +62,34 @@ def test_an_encrypted_message_goes_back_with_its_context_and_ciphertext_unchange
     assert not sent.HasField("num_messages_in_batch")
 
 
+def test_a_keyed_message_declared_empty_deletes_its_key_and_still_goes_out_encrypted() -> None:
+    """Pulsar's compactor takes an encrypted message whose uncompressed size is 0 for a delete."""
+    md = _metadata()
+    md.uncompressed_size = 0
+    (record,) = to_records(md, b"sixteen byte tag", 10_000)
+    assert record.value == b"" and record.is_tombstone
+    entry = Entry(3, 9, record.key, record.value, record.properties, 123, None)
+    metadata, payload = entry_frame(entry)
+    assert payload == b"sixteen byte tag"
+    assert pb.MessageMetadata.FromString(metadata).encryption_keys
+
+
+def test_no_producer_may_set_the_services_own_property() -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=0)
+    md.properties.add(key=ENCRYPTION_PROPERTY, value="forged")
+    with pytest.raises(ProtocolError, match="the service's own"):
+        to_records(md, b"v", 10_000)
+    with pytest.raises(InvalidInput, match="the service's own"):
+        rest_records([{"key": "k", "value": "dg==", "properties": {ENCRYPTION_PROPERTY: "forged"}}])
+
+
 def test_a_property_of_that_name_the_service_did_not_write_stays_a_property() -> None:
+    """(Stored before the service kept the name for itself.)"""
     entry = Entry(3, 9, "k", b"v", {ENCRYPTION_PROPERTY: "not a context"}, 123, None)
-    sent = pb.MessageMetadata.FromString(entry_metadata(entry))
+    metadata, payload = entry_frame(entry)
+    sent = pb.MessageMetadata.FromString(metadata)
     assert [(kv.key, kv.value) for kv in sent.properties] == [(ENCRYPTION_PROPERTY, "not a context")]
-    assert not sent.encryption_keys
+    assert not sent.encryption_keys and payload == b"v"
 
 
 def test_an_encrypted_batch_is_stored_as_its_members_with_the_ciphertext_in_the_first() -> None:
