@@ -186,6 +186,53 @@ def test_encrypted_batches_decrypt_member_by_member_under_their_receipts_ids(
     assert second["properties"] == {}
 
 
+@pytest.mark.parametrize("acked", [[0, 2, 4], [0, 1]], ids=["every-other", "first-two"])
+def test_batch_index_acks_of_an_encrypted_batch_redeliver_only_the_members_left(
+    client: pulsar.Client, keys: pulsar.CryptoKeyReader, acked: list[int]
+) -> None:
+    """The broker cannot rebuild an encrypted batch without members: it sends the ciphertext
+    whole and leaves the acknowledged ones out by ``ack_set``, even when the first member (which
+    holds the ciphertext) is acknowledged and the subscription's position is past it."""
+    topic = fresh("enc-batch-ack")
+    sent = send_all(encrypting(client, topic, keys, batch=6), [(None, f"m{i}".encode()) for i in range(6)])
+    assert len({(m.ledger_id(), m.entry_id()) for m in sent}) == 1
+
+    def subscribe() -> pulsar.Consumer:
+        return client.subscribe(
+            topic,
+            "s",
+            initial_position=pulsar.InitialPosition.Earliest,
+            consumer_type=pulsar.ConsumerType.Shared,
+            batch_index_ack_enabled=True,
+            crypto_key_reader=keys,
+        )
+
+    consumer = subscribe()
+    got = receive_all(consumer, 6)
+    for i in acked:
+        consumer.acknowledge(got[i])
+    time.sleep(0.5)  # the client groups acks for 100 ms
+    consumer.close()
+    again = subscribe()
+    left = [i for i in range(6) if i not in acked]
+    rest = receive_all(again, len(left))
+    assert [m.data() for m in rest] == [f"m{i}".encode() for i in left]
+    assert [m.message_id() for m in rest] == [sent[i] for i in left]
+    with pytest.raises(pulsar.Timeout):
+        again.receive(500)
+
+
+def test_a_reader_from_a_member_of_an_encrypted_batch(
+    client: pulsar.Client, keys: pulsar.CryptoKeyReader
+) -> None:
+    topic = fresh("enc-reader")
+    sent = send_all(encrypting(client, topic, keys, batch=4), [(None, f"m{i}".encode()) for i in range(4)])
+    reader = client.create_reader(topic, sent[2], start_message_id_inclusive=True, crypto_key_reader=keys)
+    assert [reader.read_next(10_000).data() for _ in range(2)] == [b"m2", b"m3"]
+    with pytest.raises(pulsar.Timeout):
+        reader.read_next(300)
+
+
 def _compact(server: Server, topic: str) -> None:
     admin = f"{server.url}/admin/v2/persistent/{topic.removeprefix('persistent://')}/compaction"
     assert httpx.put(admin).status_code == 204
@@ -213,7 +260,7 @@ def test_read_compacted_keeps_the_latest_encrypted_message_of_each_key_and_batch
     single.send(b"c-latest", partition_key="c")  # supersedes the second batch, whole
     _compact(shared_server, topic)
     reader = client.create_reader(
-        topic, pulsar.MessageId.earliest, is_read_compacted=True, crypto_key_reader=keys
+        topic, pulsar.MessageId.earliest, is_is_read_compacted=True, crypto_key_reader=keys
     )
     got = []
     while reader.has_message_available():
@@ -273,3 +320,75 @@ def test_encryption_context_survives_sealed_ledgers_and_a_restart(
         assert [m.encryption_context().batch_size() for m in raw] == [-1] * 5 + [4, 4]
     finally:
         c.close()
+
+
+def _compacted_messages(
+    client: pulsar.Client, topic: str, keys: pulsar.CryptoKeyReader
+) -> list[tuple[str, bytes]]:
+    """What subscription ``sub1`` (made before anything was sent) receives reading compacted."""
+    consumer = client.subscribe(topic, "sub1", is_read_compacted=True, crypto_key_reader=keys)
+    got = []
+    while True:
+        try:
+            m = consumer.receive(1500)
+        except pulsar.Timeout:
+            return got
+        got.append((m.partition_key(), m.data()))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("compression", [pulsar.CompressionType.NONE, LZ4], ids=["plain", "lz4"])
+@pytest.mark.parametrize("batching", [False, True], ids=["no-batch", "batching"])
+def test_pulsar_compaction_scenarios_of_encrypted_messages(
+    client: pulsar.Client,
+    shared_server: Server,
+    keys: pulsar.CryptoKeyReader,
+    batching: bool,
+    compression: object,
+) -> None:
+    """Pulsar's ``CompactionTest.testCompactEncrypted[AndCompressed]{NoBatch,Batching}``: sent
+    alone, key2's older message is compacted away; in one batch the broker cannot read, all
+    three come through (the batch is one message of its key, key1, and the latest of it)."""
+    topic = fresh("enc-pulsar-compact")
+    client.subscribe(topic, "sub1", is_read_compacted=True).close()
+    producer = client.create_producer(
+        topic,
+        encryption_key=KEY_NAME,
+        crypto_key_reader=keys,
+        compression_type=compression,
+        batching_enabled=batching,
+        batching_max_messages=3,
+        batching_max_publish_delay_ms=3_600_000,
+    )
+    send_all(producer, [("key1", b"my-message-1"), ("key2", b"my-message-2"), ("key2", b"my-message-3")])
+    _compact(shared_server, topic)
+    expected = [("key1", b"my-message-1"), ("key2", b"my-message-3")]
+    if batching:
+        expected[1:1] = [("key2", b"my-message-2")]
+    assert _compacted_messages(client, topic, keys) == expected
+
+
+@pytest.mark.spark
+def test_pulsar_empty_payload_deletes_when_encrypted(
+    client: pulsar.Client, shared_server: Server, keys: pulsar.CryptoKeyReader
+) -> None:
+    """Pulsar's ``CompactionTest.testEmptyPayloadDeletesWhenEncrypted``: an empty encrypted
+    message sent alone deletes its key; inside a batch (which the broker cannot read) it does
+    not, and the batch comes through whole."""
+    topic = fresh("enc-empty-deletes")
+    client.subscribe(topic, "sub1", is_read_compacted=True).close()
+    alone = encrypting(client, topic, keys)
+    batched = encrypting(client, topic, keys, batch=3)
+    alone.send(b"my-message-0", partition_key="key0")
+    alone.send(b"my-message-1", partition_key="key1")
+    alone.send(b"", partition_key="key1")
+    send_all(batched, [("key2", b"my-message-2"), ("key3", b"my-message-3"), ("key2", b"")])
+    alone.send(b"my-message-4", partition_key="key4")
+    _compact(shared_server, topic)
+    assert _compacted_messages(client, topic, keys) == [
+        ("key0", b"my-message-0"),
+        ("key2", b"my-message-2"),
+        ("key3", b"my-message-3"),
+        ("key2", b""),
+        ("key4", b"my-message-4"),
+    ]
