@@ -10,16 +10,21 @@ action says (FAIL: not delivered, redelivered later; DISCARD: acknowledged; CONS
 undecrypted, an encrypted batch as one message). Keys, properties, event times and sequence ids
 stay in plaintext in ``MessageMetadata``, so an encrypted message compacts by its key.
 
-Stored as chunks are (``api.pulsar.chunks``): no ledger format changes, the context is one
-property of the service's own, :data:`ENCRYPTION_PROPERTY` (the fields above as a serialized
-``MessageMetadata``, base64), that consumers never see as a property.
+Stored as chunks of chunked messages keep their fields (``api.pulsar.chunks``): no ledger
+format change, the context is one property of the service's own, :data:`ENCRYPTION_PROPERTY`
+(the fields above as a serialized ``MessageMetadata``, base64), which consumers never see as a
+property and no producer may set.
 
 - A message sent alone is one ``Record``: its value the ciphertext, the context in the property.
+  A keyed one its producer declares empty (``uncompressed_size`` 0) is a delete for compaction,
+  as Pulsar's compactor decides it: stored with an empty value, its ciphertext kept in the
+  property after the context, and sent to consumers as it came.
 - An encrypted batch cannot be split (its members' metadata are inside the ciphertext). It keeps
   its ``n`` positions ``E .. E+n-1``, as every batch (``ledger.entry.message_id``), so that the
   ids its consumers see and acknowledge, ``L:E:i``, are the ones of any batch: it is stored as a
   batch (``StoredBatch``) of ``n`` members whose first holds the whole ciphertext with the
-  context (and ``num_messages_in_batch``), and the others are empty (a null value, no key, the
+  context (and ``num_messages_in_batch``) and the batch's own key and properties, and the
+  others are empty (a null value, no key, the
   property empty). A consumer of the log is sent the ciphertext as the producer sent it, one
   MESSAGE for the batch, the members it should not get left out by ``ack_set``. Compaction sees
   one message under the batch's key (its first member), as Pulsar's compactor treats a batch it
@@ -153,7 +158,10 @@ def encrypted_batch_payload(metadata: pb.MessageMetadata, payload: bytes) -> byt
             0,
             key,
             payload,
-            {ENCRYPTION_PROPERTY: context_property(metadata, n)},
+            {
+                **{kv.key: kv.value for kv in metadata.properties},
+                ENCRYPTION_PROPERTY: context_property(metadata, n),
+            },
             0,
             metadata.event_time or None,
             0,
@@ -213,6 +221,9 @@ def batch_message(
         md.event_time = first.event_time
     if first.deliver_at_time is not None:
         md.deliver_at_time = first.deliver_at_time
+    md.properties.extend(
+        pb.KeyValue(key=k, value=v) for k, v in first.properties.items() if k != ENCRYPTION_PROPERTY
+    )
     if first.schema_version is not None:
         md.schema_version = first.schema_version
     if ctx is not None:

@@ -260,7 +260,7 @@ def test_read_compacted_keeps_the_latest_encrypted_message_of_each_key_and_batch
     single.send(b"c-latest", partition_key="c")  # supersedes the second batch, whole
     _compact(shared_server, topic)
     reader = client.create_reader(
-        topic, pulsar.MessageId.earliest, is_is_read_compacted=True, crypto_key_reader=keys
+        topic, pulsar.MessageId.earliest, is_read_compacted=True, crypto_key_reader=keys
     )
     got = []
     while reader.has_message_available():
