@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
-from ledger.entry import Entry, Record
+from ledger.entry import ENCRYPTION_PROPERTY, Entry, Record
 from service.errors import InvalidInput
 
 
@@ -47,7 +47,12 @@ def to_records(messages: list[MessageIn]) -> list[Record]:
                 value = a2b(text, strict_mode=True)
             except (binascii.Error, ValueError):
                 raise InvalidInput(f"messages[{index}].value is not valid base64") from None
-        records.append(Record(m.get("key"), value, m.get("properties", {}), 0, m.get("eventTime")))
+        props = m.get("properties", {})
+        if props and ENCRYPTION_PROPERTY in props:
+            # The encryption context of Pulsar's encrypted messages, which only the binary
+            # protocol's producers send.
+            raise InvalidInput(f"messages[{index}].properties: {ENCRYPTION_PROPERTY!r} is the service's own")
+        records.append(Record(m.get("key"), value, props, 0, m.get("eventTime")))
     return records
 
 
@@ -57,6 +62,28 @@ class ProduceResponse(BaseModel):
     partitions: list[int] | None = None
 
 
+class EncryptionKeyOut(BaseModel):
+    """A consumer key an encrypted message's data key is encrypted with (Pulsar's ``EncryptionKeys``)."""
+
+    key: str
+    value: str  # the encrypted data key, base64
+    metadata: dict[str, str]
+
+
+class EncryptionOut(BaseModel):
+    """The encryption context of a message its Pulsar producer encrypted (``api.pulsar.encryption``):
+    its value is the ciphertext. A later member of an encrypted batch has only
+    ``batchFirstMessageId``, the member whose value is the whole batch's ciphertext."""
+
+    keys: list[EncryptionKeyOut] | None = None
+    algorithm: str | None = None
+    param: str | None = None  # base64
+    compression: str | None = None
+    uncompressedSize: int | None = None
+    batchSize: int | None = None
+    batchFirstMessageId: str | None = None
+
+
 class MessageOut(BaseModel):
     messageId: str
     key: str | None
@@ -64,6 +91,8 @@ class MessageOut(BaseModel):
     properties: dict[str, str]
     publishTime: int
     eventTime: int | None
+    # Only on a message a Pulsar producer encrypted.
+    encryption: EncryptionOut | None = None
 
     @classmethod
     def of(cls, e: Entry) -> MessageOut:

@@ -211,3 +211,11 @@ def record_size(key: str | None, value: bytes | None, properties: dict[str, str]
     for k, v in properties.items():
         n += len(k.encode()) + len(v.encode())
     return n
+
+
+#: The property a message of a Pulsar producer with encryption on keeps its encryption context
+#: in (``api.pulsar.encryption``): the key names, encrypted data keys, algorithm, parameter and
+#: compression the consumers need to decrypt, which the broker never reads. On the first member
+#: of an encrypted batch it also holds the batch's size, and its value is the whole encrypted
+#: batch; the batch's other members hold it empty (their content is in the first member's).
+ENCRYPTION_PROPERTY = "__pulsar.encryption"

@@ -39,7 +39,7 @@ from ledger.checksums import (
     crc32c_bytes,
     damage_of,
 )
-from ledger.entry import BatchEntry, Entry, LedgerItem, StoredBatch
+from ledger.entry import ENCRYPTION_PROPERTY, BatchEntry, Entry, LedgerItem, StoredBatch
 from ledger.row_group_cache import RowGroupCache, RowGroupKey, shared
 from ledger.schema import (
     ARROW_SCHEMA,
@@ -54,6 +54,7 @@ from ledger.schema import (
     SCHEMA_VERSION,
     SEQUENCE_ID,
     SPARSE_COLUMNS,
+    all_empty,
     entries_to_table,
     is_ledger_schema,
     null_columns_metadata,
@@ -319,9 +320,11 @@ def table_to_items(table: pa.Table) -> list[LedgerItem]:
 
     The batches are found over the batch columns in bulk and their payloads encoded from the
     Arrow buffers (:func:`ledger.batch_encoder.encode_row_batches`): no Python object per member.
+    An encrypted batch's members stay entries: its rows are not its payload (see
+    ``api.pulsar.encryption``).
     """
     have = frozenset(table.column_names)  # (a list built anew on every call: look once)
-    starts = whole_batches(table)
+    starts = _not_encrypted(table, whole_batches(table))
     if not len(starts):
         return list(table_to_entries(table))
     n = table.num_rows
@@ -374,6 +377,16 @@ def table_to_items(table: pa.Table) -> list[LedgerItem]:
         items.append(BatchEntry(ledger_id, entry_ids[k], stored))
     items.extend(entries[taken:])
     return items
+
+
+def _not_encrypted(table: pa.Table, starts: np.ndarray) -> np.ndarray:
+    """Those of the batches starting at ``starts`` whose first member holds no encryption
+    context (``ledger.entry.ENCRYPTION_PROPERTY``): looked at only where some row has properties."""
+    if not len(starts) or all_empty(table.column(PROPERTIES)):
+        return starts
+    firsts = table.column(PROPERTIES).take(pa.array(starts)).to_pylist()
+    keep = [not (p and any(k == ENCRYPTION_PROPERTY for k, _ in p)) for p in firsts]
+    return starts[np.array(keep, bool)]
 
 
 def whole_batches(table: pa.Table) -> np.ndarray:

@@ -20,19 +20,21 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from api.pulsar import encryption
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.bounded import BoundedDict
 from api.pulsar.connection import PulsarConnection
 from api.pulsar.framing import command, encode_payload
 from api.pulsar.messages import (
     batch_message,
+    entry_frame,
     entry_metadata,
     id_data,
     partition_index,
     position,
-    stored_metadata,
+    stored_message,
 )
-from ledger.entry import BatchEntry, Entry, LedgerItem, Position, StoredBatch
+from ledger.entry import ENCRYPTION_PROPERTY, BatchEntry, Entry, LedgerItem, Position, StoredBatch
 from service.errors import NotFound, NotOwner, OwnershipLost, Unavailable
 from service.names import TopicName
 from service.pending_runs import members_of
@@ -253,7 +255,7 @@ class WireSubscriber:
                     message_id=id_data(first, partition),
                     redelivery_count=counts[i] if counts else 0,
                 )
-                self.conn.write(encode_payload(cmd, stored_metadata(batch), batch.payload))
+                self.conn.write(encode_payload(cmd, *stored_message(batch)))
                 spent += batch.count
                 i += 1
                 continue
@@ -265,7 +267,11 @@ class WireSubscriber:
                     message_id=id_data(e.position, partition),
                     redelivery_count=counts[i] if counts else 0,
                 )
-                self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
+                if e.properties and ENCRYPTION_PROPERTY in e.properties:
+                    # An encrypted message: its context and ciphertext.
+                    self.conn.write(encode_payload(cmd, *entry_frame(e)))
+                else:
+                    self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
                 spent += 1
                 i += 1
                 continue
@@ -285,12 +291,12 @@ class WireSubscriber:
             ack_set: list[int]
             if stored is not None:
                 # Every member goes: the batch as its producer sent it (compressed as it came).
-                mid, metadata, payload, ack_set = (
-                    id_data(first, partition),
-                    stored_metadata(stored),
-                    stored.payload,
-                    [],
-                )
+                metadata, payload = stored_message(stored)
+                mid, ack_set = id_data(first, partition), []
+            elif e.properties and ENCRYPTION_PROPERTY in e.properties:
+                # An encrypted batch: its first member holds the whole ciphertext.
+                head = e if e.batch_index == 0 else self._first_member(first)
+                mid, metadata, payload, ack_set = encryption.batch_message(members, head, partition)
             else:
                 mid, metadata, payload, ack_set = batch_message(members, partition)
             # Each member's position, as Position.__new__ makes it, without its Python call.
@@ -306,6 +312,15 @@ class WireSubscriber:
             spent += e.batch_size or len(members)
             i = j
         return spent, i
+
+    def _first_member(self, first: Position) -> Entry:
+        """The first member of a stored batch (for an encrypted batch whose read began after it:
+        it holds the batch's ciphertext). Read on the event loop: only such a read needs it."""
+        broker = self.conn.ctx.broker
+        entries, _ = broker.read_at(broker.topic(self.topic), first, 1, False)
+        if not entries or type(entries[0]) is not Entry or entries[0].position != first:
+            raise NotFound(f"the first message of the encrypted batch at {first} is gone")
+        return entries[0]
 
     def _stored(self, first: Position) -> StoredBatch | None:
         topic = self.conn.ctx.broker.served(self.topic)

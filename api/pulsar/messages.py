@@ -10,6 +10,14 @@ from collections.abc import Sequence
 from google.protobuf.message import DecodeError
 
 from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.encryption import (
+    ENCRYPTION_PROPERTY,
+    apply_context,
+    encrypted_batch_payload,
+    encrypted_record,
+    first_member_value,
+    is_encrypted,
+)
 from api.pulsar.errors import ProtocolError
 from ledger.batch_encoder import encode_batch_payload
 from ledger.batches import BatchError, batch_size, uncompressed
@@ -33,28 +41,34 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     size kept, see ``ledger.entry.message_id``). A ``null_value`` message is stored with a null
     value (a delete when keyed, as an empty value is: Pulsar's rule). ``max_size`` bounds what
     a compressed payload may expand to. (The broker stores a batch whole, see
-    :func:`to_batch`; this decodes one member by member, for tests and tools.)"""
+    :func:`to_batch`; this decodes one member by member, for tests and tools.) An encrypted
+    message is stored as it came (``api.pulsar.encryption``)."""
     _check_sendable(metadata)
+    if is_encrypted(metadata) and not metadata.HasField("num_messages_in_batch"):
+        return [encrypted_record(metadata, payload, max_size)]
     payload = _uncompressed(metadata, payload, max_size)
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
     version = metadata.schema_version if metadata.HasField("schema_version") else None
     if not metadata.HasField("num_messages_in_batch"):
-        return [
-            _record(
-                metadata,
-                payload,
-                metadata.producer_name,
-                metadata.sequence_id,
-                deliver_at=deliver_at,
-                schema_version=version,
+        record = _record(
+            metadata,
+            payload,
+            metadata.producer_name,
+            metadata.sequence_id,
+            deliver_at=deliver_at,
+            schema_version=version,
+        )
+        if record.properties and ENCRYPTION_PROPERTY in record.properties:
+            raise ProtocolError(
+                pb.NotAllowedError, f"the property {ENCRYPTION_PROPERTY!r} is the service's own"
             )
-        ]
+        return [record]
     return _members(metadata, payload, deliver_at, version)
 
 
 def _check_sendable(metadata: pb.MessageMetadata) -> None:
-    if metadata.HasField("num_chunks_from_msg") or metadata.encryption_keys:
-        raise ProtocolError(pb.NotAllowedError, "chunked or encrypted messages are not supported")
+    if metadata.HasField("num_chunks_from_msg"):
+        raise ProtocolError(pb.NotAllowedError, "chunked messages are not supported")
     if metadata.sequence_id >= _U64 // 2:
         raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
 
@@ -73,11 +87,25 @@ def is_batch(metadata: pb.MessageMetadata) -> bool:
 def to_batch(metadata: pb.MessageMetadata, raw_metadata: bytes, payload: bytes) -> StoredBatch:
     """A batched SEND as the ledger stores it: whole, as sent, its members not decoded (they
     are checked off the event loop, :func:`check_batch`, before it is written). Its size is
-    unknown (-1) until then."""
+    unknown (-1) until then. An encrypted batch is stored as ``api.pulsar.encryption`` says."""
     _check_sendable(metadata)
     n = metadata.num_messages_in_batch
     if not 0 < n <= MAX_BATCH_MESSAGES:
         raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")
+    if is_encrypted(metadata):
+        members = encrypted_batch_payload(metadata, payload)
+        return StoredBatch(
+            metadata=raw_metadata,
+            payload=members,
+            count=n,
+            size=-1,
+            uncompressed_size=len(members),
+            producer_name=metadata.producer_name,
+            sequence_id=metadata.sequence_id,
+            deliver_at_time=metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None,
+            ordering_key=metadata.ordering_key if metadata.HasField("ordering_key") else None,
+            schema_version=metadata.schema_version if metadata.HasField("schema_version") else None,
+        )
     return StoredBatch(
         metadata=raw_metadata,
         payload=payload,
@@ -227,9 +255,10 @@ def batch_message(
     return mid, md.SerializeToString(), payload, ack_set
 
 
-def stored_metadata(batch: StoredBatch) -> bytes:
-    """A stored batch's metadata as its consumers receive it: as its producer sent it, with
-    the broker's publish time (every id and time a client sees is the same over every path)."""
+def stored_message(batch: StoredBatch) -> tuple[bytes, bytes]:
+    """A stored batch's metadata and payload as its consumers receive them: as its producer
+    sent them, with the broker's publish time (every id and time a client sees is the same over
+    every path); an encrypted batch's payload is its ciphertext (``api.pulsar.encryption``)."""
     if not batch.metadata:  # rebuilt from a sealed ledger's rows (``ledger.entry.BatchEntry``)
         md = pb.MessageMetadata(
             producer_name=batch.producer_name,
@@ -241,14 +270,35 @@ def stored_metadata(batch: StoredBatch) -> bytes:
             md.deliver_at_time = batch.deliver_at_time
         if batch.schema_version is not None:
             md.schema_version = batch.schema_version
-        return md.SerializeToString()
+        return md.SerializeToString(), batch.payload
     md = pb.MessageMetadata.FromString(batch.metadata)
     md.publish_time = batch.publish_time
-    return md.SerializeToString()
+    if md.encryption_keys:
+        return md.SerializeToString(), first_member_value(batch.payload)
+    return md.SerializeToString(), batch.payload
 
 
 def entry_metadata(e: Entry) -> bytes:
-    """The serialized ``MessageMetadata`` a consumer receives with ``e``."""
+    """The serialized ``MessageMetadata`` a consumer receives with ``e`` (a message that holds
+    no encryption context: see :func:`entry_frame`)."""
+    md = _message_metadata(e)
+    _describe(md, e)
+    return md.SerializeToString()
+
+
+def entry_frame(e: Entry) -> tuple[bytes, bytes]:
+    """The metadata and payload of the MESSAGE a consumer receives for ``e``, an encrypted
+    message included: its context goes to the metadata, not to the properties, and its payload
+    is the ciphertext (``api.pulsar.encryption``)."""
+    md = _message_metadata(e)
+    payload = e.value or b""
+    if e.properties and ENCRYPTION_PROPERTY in e.properties:
+        e, payload = apply_context(md, e)
+    _describe(md, e)
+    return md.SerializeToString(), payload
+
+
+def _message_metadata(e: Entry) -> pb.MessageMetadata:
     md = pb.MessageMetadata(
         producer_name=e.producer_name or "", sequence_id=e.sequence_id or 0, publish_time=e.publish_time
     )
@@ -256,8 +306,7 @@ def entry_metadata(e: Entry) -> bytes:
         md.deliver_at_time = e.deliver_at_time
     if e.schema_version is not None:
         md.schema_version = e.schema_version
-    _describe(md, e)
-    return md.SerializeToString()
+    return md
 
 
 def _describe(md: pb.MessageMetadata | pb.SingleMessageMetadata, e: Entry) -> None:

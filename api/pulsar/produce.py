@@ -75,6 +75,9 @@ class WireProducer:
         self.sequences = sequences
         # The version of the topic's schema this producer declared (None: raw bytes).
         self.schema_version: bytes | None = None
+        # Whether the producer declared it encrypts (``api.pulsar.encryption``): then every
+        # message must carry its encryption keys, as Pulsar's broker requires.
+        self.encrypted = False
         self.pending: list[_Send] = []
         self.closed = False
         self._wake = asyncio.Event()
@@ -219,8 +222,6 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
             raise ProtocolError(
                 pb.ProducerBusy, f"producer id {req.producer_id} is in use on this connection"
             )
-        if req.encrypted:
-            raise ProtocolError(pb.NotAllowedError, "encrypted messages are not supported")
         name = await conn.use_topic(req.topic, Rule.PRODUCE, create=True)
         ctx = conn.ctx
         producer_name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
@@ -229,6 +230,7 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
         sequences = await conn.call(_sequences, conn, name)
         prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode, sequences)
         prod.schema_version = schema_version
+        prod.encrypted = req.encrypted
         got = ctx.access.acquire(name, prod, epoch=req.topic_epoch if req.HasField("topic_epoch") else None)
         conn.producers[req.producer_id] = prod
         if isinstance(got, asyncio.Future):
@@ -295,6 +297,8 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
     try:
         md = frame.metadata
         item: Record | StoredBatch
+        if prod.encrypted and not md.encryption_keys:
+            raise ProtocolError(pb.MetadataError, "the producer is encrypted; the message is not")
         if is_batch(md):
             # Its members lie within its uncompressed payload, which may not expand past the
             # limit: checked with them, off the event loop.

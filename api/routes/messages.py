@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from api.deps import AuthorizationDep, BrokerDep, CanConsume, CanProduce, PartitionedDep, PeersDep, TopicDep
 from api.openapi import DAMAGE_RESPONSES
+from api.pulsar.encryption import ENCRYPTION_PROPERTY, rest_view
 from api.schemas import PRODUCE_REQUEST, ProduceResponse, ReadResponse, to_records
 from ledger.entry import Entry, Position
 from service.errors import NotFound, Unavailable
@@ -116,6 +117,9 @@ def message_json(e: Entry, redelivery_count: int | None = None) -> dict[str, obj
         "publishTime": e.publish_time,
         "eventTime": e.event_time,
     }
+    if e.properties and ENCRYPTION_PROPERTY in e.properties:
+        out["properties"], out["encryption"], value = rest_view(e)
+        out["value"] = binascii.b2a_base64(value, newline=False).decode() if value is not None else None
     if redelivery_count is not None:
         out["redeliveryCount"] = redelivery_count
     return out
