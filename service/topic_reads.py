@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, LedgerItem, Position
+from service.chunked import expand_compacted
 from service.compacted_view import RetiredView
 from service.errors import BeingRepaired, DamagedData, InvalidInput
 from service.managed_topic import CompactedDamageHandler, ManagedTopic
@@ -57,6 +58,8 @@ def read_at(
         try:
             with view.lease():
                 out, nxt = view.ledger.read(pos, limit)
+            # A chunked message kept whole goes out as the chunks its readers reassemble.
+            out = expand_compacted(out)
         except RetiredView:
             continue  # a compaction committed meanwhile: read its ledger instead
         except IntegrityError as e:

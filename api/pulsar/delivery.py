@@ -26,6 +26,7 @@ from api.pulsar.connection import PulsarConnection
 from api.pulsar.framing import command, encode_payload
 from api.pulsar.messages import (
     batch_message,
+    entry_frame,
     entry_metadata,
     id_data,
     partition_index,
@@ -33,6 +34,7 @@ from api.pulsar.messages import (
     stored_metadata,
 )
 from ledger.entry import BatchEntry, Entry, LedgerItem, Position, StoredBatch
+from service.chunked import CHUNK_PROPERTY
 from service.errors import NotFound, NotOwner, OwnershipLost, Unavailable
 from service.names import TopicName
 from service.pending_runs import members_of
@@ -265,7 +267,11 @@ class WireSubscriber:
                     message_id=id_data(e.position, partition),
                     redelivery_count=counts[i] if counts else 0,
                 )
-                self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
+                if e.properties and CHUNK_PROPERTY in e.properties:
+                    # A chunk of a chunked message: its own bytes and chunk fields.
+                    self.conn.write(encode_payload(cmd, *entry_frame(e)))
+                else:
+                    self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))
                 spent += 1
                 i += 1
                 continue

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from google.protobuf.message import DecodeError
 
 from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.chunks import CHUNK_PROPERTY, chunk_frame, refuse_reserved
 from api.pulsar.errors import ProtocolError
 from ledger.batch_encoder import encode_batch_payload
 from ledger.batches import BatchError, batch_size, uncompressed
@@ -53,8 +54,9 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
 
 
 def _check_sendable(metadata: pb.MessageMetadata) -> None:
-    if metadata.HasField("num_chunks_from_msg") or metadata.encryption_keys:
-        raise ProtocolError(pb.NotAllowedError, "chunked or encrypted messages are not supported")
+    # A chunk comes through ``api.pulsar.chunks``: here, a batch that claims to be one.
+    if metadata.num_chunks_from_msg > 1 or metadata.encryption_keys:
+        raise ProtocolError(pb.NotAllowedError, "a chunked batch, or an encrypted message, is not supported")
     if metadata.sequence_id >= _U64 // 2:
         raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
 
@@ -116,10 +118,13 @@ def _record(
 ) -> Record:
     if md.HasField("ordering_key"):
         ordering_key = md.ordering_key
+    props = {kv.key: kv.value for kv in md.properties} if md.properties else {}
+    if props and CHUNK_PROPERTY in props:
+        refuse_reserved(props)
     return Record(
         md.partition_key if md.HasField("partition_key") else None,
         None if md.null_value else payload,
-        {kv.key: kv.value for kv in md.properties} if md.properties else {},
+        props,
         0,
         md.event_time or None,
         index,
@@ -248,7 +253,23 @@ def stored_metadata(batch: StoredBatch) -> bytes:
 
 
 def entry_metadata(e: Entry) -> bytes:
-    """The serialized ``MessageMetadata`` a consumer receives with ``e``."""
+    """The serialized ``MessageMetadata`` a consumer receives with ``e`` (a message that is no
+    chunk: see :func:`entry_frame`)."""
+    return message_metadata(e).SerializeToString()
+
+
+def entry_frame(e: Entry) -> tuple[bytes, bytes]:
+    """The metadata and payload of the MESSAGE a consumer receives for ``e``, a stored chunk
+    of a chunked message included (``api.pulsar.chunks``)."""
+    if e.properties and CHUNK_PROPERTY in e.properties:
+        framed = chunk_frame(e, message_metadata)
+        if framed is not None:
+            return framed
+    return message_metadata(e).SerializeToString(), e.value or b""
+
+
+def message_metadata(e: Entry) -> pb.MessageMetadata:
+    """The ``MessageMetadata`` of a message sent alone, as a consumer receives it with ``e``."""
     md = pb.MessageMetadata(
         producer_name=e.producer_name or "", sequence_id=e.sequence_id or 0, publish_time=e.publish_time
     )
@@ -257,7 +278,7 @@ def entry_metadata(e: Entry) -> bytes:
     if e.schema_version is not None:
         md.schema_version = e.schema_version
     _describe(md, e)
-    return md.SerializeToString()
+    return md
 
 
 def _describe(md: pb.MessageMetadata | pb.SingleMessageMetadata, e: Entry) -> None:

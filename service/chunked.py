@@ -1,0 +1,182 @@
+"""Chunks of Pulsar's chunked messages as the log stores them, and the compacted view of them.
+
+A producer with chunking on sends a message too large for ``max_message_size`` as chunks
+(``api.pulsar.chunks``). Each chunk is one entry of the log, as in Pulsar, stored as a record
+whose value is the chunk's payload as sent and whose chunk fields are kept in one property of
+the service's own, :data:`CHUNK_PROPERTY` (a JSON object, :class:`ChunkFields`); consumers
+receive those fields as the chunk fields of the message's metadata, never as a property, and
+neither REST nor the binary protocol lets a producer set that property itself.
+
+For compaction a chunked message is **one** message of its key, held by its **last** chunk's
+entry: when the service stored the message's chunks 0..n-2 from the same producer before it, the
+last chunk's record carries the message's key and the **whole** payload (the chunks joined:
+that entry is stored twice over, the price of a compacted view that never depends on entries it
+does not hold), plus the ids of the earlier chunks. Every other chunk is stored keyless, its key
+kept in its fields, so phase one never takes it for its key's latest message: a chunked message
+whose last chunk never came, or whose chunks the service did not see in order, never replaces
+an older value. Readers of the compacted view get the kept message back as its chunks, with
+their original ids (:func:`expand_compacted`); keyless chunks a ``retainNullKey`` round kept are
+left out there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ledger.entry import Entry, Position, Record, record_size
+
+CHUNK_PROPERTY = "__pulsar.chunk"
+
+
+@dataclass(slots=True)
+class ChunkFields:
+    """What a stored chunk's :data:`CHUNK_PROPERTY` holds."""
+
+    chunk_id: int
+    num_chunks: int
+    total_size: int  # the whole (compressed) payload's bytes
+    uuid: str
+    compression: int = 0  # Pulsar's CompressionType of the whole payload
+    uncompressed_size: int = 0
+    key: str | None = None  # the message's key (the record of a chunk other than a whole last is keyless)
+    own: int = 0  # the chunk's own payload: the last ``own`` bytes of the record's value
+    # On a whole last chunk: the ids of chunks 0..n-2, "L:E", and their sizes (empty on any
+    # other chunk).
+    earlier: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    # Whether the record's ordering key was set only so that Key_Shared routes the chunk with its message.
+    routing_only: bool = False
+
+    @property
+    def whole(self) -> bool:
+        return bool(self.earlier)
+
+    def encode(self) -> str:
+        d: dict[str, object] = {
+            "id": self.chunk_id,
+            "n": self.num_chunks,
+            "size": self.total_size,
+            "uuid": self.uuid,
+            "own": self.own,
+        }
+        if self.compression:
+            d["c"], d["u"] = self.compression, self.uncompressed_size
+        if self.key is not None:
+            d["key"] = self.key
+        if self.earlier:
+            d["earlier"], d["sizes"] = self.earlier, self.sizes
+        if self.routing_only:
+            d["ro"] = True
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> ChunkFields | None:
+        """The fields of a property value the service wrote; None for anything else."""
+        try:
+            d = json.loads(text)
+            f = cls(
+                int(d["id"]),
+                int(d["n"]),
+                int(d["size"]),
+                str(d["uuid"]),
+                int(d.get("c", 0)),
+                int(d.get("u", 0)),
+                None if d.get("key") is None else str(d["key"]),
+                int(d["own"]),
+                [str(x) for x in d.get("earlier", [])],
+                [int(x) for x in d.get("sizes", [])],
+                bool(d.get("ro", False)),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not (0 <= f.chunk_id < f.num_chunks and f.own >= 0 and f.uuid):
+            return None
+        if f.earlier and not (len(f.earlier) == len(f.sizes) == f.num_chunks - 1 and min(f.sizes) >= 0):
+            return None
+        return f
+
+
+def fields_of(properties: dict[str, str]) -> ChunkFields | None:
+    """A stored chunk's fields, None when ``properties`` are not a chunk's."""
+    text = properties.get(CHUNK_PROPERTY) if properties else None
+    return None if text is None else ChunkFields.decode(text)
+
+
+def user_properties(properties: dict[str, str]) -> dict[str, str]:
+    """A chunk's properties as its producer set them."""
+    return {k: v for k, v in properties.items() if k != CHUNK_PROPERTY}
+
+
+def own_payload(value: bytes | None, fields: ChunkFields) -> bytes:
+    """The bytes of the chunk itself (a whole last chunk's record holds every chunk's)."""
+    if value is None:
+        return b""
+    return value[len(value) - fields.own :] if fields.whole else value
+
+
+def limit_size(r: Record) -> int:
+    """A record's size as the message size limit counts it: a stored chunk counts its own
+    payload, key and the producer's properties (its fields and a whole last chunk's earlier
+    chunks were each checked as they arrived)."""
+    fields = fields_of(r.properties)
+    if fields is None:
+        return record_size(r.key, r.value, r.properties)
+    return record_size(fields.key, own_payload(r.value, fields), user_properties(r.properties))
+
+
+def expand_compacted(entries: Sequence[Entry]) -> list[Entry]:
+    """Entries read from a compacted ledger as readers of the log would have them: a chunked
+    message's whole last chunk becomes its chunks again (each with its original id, the
+    earlier ones keyless as stored), and chunks kept only as keyless messages are left out (a
+    chunk alone is not a message a client can read). Entries that are no chunks pass as read."""
+    if not any(e.properties and CHUNK_PROPERTY in e.properties for e in entries):
+        return list(entries)
+    out: list[Entry] = []
+    for e in entries:
+        fields = fields_of(e.properties) if e.batch_index is None else None
+        if fields is None:
+            out.append(e)
+            continue
+        if not fields.whole:
+            continue  # a chunk without its message
+        out.extend(_earlier_chunks(e, fields))
+        out.append(e)
+    return out
+
+
+def _earlier_chunks(last: Entry, fields: ChunkFields) -> list[Entry]:
+    """Chunks 0..n-2 of a whole last chunk, as the log stored them: keyless, routed by the
+    message's key (``routing_only``) unless it has an ordering key of its own."""
+    value = last.value or b""
+    props = user_properties(last.properties)
+    routing = last.ordering_key is None and fields.key is not None
+    ordering_key = fields.key.encode() if routing and fields.key is not None else last.ordering_key
+    out: list[Entry] = []
+    start = 0
+    for i, (at, size) in enumerate(zip(fields.earlier, fields.sizes, strict=True)):
+        chunk = ChunkFields(
+            i,
+            fields.num_chunks,
+            fields.total_size,
+            fields.uuid,
+            fields.compression,
+            fields.uncompressed_size,
+            fields.key,
+            size,
+            routing_only=routing,
+        )
+        pos = Position.parse(at)
+        out.append(
+            last._replace(
+                ledger_id=pos.ledger_id,
+                entry_id=pos.entry_id,
+                key=None,
+                value=value[start : start + size],
+                properties={**props, CHUNK_PROPERTY: chunk.encode()},
+                ordering_key=ordering_key,
+            )
+        )
+        start += size
+    return out
