@@ -180,3 +180,59 @@ def _earlier_chunks(last: Entry, fields: ChunkFields) -> list[Entry]:
         )
         start += size
     return out
+
+
+class ChunkAssignor:
+    """Pulsar's ``SharedConsumerAssignor`` for a Shared subscription: every chunk of a chunked
+    message goes to the consumer that took its chunk 0, so that one client has all of them.
+
+    A chunk whose chunk 0 no consumer holds (an orphan: its chunk 0 was acknowledged, or it never
+    came) goes to whichever consumer asks, as Pulsar dispatches it (the client drops it). Holds
+    the chunks' uuids of positions pending or waiting for redelivery, and which consumer each
+    unfinished message's chunks go to; a consumer that leaves releases its messages."""
+
+    def __init__(self) -> None:
+        self.owner: dict[str, str] = {}  # uuid -> the consumer its chunks go to
+        self.chunks: dict[tuple[int, int], tuple[str, bool, bool]] = {}  # pos -> (uuid, first, last)
+
+    def __bool__(self) -> bool:
+        return bool(self.chunks)
+
+    def note(self, pos: tuple[int, int], e: Entry) -> bool:
+        """Whether ``e`` (at ``pos``) is a chunk: then remembered."""
+        fields = fields_of(e.properties)
+        if fields is None:
+            return False
+        self.chunks[pos] = (fields.uuid, fields.chunk_id == 0, fields.chunk_id == fields.num_chunks - 1)
+        return True
+
+    def free(self, pos: tuple[int, int], consumer_id: str) -> bool:
+        """Whether ``consumer_id`` may take the message at ``pos``."""
+        chunk = self.chunks.get(pos)
+        if chunk is None:
+            return True
+        owner = self.owner.get(chunk[0])
+        return owner is None or owner == consumer_id
+
+    def take(self, pos: tuple[int, int], consumer_id: str) -> None:
+        """``consumer_id`` takes the message at ``pos`` (``free`` said it may)."""
+        chunk = self.chunks.get(pos)
+        if chunk is None:
+            return
+        uuid, first, last = chunk
+        if last:
+            self.owner.pop(uuid, None)
+        elif first:
+            self.owner[uuid] = consumer_id
+
+    def forget(self, pos: tuple[int, int]) -> None:
+        """The message at ``pos`` is acknowledged."""
+        self.chunks.pop(pos, None)
+
+    def remove_consumer(self, consumer_id: str) -> None:
+        for uuid in [u for u, c in self.owner.items() if c == consumer_id]:
+            del self.owner[uuid]
+
+    def clear(self) -> None:
+        self.owner.clear()
+        self.chunks.clear()

@@ -146,11 +146,15 @@ def test_the_python_clients_test_invalid_chunking_config(client: pulsar.Client) 
         client.create_producer(fresh("invalid"), chunking_enabled=True, batching_enabled=True)
 
 
-def test_key_shared_consumers_each_get_whole_messages(client: pulsar.Client) -> None:
-    # Every chunk of a message routes by the message's key: one consumer gets all of them.
-    topic = fresh("chunks-keyshared")
+@pytest.mark.parametrize("kind", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared])
+def test_shared_and_key_shared_consumers_each_get_whole_messages(
+    client: pulsar.Client, kind: pulsar.ConsumerType
+) -> None:
+    # Shared: every chunk goes to the consumer that took the message's chunk 0 (Pulsar's
+    # SharedConsumerAssignor); Key_Shared: every chunk routes by its message's key.
+    topic = fresh("chunks-shared")
     consumers = [
-        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}")
+        client.subscribe(topic, "sub", consumer_type=kind, consumer_name=f"c{i}", receiver_queue_size=2)
         for i in range(2)
     ]
     producer = chunking(client, topic)
@@ -170,6 +174,7 @@ def test_key_shared_consumers_each_get_whole_messages(client: pulsar.Client) -> 
             owner[m.partition_key()] = i
             c.acknowledge(m)
     assert got == values
+    assert set(owner.values()) == {0, 1}  # both consumers had messages
 
 
 # ------------------------------------------------------------------ compaction
