@@ -11,12 +11,13 @@ For compaction a chunked message is **one** message of its key, held by its **la
 entry: when the service stored the message's chunks 0..n-2 from the same producer before it, the
 last chunk's record carries the message's key and the **whole** payload (the chunks joined:
 that entry is stored twice over, the price of a compacted view that never depends on entries it
-does not hold), plus the ids of the earlier chunks. Every other chunk is stored keyless, its key
-kept in its fields, so phase one never takes it for its key's latest message: a chunked message
-whose last chunk never came, or whose chunks the service did not see in order, never replaces
-an older value. Readers of the compacted view get the kept message back as its chunks, with
-their original ids (:func:`expand_compacted`); keyless chunks a ``retainNullKey`` round kept are
-left out there.
+does not hold), plus the ids of the earlier chunks. Every other chunk is stored keyless and
+without a sequence id, both kept in its fields, so phase one never takes it for its key's latest
+message (a chunked message whose last chunk never came, or whose chunks the service did not see
+in order, never replaces an older value) and deduplication never counts a message of which only
+some chunks were stored. Readers of the compacted view get the kept message back as its chunks,
+with their original ids (:func:`expand_compacted`); keyless chunks a ``retainNullKey`` round kept
+are left out there.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class ChunkFields:
     sizes: list[int] = field(default_factory=list)
     # Whether the record's ordering key was set only so that Key_Shared routes the chunk with its message.
     routing_only: bool = False
+    # A chunk before the last: its message's sequence id (its record has none, so that neither
+    # deduplication nor its state rebuilt from the ledgers counts a message not stored whole).
+    sequence_id: int | None = None
 
     @property
     def whole(self) -> bool:
@@ -69,6 +73,8 @@ class ChunkFields:
             d["earlier"], d["sizes"] = self.earlier, self.sizes
         if self.routing_only:
             d["ro"] = True
+        if self.sequence_id is not None:
+            d["seq"] = self.sequence_id
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -88,6 +94,7 @@ class ChunkFields:
                 [str(x) for x in d.get("earlier", [])],
                 [int(x) for x in d.get("sizes", [])],
                 bool(d.get("ro", False)),
+                None if d.get("seq") is None else int(d["seq"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -166,6 +173,7 @@ def _earlier_chunks(last: Entry, fields: ChunkFields) -> list[Entry]:
             fields.key,
             size,
             routing_only=routing,
+            sequence_id=last.sequence_id,
         )
         pos = Position.parse(at)
         out.append(
@@ -176,6 +184,7 @@ def _earlier_chunks(last: Entry, fields: ChunkFields) -> list[Entry]:
                 value=value[start : start + size],
                 properties={**props, CHUNK_PROPERTY: chunk.encode()},
                 ordering_key=ordering_key,
+                sequence_id=None,
             )
         )
         start += size

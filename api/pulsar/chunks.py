@@ -74,6 +74,7 @@ def chunk_record(metadata: pb.MessageMetadata, payload: bytes, max_size: int, ma
         key,
         len(payload),
         routing_only=routing,
+        sequence_id=metadata.sequence_id if chunk_id < n - 1 else None,
     )
     props[CHUNK_PROPERTY] = fields.encode()
     return Record(
@@ -85,7 +86,7 @@ def chunk_record(metadata: pb.MessageMetadata, payload: bytes, max_size: int, ma
         None,
         None,
         metadata.producer_name,
-        metadata.sequence_id,
+        metadata.sequence_id if fields.sequence_id is None else None,
         metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None,
         key.encode() if routing and key is not None else ordering_key,
         metadata.schema_version if metadata.HasField("schema_version") else None,
@@ -172,6 +173,7 @@ def chunk_frame(e: Entry, metadata: Callable[[Entry], pb.MessageMetadata]) -> tu
         key=fields.key,
         properties=user_properties(e.properties),
         ordering_key=None if fields.routing_only else e.ordering_key,
+        sequence_id=e.sequence_id if fields.sequence_id is None else fields.sequence_id,
     )
     md = metadata(shown)
     md.uuid = fields.uuid

@@ -34,7 +34,8 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     size kept, see ``ledger.entry.message_id``). A ``null_value`` message is stored with a null
     value (a delete when keyed, as an empty value is: Pulsar's rule). ``max_size`` bounds what
     a compressed payload may expand to. (The broker stores a batch whole, see
-    :func:`to_batch`; this decodes one member by member, for tests and tools.)"""
+    :func:`to_batch`; this decodes one member by member, for tests and tools. A chunk of a
+    chunked message is ``api.pulsar.chunks.chunk_record``'s.)"""
     _check_sendable(metadata)
     payload = _uncompressed(metadata, payload, max_size)
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
@@ -54,9 +55,10 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
 
 
 def _check_sendable(metadata: pb.MessageMetadata) -> None:
-    # A chunk comes through ``api.pulsar.chunks``: here, a batch that claims to be one.
-    if metadata.num_chunks_from_msg > 1 or metadata.encryption_keys:
-        raise ProtocolError(pb.NotAllowedError, "a chunked batch, or an encrypted message, is not supported")
+    # A chunk of a chunked message is not for here: ``api.pulsar.chunks.chunk_record`` (the
+    # caller routes it there, and :func:`to_batch` refuses a batch that claims to be one).
+    if metadata.encryption_keys:
+        raise ProtocolError(pb.NotAllowedError, "encrypted messages are not supported")
     if metadata.sequence_id >= _U64 // 2:
         raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
 
@@ -77,6 +79,8 @@ def to_batch(metadata: pb.MessageMetadata, raw_metadata: bytes, payload: bytes) 
     are checked off the event loop, :func:`check_batch`, before it is written). Its size is
     unknown (-1) until then."""
     _check_sendable(metadata)
+    if metadata.num_chunks_from_msg > 1:
+        raise ProtocolError(pb.NotAllowedError, "a batch cannot be a chunk")
     n = metadata.num_messages_in_batch
     if not 0 < n <= MAX_BATCH_MESSAGES:
         raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")

@@ -54,12 +54,10 @@ def _highest(s: _Send) -> int:
 
 def _partial_chunk(s: _Send) -> bool:
     """Whether a send is a chunk of a chunked message other than its last (chunks share their
-    message's sequence id: only its last one counts for deduplication, as in Pulsar)."""
+    message's sequence id: only its last one counts for deduplication, as in Pulsar; its record
+    has no sequence id, see ``service.chunked``)."""
     item = s.item
-    if type(item) is not Record or not item.properties:
-        return False
-    fields = fields_of(item.properties)
-    return fields is not None and fields.chunk_id < fields.num_chunks - 1
+    return type(item) is Record and item.sequence_id is None and fields_of(item.properties) is not None
 
 
 class WireProducer:
@@ -349,15 +347,15 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
     try:
         md = frame.metadata
         item: Record | StoredBatch
-        if md.num_chunks_from_msg > 1:
+        if is_batch(md):
+            # Its members lie within its uncompressed payload, which may not expand past the
+            # limit: checked with them, off the event loop.
+            item = to_batch(md, frame.raw_metadata, frame.payload)
+        elif md.num_chunks_from_msg > 1:
             # A chunk of a chunked message: stored as sent (``api.pulsar.chunks``).
             item = chunk_record(md, frame.payload, limit, conn.ctx.settings.max_chunked_message_size)
             if prod.chunks is None:
                 prod.chunks = ChunkAssembly()
-        elif is_batch(md):
-            # Its members lie within its uncompressed payload, which may not expand past the
-            # limit: checked with them, off the event loop.
-            item = to_batch(md, frame.raw_metadata, frame.payload)
         else:
             (item,) = to_records(md, frame.payload, limit)
             size = record_size(item.key, item.value, item.properties)

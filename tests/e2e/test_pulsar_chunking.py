@@ -11,6 +11,7 @@ import base64
 import os
 import socket
 import time
+from pathlib import Path
 
 import httpx
 import pulsar
@@ -23,6 +24,7 @@ from tests.conftest import SHARED_MAX_MESSAGE_SIZE, Server
 from tests.e2e.conftest import QUIET
 from tests.e2e.raw_wire import connect, raw, read_frame
 from tests.e2e.test_pulsar_clients import fresh, rest_messages
+from tests.e2e.test_pulsar_deduplication import NO_ID, turn_on
 
 pytestmark = [pytest.mark.e2e]
 
@@ -137,6 +139,52 @@ def test_the_python_clients_test_chunking(shared_server: Server) -> None:
         assert len(msg.data()) == data_size and msg.data() == data
     finally:
         client.close()
+
+
+@pytest.mark.spark
+def test_ten_megabytes_against_the_default_limit(server_factory: type[Server], tmp_path: Path) -> None:
+    """A 10 MB message at the default 5 MiB ``max_message_size``: three chunks, reassembled by a
+    consumer, and kept whole by compaction for a reader of the compacted view."""
+    server = server_factory(tmp_path / "data")
+    server.start()
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=30, logger=QUIET)
+    try:
+        topic = fresh("ten-mb")
+        consumer = client.subscribe(topic, "s")
+        data = os.urandom(10 * 1024 * 1024)
+        chunking(client, topic).send(data, partition_key="k")
+        assert consumer.receive(30_000).data() == data
+        assert len(rest_messages(server, topic)) == 3
+        assert server.compact(topic) == "SUCCESS"
+        assert _compacted(client, topic) == {"k": data}
+    finally:
+        client.close()
+
+
+def test_deduplication_counts_a_chunked_message_once(shared_server: Server, client: pulsar.Client) -> None:
+    # Chunks share their message's sequence id: only the last one counts, as in Pulsar.
+    topic = fresh("chunks-dedup")
+    turn_on(shared_server, topic)
+    consumer = client.subscribe(topic, "s")
+    producer = chunking(client, topic, producer_name="dedup")
+    values = [os.urandom(BIG // 4 + i) for i in range(2)]
+    ids = [producer.send(v) for v in values]
+    assert [consumer.receive(10_000).data() for _ in values] == values
+    producer.close()
+    # The last message again from a producer of that name that reconnected: not stored again.
+    with raw(shared_server) as s:
+        connect(s)
+        producing = command(pb.BaseCommand.PRODUCER, topic=topic, producer_id=1, request_id=1)
+        producing.producer.producer_name = "dedup"
+        s.sendall(encode(producing))
+        assert read_frame(s).producer_success.last_sequence_id == 1
+        receipt = _send_chunk(s, 0, 2, 200, b"x" * 100, uuid="dedup-1", sequence_id=1)
+        assert receipt.type == pb.BaseCommand.SEND_RECEIPT
+        receipt = _send_chunk(s, 1, 2, 200, b"x" * 100, uuid="dedup-1", sequence_id=1)
+        assert receipt.send_receipt.message_id.entryId == NO_ID  # a duplicate: -1:-1
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(500)  # its first chunk alone: the client drops it
+    assert str(ids[-1])
 
 
 def test_the_python_clients_test_invalid_chunking_config(client: pulsar.Client) -> None:
