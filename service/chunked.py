@@ -16,8 +16,9 @@ without a sequence id, both kept in its fields, so phase one never takes it for 
 message (a chunked message whose last chunk never came, or whose chunks the service did not see
 in order, never replaces an older value) and deduplication never counts a message of which only
 some chunks were stored. Readers of the compacted view get the kept message back as its chunks,
-with their original ids (:func:`expand_compacted`); keyless chunks a ``retainNullKey`` round kept
-are left out there.
+with their original ids (:func:`expand_compacted`), from the compacted ledger and from the log
+after its horizon alike (a message may straddle it); chunks that are no whole message are left
+out there.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from ledger.entry import Entry, Position, Record, record_size
+from ledger.entry import Entry, LedgerItem, Position, Record, record_size
 
 CHUNK_PROPERTY = "__pulsar.chunk"
+T = TypeVar("T", Entry, LedgerItem)
 
 
 @dataclass(slots=True)
@@ -133,22 +136,24 @@ def limit_size(r: Record) -> int:
     return record_size(fields.key, own_payload(r.value, fields), user_properties(r.properties))
 
 
-def expand_compacted(entries: Sequence[Entry]) -> list[Entry]:
-    """Entries read from a compacted ledger as readers of the log would have them: a chunked
-    message's whole last chunk becomes its chunks again (each with its original id, the
-    earlier ones keyless as stored), and chunks kept only as keyless messages are left out (a
-    chunk alone is not a message a client can read). Entries that are no chunks pass as read."""
-    if not any(e.properties and CHUNK_PROPERTY in e.properties for e in entries):
-        return list(entries)
-    out: list[Entry] = []
-    for e in entries:
-        fields = fields_of(e.properties) if e.batch_index is None else None
+def expand_compacted(items: Sequence[T]) -> list[T]:
+    """What a reader of the compacted view receives of ``items``, read from a compacted ledger
+    or from the log after its horizon: a chunked message's whole last chunk becomes its chunks
+    again (each with its original id, the earlier ones keyless as stored), and chunks that are
+    no whole message are left out (a chunk alone is not a message of its key; in the log they
+    may be the first chunks of a message that straddles the horizon, which its last chunk
+    brings whole). Items that are no chunks pass as read, stored batches too."""
+    if not any(type(e) is Entry and e.properties and CHUNK_PROPERTY in e.properties for e in items):
+        return list(items)
+    out: list[T] = []
+    for e in items:
+        fields = fields_of(e.properties) if type(e) is Entry and e.batch_index is None else None
         if fields is None:
             out.append(e)
             continue
         if not fields.whole:
             continue  # a chunk without its message
-        out.extend(_earlier_chunks(e, fields))
+        out.extend(_earlier_chunks(e, fields))  # type: ignore[arg-type]
         out.append(e)
     return out
 

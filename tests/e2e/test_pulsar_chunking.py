@@ -294,6 +294,27 @@ def test_an_incomplete_chunked_message_never_replaces_a_value(
     assert len(rest_messages(shared_server, topic)) == 5
 
 
+@pytest.mark.spark
+def test_a_chunked_message_across_the_horizon_reaches_compacted_readers_whole(
+    shared_server: Server, client: pulsar.Client
+) -> None:
+    topic = fresh("chunks-straddle")
+    client.create_producer(topic, batching_enabled=False).send(b"old", partition_key="k")
+    parts = [os.urandom(100) for _ in range(3)]
+    with raw(shared_server) as s:
+        _producer(s, topic)
+        for i in range(2):
+            assert _send_chunk(s, i, 3, 300, parts[i], key="k").type == pb.BaseCommand.SEND_RECEIPT
+        assert shared_server.compact(topic) == "SUCCESS"  # its horizon falls inside the message
+        assert _send_chunk(s, 2, 3, 300, parts[2], key="k").type == pb.BaseCommand.SEND_RECEIPT
+    # The compacted ledger has the old value; the log after the horizon the message, whole.
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert [reader.read_next(10_000).data() for _ in range(2)] == [b"old", b"".join(parts)]
+    assert not reader.has_message_available()
+    assert shared_server.compact(topic) == "SUCCESS"
+    assert _compacted(client, topic) == {"k": b"".join(parts)}
+
+
 def _no_backlog(server: Server, topic: str, subscription: str) -> None:
     path = topic.removeprefix("persistent://")
     deadline = time.monotonic() + 10
@@ -335,7 +356,9 @@ def _send_chunk(
         md.partition_key = key
     send = command(pb.BaseCommand.SEND, producer_id=1, sequence_id=sequence_id, is_chunk=True)
     s.sendall(encode_payload(send, md.SerializeToString(), payload))
-    return read_frame(s)
+    while (reply := read_frame(s)).type == pb.BaseCommand.PING:  # a connection kept open a while
+        s.sendall(encode(command(pb.BaseCommand.PONG)))
+    return reply
 
 
 @pytest.mark.parametrize(
