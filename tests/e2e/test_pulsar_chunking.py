@@ -381,6 +381,16 @@ def _send_chunk(
             "the limit is",
         ),
     ],
+    ids=[
+        "id-past-n",
+        "chunk-over-total",
+        "empty",
+        "no-uuid",
+        "total-over-limit",
+        "batch",
+        "null",
+        "chunk-over-limit",
+    ],
 )
 def test_chunks_that_do_not_add_up_are_refused_and_store_nothing(
     shared_server: Server,
