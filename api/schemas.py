@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
 from ledger.entry import ENCRYPTION_PROPERTY, Entry, Record
+from service.chunked import CHUNK_PROPERTY
 from service.errors import InvalidInput
 
 
@@ -36,7 +37,8 @@ PRODUCE_REQUEST: TypeAdapter[ProduceRequest] = TypeAdapter(ProduceRequest)
 
 def to_records(messages: list[MessageIn]) -> list[Record]:
     """The records of a produce request's messages; ``InvalidInput`` naming the first value
-    that is not base64 (strict: the standard alphabet and padding, nothing else)."""
+    that is not base64 (strict: the standard alphabet and padding, nothing else), or the first
+    message with the property chunks of Pulsar's chunked messages are stored with."""
     a2b = binascii.a2b_base64
     records = []
     for index, m in enumerate(messages):
@@ -48,10 +50,11 @@ def to_records(messages: list[MessageIn]) -> list[Record]:
             except (binascii.Error, ValueError):
                 raise InvalidInput(f"messages[{index}].value is not valid base64") from None
         props = m.get("properties", {})
-        if props and ENCRYPTION_PROPERTY in props:
-            # The encryption context of Pulsar's encrypted messages, which only the binary
-            # protocol's producers send.
-            raise InvalidInput(f"messages[{index}].properties: {ENCRYPTION_PROPERTY!r} is the service's own")
+        for reserved in (ENCRYPTION_PROPERTY, CHUNK_PROPERTY):
+            if props and reserved in props:
+                # Pulsar's encryption context and chunk fields, which only the binary protocol's
+                # producers send.
+                raise InvalidInput(f"messages[{index}].properties: {reserved!r} is the service's own")
         records.append(Record(m.get("key"), value, props, 0, m.get("eventTime")))
     return records
 

@@ -17,7 +17,10 @@ delivered before) and ``redelivered`` (position -> times delivered so far):
   messages read ahead whose key's consumer was not the one asking (Pulsar's replay set);
   a position is in at most one of ``pending`` and ``replay``;
 - Key_Shared only: ``held`` (hash -> the consumer that holds pending messages of that hash and
-  how many), and the hash ranges of ``HashRangeAutoSplitSelector``.
+  how many), and the hash ranges of ``HashRangeAutoSplitSelector``;
+- Shared only: ``chunks`` (``service.chunked.ChunkAssignor``), so that the chunks of a chunked
+  message all go to one consumer, as Pulsar's ``SharedConsumerAssignor`` sends them (Key_Shared
+  routes them together by their message's key).
 
 Key_Shared delivers a message of hash ``h`` to consumer ``c`` only if ``h`` falls in ``c``'s
 range, no other consumer holds pending messages of ``h`` (after a consumer change the new
@@ -36,6 +39,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ledger.entry import Entry, Position
+from service.chunked import CHUNK_PROPERTY, ChunkAssignor
 from service.clock import now_ms
 from service.errors import Conflict
 
@@ -198,6 +202,7 @@ class Dispatcher:
         self.delayed_due: list[tuple[int, Key]] = []
         # Pages delivered under an ack timeout, per consumer, oldest first.
         self.timeouts: dict[str, deque[tuple[float, list[Key]]]] = {}
+        self.chunks = ChunkAssignor()
 
     # ------------------------------------------------------------ consumers
 
@@ -214,6 +219,7 @@ class Dispatcher:
             self.selector.remove(consumer_id)
         self.outstanding.pop(consumer_id, None)
         self.timeouts.pop(consumer_id, None)
+        self.chunks.remove_consumer(consumer_id)
 
     def unacked(self, consumer_id: str) -> int:
         return len(self.outstanding.get(consumer_id, ()))
@@ -267,6 +273,8 @@ class Dispatcher:
         self._release(pos)
         if pos in self.replay:
             self._from_replay(pos)
+        if self.chunks:
+            self.chunks.forget(pos)
 
     def redeliver(
         self, state: SubscriptionState, consumer_id: str, positions: Iterable[Key] | None = None
@@ -307,6 +315,7 @@ class Dispatcher:
         self.held.clear()
         self.delayed.clear()
         self.delayed_due.clear()
+        self.chunks.clear()
 
     def expire_ack_timeouts(self, state: SubscriptionState, now: float) -> None:
         for consumer_id, pages in self.timeouts.items():
@@ -371,6 +380,10 @@ class Dispatcher:
                         blocked.add(h)  # later messages of the key wait behind this one
                         continue
                     chosen.append(pos)
+            elif self.chunks:
+                # Chunks of a message another consumer has begun wait for that consumer.
+                chunks = self.chunks
+                chosen = heapq.nsmallest(limit, (p for p in self.replay if chunks.free(p, consumer_id)))
             else:
                 chosen = heapq.nsmallest(limit, self.replay)
             if chosen:
@@ -383,6 +396,8 @@ class Dispatcher:
                         continue  # gone from the log, or consumed meanwhile
                     n = redelivered.get(pos, 0)
                     self._take(state, consumer_id, pos, h, n)
+                    if self.chunks:
+                        self.chunks.take(pos, consumer_id)
                     out.append(e)
                     counts.append(n)
         while True:
@@ -415,6 +430,13 @@ class Dispatcher:
                 ):
                     self._to_replay(pos, h)
                     continue
+                if not self.key_shared and e.properties and CHUNK_PROPERTY in e.properties:
+                    chunks = self.chunks
+                    if chunks.note(pos, e):
+                        if not chunks.free(pos, consumer_id):
+                            self._to_replay(pos, h)  # for the consumer that has its message's chunk 0
+                            continue
+                        chunks.take(pos, consumer_id)
                 n = redelivered.get(pos, 0) if redelivered else 0
                 self._take(state, consumer_id, pos, h, n)
                 out.append(e)

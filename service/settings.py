@@ -161,6 +161,12 @@ class Settings(BaseSettings):
     max_ledger_age_ms: int = Field(default=4 * 60 * 60 * 1000, ge=1)
 
     max_message_size: int = Field(default=5 * 1024 * 1024, ge=1)
+    max_chunked_message_size: int = Field(
+        default=128 * 1024 * 1024,
+        ge=1,
+        le=2**31 - 1,
+        description="Largest whole message a producer may send in chunks (Pulsar has no broker bound).",
+    )
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
     max_read_messages: int = Field(default=10_000, ge=1, description="Cap on one read page.")
 

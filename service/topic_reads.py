@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ledger.checksums import IntegrityError
 from ledger.entry import Entry, LedgerItem, Position
+from service.chunked import expand_compacted
 from service.compacted_view import RetiredView
 from service.errors import BeingRepaired, DamagedData, InvalidInput
 from service.managed_topic import CompactedDamageHandler, ManagedTopic
@@ -52,11 +53,17 @@ def read_at(
                 "it was dropped and is being rebuilt from the original ledgers",
                 retry_after=5,
             )
-        if view is None or pos > view.horizon:
+        if view is None:
             return topic.ledger.read(pos, limit)
+        if pos > view.horizon:
+            # The compacted view's reader: chunked messages whole there too.
+            after, following = topic.ledger.read(pos, limit)
+            return expand_compacted(after), following
         try:
             with view.lease():
                 out, nxt = view.ledger.read(pos, limit)
+            # A chunked message kept whole goes out as the chunks its readers reassemble.
+            out = expand_compacted(out)
         except RetiredView:
             continue  # a compaction committed meanwhile: read its ledger instead
         except IntegrityError as e:
@@ -73,7 +80,7 @@ def read_at(
         if nxt is not None:
             return out, nxt
         rest, nxt_pos = topic.ledger.read(view.horizon.next(), limit - len(out))
-        return out + rest, nxt_pos
+        return out + expand_compacted(rest), nxt_pos
 
 
 def read_batches_at(
@@ -88,7 +95,9 @@ def read_batches_at(
     view = topic.view if read_compacted else None
     if read_compacted and (topic.repair is not None or (view is not None and pos <= view.horizon)):
         return read_at(topic, pos, limit, read_compacted, on_damage)  # type: ignore[return-value]
-    return topic.ledger.read_batches(pos, limit)
+    items, nxt = topic.ledger.read_batches(pos, limit)
+    # After the horizon, the compacted view's reader gets chunked messages whole, as before it.
+    return (expand_compacted(items) if view is not None else items), nxt
 
 
 def last_message_id(topic: ManagedTopic, read_compacted: bool) -> Position | None:

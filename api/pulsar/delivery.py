@@ -35,6 +35,7 @@ from api.pulsar.messages import (
     stored_message,
 )
 from ledger.entry import ENCRYPTION_PROPERTY, BatchEntry, Entry, LedgerItem, Position, StoredBatch
+from service.chunked import CHUNK_PROPERTY
 from service.errors import NotFound, NotOwner, OwnershipLost, Unavailable
 from service.names import TopicName
 from service.pending_runs import members_of
@@ -267,8 +268,9 @@ class WireSubscriber:
                     message_id=id_data(e.position, partition),
                     redelivery_count=counts[i] if counts else 0,
                 )
-                if e.properties and ENCRYPTION_PROPERTY in e.properties:
-                    # An encrypted message: its context and ciphertext.
+                if e.properties and (ENCRYPTION_PROPERTY in e.properties or CHUNK_PROPERTY in e.properties):
+                    # A chunk of a chunked message (its own bytes and chunk fields), or an
+                    # encrypted message (its context and ciphertext).
                     self.conn.write(encode_payload(cmd, *entry_frame(e)))
                 else:
                     self.conn.write(encode_payload(cmd, entry_metadata(e), e.value or b""))

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from google.protobuf.message import DecodeError
 
 from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.chunks import CHUNK_PROPERTY, chunk_frame, refuse_reserved
 from api.pulsar.encryption import (
     ENCRYPTION_PROPERTY,
     apply_context,
@@ -41,8 +42,9 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
     size kept, see ``ledger.entry.message_id``). A ``null_value`` message is stored with a null
     value (a delete when keyed, as an empty value is: Pulsar's rule). ``max_size`` bounds what
     a compressed payload may expand to. (The broker stores a batch whole, see
-    :func:`to_batch`; this decodes one member by member, for tests and tools.) An encrypted
-    message is stored as it came (``api.pulsar.encryption``)."""
+    :func:`to_batch`; this decodes one member by member, for tests and tools. A chunk of a
+    chunked message is ``api.pulsar.chunks.chunk_record``'s.) An encrypted message is stored as
+    it came (``api.pulsar.encryption``)."""
     _check_sendable(metadata)
     if is_encrypted(metadata) and not metadata.HasField("num_messages_in_batch"):
         return [encrypted_record(metadata, payload, max_size)]
@@ -67,8 +69,8 @@ def to_records(metadata: pb.MessageMetadata, payload: bytes, max_size: int) -> l
 
 
 def _check_sendable(metadata: pb.MessageMetadata) -> None:
-    if metadata.HasField("num_chunks_from_msg"):
-        raise ProtocolError(pb.NotAllowedError, "chunked messages are not supported")
+    # A chunk of a chunked message is not for here: ``api.pulsar.chunks.chunk_record`` (the
+    # caller routes it there, and :func:`to_batch` refuses a batch that claims to be one).
     if metadata.sequence_id >= _U64 // 2:
         raise ProtocolError(pb.NotAllowedError, f"sequence id {metadata.sequence_id} above 2**63 - 1")
 
@@ -89,6 +91,8 @@ def to_batch(metadata: pb.MessageMetadata, raw_metadata: bytes, payload: bytes) 
     are checked off the event loop, :func:`check_batch`, before it is written). Its size is
     unknown (-1) until then. An encrypted batch is stored as ``api.pulsar.encryption`` says."""
     _check_sendable(metadata)
+    if metadata.num_chunks_from_msg > 1:
+        raise ProtocolError(pb.NotAllowedError, "a batch cannot be a chunk")
     n = metadata.num_messages_in_batch
     if not 0 < n <= MAX_BATCH_MESSAGES:
         raise ProtocolError(pb.NotAllowedError, f"a batch of {n} messages")
@@ -144,10 +148,13 @@ def _record(
 ) -> Record:
     if md.HasField("ordering_key"):
         ordering_key = md.ordering_key
+    props = {kv.key: kv.value for kv in md.properties} if md.properties else {}
+    if props and CHUNK_PROPERTY in props:
+        refuse_reserved(props)
     return Record(
         md.partition_key if md.HasField("partition_key") else None,
         None if md.null_value else payload,
-        {kv.key: kv.value for kv in md.properties} if md.properties else {},
+        props,
         0,
         md.event_time or None,
         index,
@@ -279,23 +286,32 @@ def stored_message(batch: StoredBatch) -> tuple[bytes, bytes]:
 
 
 def entry_metadata(e: Entry) -> bytes:
-    """The serialized ``MessageMetadata`` a consumer receives with ``e`` (a message that holds
-    no encryption context: see :func:`entry_frame`)."""
-    md = _message_metadata(e)
-    _describe(md, e)
-    return md.SerializeToString()
+    """The serialized ``MessageMetadata`` a consumer receives with ``e`` (a message that is no
+    chunk and holds no encryption context: see :func:`entry_frame`)."""
+    return message_metadata(e).SerializeToString()
 
 
 def entry_frame(e: Entry) -> tuple[bytes, bytes]:
-    """The metadata and payload of the MESSAGE a consumer receives for ``e``, an encrypted
-    message included: its context goes to the metadata, not to the properties, and its payload
-    is the ciphertext (``api.pulsar.encryption``)."""
+    """The metadata and payload of the MESSAGE a consumer receives for ``e``: a stored chunk of a
+    chunked message (``api.pulsar.chunks``), or an encrypted message, whose context goes to the
+    metadata, not to the properties, and whose payload is the ciphertext (``api.pulsar.encryption``)."""
+    if e.properties and CHUNK_PROPERTY in e.properties:
+        framed = chunk_frame(e, message_metadata)
+        if framed is not None:
+            return framed
     md = _message_metadata(e)
     payload = e.value or b""
     if e.properties and ENCRYPTION_PROPERTY in e.properties:
         e, payload = apply_context(md, e)
     _describe(md, e)
     return md.SerializeToString(), payload
+
+
+def message_metadata(e: Entry) -> pb.MessageMetadata:
+    """The ``MessageMetadata`` of a message sent alone, as a consumer receives it with ``e``."""
+    md = _message_metadata(e)
+    _describe(md, e)
+    return md
 
 
 def _message_metadata(e: Entry) -> pb.MessageMetadata:

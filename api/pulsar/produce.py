@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from api.pulsar import pulsar_api_pb2 as pb
+from api.pulsar.chunks import ChunkAssembly, chunk_record
 from api.pulsar.connection import Handler, PulsarConnection
 from api.pulsar.errors import ProtocolClose, ProtocolError, server_error
 from api.pulsar.framing import Frame
@@ -24,8 +25,9 @@ from api.pulsar.messages import check_batch, id_data, is_batch, to_batch, to_rec
 from api.pulsar.non_persistent import NonPersistentProducer
 from api.pulsar.non_persistent import producer as non_persistent_producer
 from api.pulsar.schemas import producer_schema
-from ledger.entry import Position, Record, StoredBatch, record_size
+from ledger.entry import Entry, Position, Record, StoredBatch, record_size
 from service.authorization import Rule
+from service.chunked import fields_of
 from service.deduplication import ProducerSequences
 from service.errors import ServiceError
 from service.names import TopicName
@@ -51,6 +53,14 @@ def _highest(s: _Send) -> int:
     item = s.item
     last = item.sequence_id + item.count - 1 if type(item) is StoredBatch else item.sequence_id or 0  # type: ignore[union-attr]
     return max(s.sequence_id, s.highest_sequence_id, last)
+
+
+def _partial_chunk(s: _Send) -> bool:
+    """Whether a send is a chunk of a chunked message other than its last (chunks share their
+    message's sequence id: only its last one counts for deduplication, as in Pulsar; its record
+    has no sequence id, see ``service.chunked``)."""
+    item = s.item
+    return type(item) is Record and item.sequence_id is None and fields_of(item.properties) is not None
 
 
 class WireProducer:
@@ -86,6 +96,8 @@ class WireProducer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
+        # Set once the producer sends a chunk: its writes then follow its chunked messages.
+        self.chunks: ChunkAssembly | None = None
 
     def start(self) -> None:
         """Write what is sent, once the producer has its access to the topic."""
@@ -127,7 +139,8 @@ class WireProducer:
             for s, error in refused:
                 self._send_error(s, error.code, str(error))
             if self.sequences is not None:
-                self.sequences.stored(self.name, (_highest(s) for s in batch))
+                stored = batch if self.chunks is None else [s for s in batch if not _partial_chunk(s)]
+                self.sequences.stored(self.name, (_highest(s) for s in stored))
             for s, at in zip(batch, positions, strict=True):
                 # A batch's receipt names its first member's entry: the client numbers the rest.
                 conn.send(
@@ -156,7 +169,52 @@ class WireProducer:
             good.append(s)
         if not good:
             return good, refused, []
+        if self.chunks is not None:
+            return good, refused, self._store_chunked(good, self.chunks)
         return good, refused, self.conn.ctx.broker.produce(self.topic, [s.item for s in good])
+
+    def _store_chunked(self, sends: list[_Send], chunks: ChunkAssembly) -> list[Position]:
+        """Write ``sends`` of a producer that sends chunked messages: as one append, except
+        that the last chunk of a message whose earlier chunks are in ``sends`` waits for them
+        to be written, then reads them back to become the message's record
+        (``ChunkAssembly.complete``)."""
+        broker = self.conn.ctx.broker
+        positions: list[Position] = []
+        run: list[_Send] = []
+        followed: set[int] = set()  # the sends of ``run`` that are chunks ``chunks`` follows
+
+        def write() -> None:
+            if not run:
+                return
+            at = broker.produce(self.topic, [s.item for s in run])
+            for s, p in zip(run, at, strict=True):
+                if id(s) in followed:
+                    chunks.stored(p)
+            positions.extend(at)
+            run.clear()
+            followed.clear()
+
+        def read(at: Position) -> Entry | None:
+            entries, _ = broker.read_at(broker.topic(self.topic), at, 1, False)
+            return entries[0] if entries else None
+
+        for s in sends:
+            item = s.item
+            fields = fields_of(item.properties) if type(item) is Record and item.properties else None
+            if fields is None:
+                run.append(s)
+                continue
+            if followed and fields.chunk_id == 0:
+                write()  # the chunks of a message left unfinished go before a new one's
+            last = chunks.take(fields)
+            if fields.chunk_id < fields.num_chunks - 1 and chunks.uuid is not None:
+                followed.add(id(s))
+            if last:
+                write()  # the earlier chunks first: stored, with their ids
+                chunks.complete(item, fields, read)  # type: ignore[arg-type]
+            run.append(s)
+        write()
+        return positions
 
     def _send_error(self, s: _Send, code: int, message: str) -> None:
         self.conn.send(
@@ -174,6 +232,9 @@ class WireProducer:
         last = self.sequences.last(self.name)
         fresh: list[_Send] = []
         for s in batch:
+            if self.chunks is not None and _partial_chunk(s):
+                fresh.append(s)
+                continue
             if s.sequence_id <= last:
                 self.conn.send(
                     pb.BaseCommand.SEND_RECEIPT,
@@ -303,6 +364,11 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
             # Its members lie within its uncompressed payload, which may not expand past the
             # limit: checked with them, off the event loop.
             item = to_batch(md, frame.raw_metadata, frame.payload)
+        elif md.num_chunks_from_msg > 1:
+            # A chunk of a chunked message: stored as sent (``api.pulsar.chunks``).
+            item = chunk_record(md, frame.payload, limit, conn.ctx.settings.max_chunked_message_size)
+            if prod.chunks is None:
+                prod.chunks = ChunkAssembly()
         else:
             (item,) = to_records(md, frame.payload, limit)
             size = record_size(item.key, item.value, item.properties)
