@@ -2,7 +2,7 @@
 unchanged, against a real ``compactor serve``.
 
 The client is driven by a small Maven project, ``tests/java``: one program whose scenarios
-(produce, consume, compacted, schema, partitions) run side by side in one JVM and write what
+(produce, consume, compacted, schema, partitions, seek) run side by side in one JVM and write what
 they saw as JSON; the tests here judge it. The project is built once and cached under a key of its files
 (``~/.cache/topic-compactor/java-client/<key>``; Maven's downloads go to ``~/.m2``), so a later
 run only starts the JVM. The Java client reads some reply fields without asking whether they are
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 PROJECT = Path(__file__).resolve().parents[1] / "java"
 JAR = "java-client-e2e.jar"
-SCENARIOS = ("produce", "consume", "compacted", "schema", "partitions")
+SCENARIOS = ("produce", "consume", "compacted", "schema", "partitions", "seek")
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240
 
@@ -327,6 +327,70 @@ def test_a_partitioned_topics_ids_name_the_partition_the_router_chose(java: Java
     for read in (r["readerFirst"], r["readerAfterSeek"]):
         assert [(m["value"], m["partition"]) for m in read] == [("world-0", 1), ("world-1", 1)]
         assert [m["id"] for m in read] == [r["sent"][v]["id"] for v in ("world-0", "world-1")]
+
+
+# ------------------------------------------------------------------ seeks
+
+
+def _ids_and_values(got: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    return [(m["id"], value(m)) for m in got]
+
+
+def test_a_consumer_seeks_its_subscription_back_by_message_id_and_by_publish_time(
+    java: JavaRun, shared_server: Server
+) -> None:
+    """A durable subscription that acknowledged everything is reset. By id the service delivers
+    from that message on; the Java client drops the message sought to itself (it becomes the
+    consumer's start, which is exclusive) unless the consumer is startMessageIdInclusive. By time,
+    from the first message published after the time. Nothing else arrives after either."""
+    r = java.scenario("seek")
+    sent = list(zip(r["sent"], [f"v{i}".encode() for i in range(7)], strict=True))
+    first = r["consumerFirst"]
+    assert _ids_and_values(first) == sent[:6]
+    # The mark lies between the third and the fourth message's publish times.
+    times = [m["publishTime"] for m in first]
+    assert times == sorted(times) and times[2] < r["mark"] < times[3]
+    assert _ids_and_values(r["consumerAfterSeekId"]) == sent[2:6]
+    assert _ids_and_values(r["consumerAfterSeekTime"]) == sent[3:6]
+    assert _ids_and_values(r["inclusiveFirst"]) == sent[:6]
+    assert _ids_and_values(r["inclusiveAfterSeekId"]) == sent[1:6]
+    # Both acknowledged all six (the reader's later seventh message is their backlog).
+    path = r["topic"].removeprefix("persistent://")
+    stats = httpx.get(f"{shared_server.url}/admin/v2/persistent/{path}/stats").json()["subscriptions"]
+    assert {name: stats[name]["markDeletePosition"] for name in ("s", "inclusive")} == {
+        "s": rest_id(r["sent"][5]),
+        "inclusive": rest_id(r["sent"][5]),
+    }
+
+
+def test_a_reader_seeks_by_message_id_by_publish_time_and_to_the_latest_and_earliest(java: JavaRun) -> None:
+    """A reader's seek by id reads on after that message (a reader's start is exclusive), by time
+    from the first message not published before it; at the latest nothing is left, and the next
+    message sent is the next one read; at the earliest everything is read again."""
+    r = java.scenario("seek")
+    sent = list(zip(r["sent"], [f"v{i}".encode() for i in range(7)], strict=True))
+    assert _ids_and_values(r["readerFirst"]) == sent[:6]
+    assert _ids_and_values(r["readerAfterSeekId"]) == sent[3:6]
+    assert _ids_and_values(r["readerAfterSeekTime"]) == sent[3:6]
+    # A time that is a message's publish time exactly includes that message.
+    assert r["consumerFirst"][4]["publishTime"] > r["consumerFirst"][3]["publishTime"]
+    assert _ids_and_values(r["readerAfterSeekExactTime"]) == sent[4:6]
+    assert r["readerAfterSeekLatest"] == []
+    assert r["readerAfterLatestNext"] is not None
+    assert _ids_and_values([r["readerAfterLatestNext"]]) == sent[6:]
+    assert _ids_and_values(r["readerAfterSeekEarliest"]) == sent
+
+
+def test_a_consumer_and_a_reader_seek_to_a_member_of_a_batch(java: JavaRun) -> None:
+    """A seek to a batch member: the messages after it, the rest of its batch first (the
+    Java client drops the members up to the one sought to, as it does the message sought to)."""
+    r = java.scenario("seek")
+    sent = list(zip(r["batchedSent"], [f"b{i}".encode() for i in range(8)], strict=True))
+    assert [parse_id(i)[2] for i, _ in sent] == [0, 1, 2, 3, 4, 0, 1, 2]
+    assert _ids_and_values(r["batchedConsumerFirst"]) == sent
+    assert _ids_and_values(r["batchedConsumerAfterSeekId"]) == sent[3:]
+    assert _ids_and_values(r["batchedReaderFirst"]) == sent
+    assert _ids_and_values(r["batchedReaderAfterSeekId"]) == sent[7:]
 
 
 # ------------------------------------------------------------------ schemas

@@ -73,6 +73,7 @@ public final class Scenarios {
         SCENARIOS.put("compacted", Scenarios::compacted);
         SCENARIOS.put("schema", Scenarios::schema);
         SCENARIOS.put("partitions", Scenarios::partitions);
+        SCENARIOS.put("seek", Scenarios::seek);
     }
 
     private final PulsarClient client;
@@ -416,6 +417,124 @@ public final class Scenarios {
                 n.put("qty", ((Number) m.getValue().getField("qty")).intValue());
                 c.acknowledge(m);
             }
+        }
+    }
+
+    /**
+     * Seeks: six unbatched messages with a time mark between the third and the fourth (their
+     * publish times lie on either side of it), a durable consumer that receives them all and
+     * acknowledges them, seeks back to the second by id and by the mark, and receives from
+     * there again (the Java client drops the message sought to itself unless the consumer is
+     * startMessageIdInclusive: a second consumer is); a reader that seeks by id, by the mark,
+     * to a message's exact publish time, to the latest (then reads only a message sent after it)
+     * and to the earliest. Then a
+     * consumer and a reader that seek to members of batches.
+     */
+    private static void seek(Scenarios s, ObjectNode out) throws Exception {
+        String topic = s.topic("seek");
+        out.put("topic", topic);
+        ArrayNode sent = out.putArray("sent");
+        List<MessageId> ids = new ArrayList<>();
+        long mark;
+        try (Producer<byte[]> p = s.client.newProducer().topic(topic).enableBatching(false).create()) {
+            for (int i = 0; i < 3; i++) {
+                ids.add(p.send(bytes("v" + i)));
+            }
+            // Publish times are the producer's clock in milliseconds: well apart from the mark.
+            Thread.sleep(200);
+            mark = System.currentTimeMillis();
+            Thread.sleep(200);
+            for (int i = 3; i < 6; i++) {
+                ids.add(p.send(bytes("v" + i)));
+                Thread.sleep(5); // each its own millisecond: a seek to one's publish time names it
+            }
+        }
+        ids.forEach(i -> sent.add(id(i)));
+        out.put("mark", mark);
+        List<Long> published = new ArrayList<>();
+        try (Consumer<byte[]> c = s.subscribe(topic, "s", false)) {
+            ArrayNode got = out.putArray("consumerFirst");
+            for (int i = 0; i < 6; i++) {
+                Message<byte[]> m = s.receive(c);
+                published.add(m.getPublishTime());
+                got.add(describe(m).put("publishTime", m.getPublishTime()));
+                c.acknowledge(m);
+            }
+            c.seek(ids.get(1));
+            receiveAll(s, c, 4, out.putArray("consumerAfterSeekId"));
+            c.seek(mark);
+            receiveAll(s, c, 3, out.putArray("consumerAfterSeekTime"));
+        }
+        // With startMessageIdInclusive the client keeps the message sought to.
+        try (Consumer<byte[]> c = s.client.newConsumer()
+                .topic(topic)
+                .subscriptionName("inclusive")
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                .startMessageIdInclusive()
+                .subscribe()) {
+            receiveAll(s, c, 6, out.putArray("inclusiveFirst"));
+            c.seek(ids.get(1));
+            receiveAll(s, c, 5, out.putArray("inclusiveAfterSeekId"));
+        }
+        try (Reader<byte[]> r = s.client.newReader().topic(topic).startMessageId(MessageId.earliest).create()) {
+            out.set("readerFirst", readAll(r));
+            r.seek(ids.get(2));
+            out.set("readerAfterSeekId", readAll(r));
+            r.seek(mark);
+            out.set("readerAfterSeekTime", readAll(r));
+            // Exactly a message's publish time: that message is the first read (Pulsar's broker
+            // resets to the first message not published before the time).
+            r.seek(published.get(4));
+            out.set("readerAfterSeekExactTime", readAll(r));
+            r.seek(MessageId.latest);
+            out.set("readerAfterSeekLatest", readAll(r));
+            try (Producer<byte[]> p = s.client.newProducer().topic(topic).enableBatching(false).create()) {
+                sent.add(id(p.send(bytes("v6"))));
+            }
+            Message<byte[]> next = r.readNext((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
+            out.put("readerAfterLatestNext", describeOrNull(next));
+            r.seek(MessageId.earliest);
+            out.set("readerAfterSeekEarliest", readAll(r));
+        }
+
+        // A seek to a member of a batch: a batch of five and one of three.
+        String batched = s.topic("seek-batched");
+        out.put("batchedTopic", batched);
+        List<MessageId> bids = new ArrayList<>();
+        try (Producer<byte[]> p = s.batchedProducer(batched, 5)) {
+            List<CompletableFuture<MessageId>> pending = new ArrayList<>();
+            for (int i = 0; i < 8; i++) {
+                pending.add(p.sendAsync(bytes("b" + i)));
+            }
+            p.flush();
+            for (CompletableFuture<MessageId> f : pending) {
+                bids.add(f.get(30, TimeUnit.SECONDS));
+            }
+        }
+        ArrayNode bsent = out.putArray("batchedSent");
+        bids.forEach(i -> bsent.add(id(i)));
+        try (Consumer<byte[]> c = s.subscribe(batched, "s", false)) {
+            receiveAll(s, c, 8, out.putArray("batchedConsumerFirst"));
+            c.seek(bids.get(2));
+            receiveAll(s, c, 5, out.putArray("batchedConsumerAfterSeekId"));
+        }
+        try (Reader<byte[]> r = s.client.newReader().topic(batched).startMessageId(MessageId.earliest).create()) {
+            out.set("batchedReaderFirst", readAll(r));
+            r.seek(bids.get(6));
+            out.set("batchedReaderAfterSeekId", readAll(r));
+        }
+    }
+
+    /** Into `got`: `n` messages, each acknowledged, and any that arrives within QUIET_MS after them. */
+    private static void receiveAll(Scenarios s, Consumer<byte[]> c, int n, ArrayNode got) throws Exception {
+        for (int i = 0; i < n; i++) {
+            Message<byte[]> m = s.receive(c);
+            got.add(describe(m));
+            c.acknowledge(m);
+        }
+        ObjectNode extra = describeOrNull(c.receive(QUIET_MS, TimeUnit.MILLISECONDS));
+        if (extra != null) {
+            got.add(extra);
         }
     }
 
