@@ -1,4 +1,9 @@
-"""Service configuration: one pydantic-settings class read from ``COMPACTOR_*`` variables."""
+"""Service configuration: one pydantic-settings class read from ``COMPACTOR_*`` variables.
+
+Why one module: every setting is a field of the one class pydantic-settings reads from the
+environment, and the validators that check settings against each other (security, TLS ports,
+listeners, storage) must see them all; the checks of a kind live beside their job
+(``service.tls``, ``service.listeners``, ``service.basic_auth``) and are called from here."""
 
 from __future__ import annotations
 
