@@ -27,19 +27,16 @@ import base64
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import Server
+from tests.e2e.client_programs import ProgramRun, backlog, cache_root, keep_built, run_program, value
 from tests.e2e.test_pulsar_clients import rest_messages
 
 # The first run on a machine builds the module (its downloads and compilation included).
@@ -68,11 +65,6 @@ RUN_TIMEOUT_S = 240
 BUILD_TIMEOUT_S = 1100
 
 
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "topic-compactor" / "go-client"
-
-
 def go_command() -> str | None:
     """The ``go`` command: on PATH, else where Go's own installer puts it."""
     found = shutil.which("go")
@@ -99,7 +91,7 @@ def go_build() -> Path:
             "Go is not installed (`go` is not on PATH nor at /usr/local/go/bin/go): "
             "the Go client's tests need Go 1.24 or newer"
         )
-    built = _cache_root() / _module_key(go)
+    built = cache_root("go-client") / _module_key(go)
     if (built / BINARY).is_file():
         return built / BINARY
     built.parent.mkdir(parents=True, exist_ok=True)
@@ -117,55 +109,16 @@ def go_build() -> Path:
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
             pytest.fail(f"go build failed ({proc.returncode}):\n{tail}", pytrace=False)
-        try:
-            out.rename(built)  # whole or not at all; another run may have got there first
-        except OSError:
-            if not (built / BINARY).is_file():
-                raise
+        keep_built(out, built, BINARY)
     return built / BINARY
 
 
-@dataclass(frozen=True)
-class GoRun:
-    results: dict[str, dict[str, Any]]
-    log: str  # the program's stderr: the client's warnings and errors
-
-    def scenario(self, name: str) -> dict[str, Any]:
-        """What scenario ``name`` saw; a failure with the Go side's error when it failed."""
-        result = self.results.get(name)
-        if result is None:
-            pytest.fail(f"the Go program reported nothing for {name!r}:\n{self.log[-4000:]}", pytrace=False)
-        if "error" in result:
-            pytest.fail(
-                f"the Go scenario {name!r} failed: {result['error']}\nit saw: {json.dumps(result)[:3000]}"
-                f"\nthe client said:\n{self.said()}",
-                pytrace=False,
-            )
-        return result
-
-    def said(self, limit: int = 20) -> str:
-        """The client's distinct warnings and errors, first ones first."""
-        lines: list[str] = []
-        for line in self.log.splitlines():
-            text = re.sub(r"^time=\S+ ", "", re.sub(r"\d+\.\d+\.\d+\.\d+:\d+", "*", line))
-            if text not in lines:
-                lines.append(text)
-        return "\n".join(lines[:limit]) or "(nothing)"
-
-
 @pytest.fixture(scope="module")
-def go(go_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> GoRun:
+def go(go_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:
     """Every scenario, in one process, against the shared server."""
     out = tmp_path_factory.mktemp("go") / "results.json"
     cmd = [str(go_build), shared_server.pulsar_url, shared_server.url, str(out), *SCENARIOS]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
-        log = proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:  # its output comes as bytes, whatever ``text`` says
-        said = b"".join(o if isinstance(o, bytes) else (o or "").encode() for o in (e.stdout, e.stderr))
-        log = f"the program was stopped after {RUN_TIMEOUT_S} s\n{said.decode(errors='replace')}"
-    results = json.loads(out.read_text()) if out.is_file() else {}
-    return GoRun(results, log)
+    return run_program(cmd, out, language="Go", timeout=RUN_TIMEOUT_S)
 
 
 # ------------------------------------------------------------------ helpers
@@ -188,31 +141,15 @@ def rest_id(m: dict[str, Any]) -> str:
     return f"{ledger}:{entry_id}:{index}" if m["batchSize"] > 1 else f"{ledger}:{entry_id}"
 
 
-def value(m: dict[str, Any]) -> bytes:
-    return base64.b64decode(m["value"])
-
-
 def ids(messages: list[dict[str, Any]]) -> list[str]:
     return [m["id"] for m in messages]
-
-
-def backlog(server: Server, topic: str, subscription: str) -> int:
-    """The subscription's backlog once acknowledgements have settled (a few seconds at most)."""
-    path = topic.removeprefix("persistent://")
-    deadline = time.monotonic() + 10
-    while True:
-        stats = httpx.get(f"{server.url}/admin/v2/persistent/{path}/stats").json()
-        left = int(stats["subscriptions"][subscription]["msgBacklog"])
-        if left == 0 or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
 
 
 # ------------------------------------------------------------------ producers and consumers
 
 
 def test_unbatched_sends_reach_an_exclusive_consumer_and_rest_with_keys_and_properties(
-    go: GoRun, shared_server: Server
+    go: ProgramRun, shared_server: Server
 ) -> None:
     r = go.scenario("produce")
     sent = r["unbatchedSent"]
@@ -232,7 +169,7 @@ def test_unbatched_sends_reach_an_exclusive_consumer_and_rest_with_keys_and_prop
 
 
 def test_batched_sends_get_member_ids_that_the_consumer_and_rest_agree_on(
-    go: GoRun, shared_server: Server
+    go: ProgramRun, shared_server: Server
 ) -> None:
     r = go.scenario("produce")
     sent = r["batchedSent"]
@@ -252,7 +189,7 @@ def test_batched_sends_get_member_ids_that_the_consumer_and_rest_agree_on(
 
 
 def test_a_shared_subscription_gives_each_message_to_one_of_its_consumers(
-    go: GoRun, shared_server: Server
+    go: ProgramRun, shared_server: Server
 ) -> None:
     r = go.scenario("shared")
     got = r["received"]
@@ -264,7 +201,7 @@ def test_a_shared_subscription_gives_each_message_to_one_of_its_consumers(
     assert backlog(shared_server, r["topic"], "workers") == 0
 
 
-def test_a_key_shared_subscription_gives_each_key_to_one_consumer_in_order(go: GoRun) -> None:
+def test_a_key_shared_subscription_gives_each_key_to_one_consumer_in_order(go: ProgramRun) -> None:
     r = go.scenario("keyshared")
     got = r["received"]
     assert sorted(int(value(m)) for ms in got.values() for m in ms) == list(range(20))
@@ -279,7 +216,7 @@ def test_a_key_shared_subscription_gives_each_key_to_one_consumer_in_order(go: G
     assert len(owners) == 4
 
 
-def test_a_failover_subscription_has_one_active_consumer_and_the_other_takes_over(go: GoRun) -> None:
+def test_a_failover_subscription_has_one_active_consumer_and_the_other_takes_over(go: ProgramRun) -> None:
     r = go.scenario("failover")
     active = r["active"]
     standby = "second" if active == "first" else "first"
@@ -289,7 +226,7 @@ def test_a_failover_subscription_has_one_active_consumer_and_the_other_takes_ove
 
 
 def test_what_was_not_acknowledged_is_redelivered_after_a_reconnection_and_a_nack(
-    go: GoRun, shared_server: Server
+    go: ProgramRun, shared_server: Server
 ) -> None:
     r = go.scenario("redelivery")
     sent = r["sent"]
@@ -306,7 +243,7 @@ def test_what_was_not_acknowledged_is_redelivered_after_a_reconnection_and_a_nac
 
 
 def test_batch_index_acknowledgements_leave_only_the_members_not_acknowledged(
-    go: GoRun, shared_server: Server
+    go: ProgramRun, shared_server: Server
 ) -> None:
     r = go.scenario("redelivery")
     sent = r["batchedSent"]
@@ -319,7 +256,7 @@ def test_batch_index_acknowledgements_leave_only_the_members_not_acknowledged(
 
 
 def test_a_cumulative_acknowledgement_acknowledges_everything_up_to_its_message(
-    go: GoRun, shared_server: Server
+    go: ProgramRun, shared_server: Server
 ) -> None:
     r = go.scenario("redelivery")
     sent = r["cumulativeSent"]
@@ -330,7 +267,7 @@ def test_a_cumulative_acknowledgement_acknowledges_everything_up_to_its_message(
 # ------------------------------------------------------------------ readers, seeks, last ids
 
 
-def test_readers_start_at_the_earliest_at_a_message_id_and_at_the_latest(go: GoRun) -> None:
+def test_readers_start_at_the_earliest_at_a_message_id_and_at_the_latest(go: ProgramRun) -> None:
     r = go.scenario("reader")
     sent = r["sent"]  # six unbatched messages, then a batch of four
     assert [value(m) for m in r["earliest"]] == [f"m{i}".encode() for i in range(10)]
@@ -342,7 +279,7 @@ def test_readers_start_at_the_earliest_at_a_message_id_and_at_the_latest(go: GoR
     assert r["latest"] == []
 
 
-def test_a_consumer_and_a_reader_seek_by_message_id_and_by_publish_time(go: GoRun) -> None:
+def test_a_consumer_and_a_reader_seek_by_message_id_and_by_publish_time(go: ProgramRun) -> None:
     r = go.scenario("seek")
     sent = r["sent"]
     assert ids(r["received"]) == sent
@@ -358,7 +295,7 @@ def test_a_consumer_and_a_reader_seek_by_message_id_and_by_publish_time(go: GoRu
     assert ids(r["readerAfterSeekByTime"]) == sent[4:]
 
 
-def test_the_last_message_id_of_an_empty_topic_after_sends_and_after_a_batch(go: GoRun) -> None:
+def test_the_last_message_id_of_an_empty_topic_after_sends_and_after_a_batch(go: ProgramRun) -> None:
     r = go.scenario("lastid")
     sent = r["sent"]  # three unbatched messages, then a batch of three
     topic = r["topic"]
@@ -373,7 +310,7 @@ def test_the_last_message_id_of_an_empty_topic_after_sends_and_after_a_batch(go:
 
 
 def test_read_compacted_readers_and_consumers_see_the_latest_value_of_each_key(
-    go: GoRun, shared_server: Server
+    go: ProgramRun, shared_server: Server
 ) -> None:
     r = go.scenario("compacted")
     sent = r["sent"]
@@ -399,7 +336,9 @@ def test_read_compacted_readers_and_consumers_see_the_latest_value_of_each_key(
     assert r["tableView"] == {"k0": "b0", "k1": "after", "k3": "a3", "k4": "b4"}
 
 
-def test_batches_compressed_by_the_go_codecs_are_read_and_compacted(go: GoRun, shared_server: Server) -> None:
+def test_batches_compressed_by_the_go_codecs_are_read_and_compacted(
+    go: ProgramRun, shared_server: Server
+) -> None:
     r = go.scenario("compression")
     sent = r["sent"]  # LZ4, ZLIB and ZSTD batches, then an LZ4-compressed unbatched message
     assert [(m["id"], m["key"], value(m)) for m in r["fullReader"]] == [
@@ -417,7 +356,7 @@ def test_batches_compressed_by_the_go_codecs_are_read_and_compacted(go: GoRun, s
 
 
 @pytest.mark.parametrize("kind", ["json", "avro"])
-def test_a_schema_producer_and_a_consumer_with_the_same_schema(go: GoRun, kind: str) -> None:
+def test_a_schema_producer_and_a_consumer_with_the_same_schema(go: ProgramRun, kind: str) -> None:
     r = go.scenario("schema")
     got = r[kind]
     assert [(m["key"], m["id"], m["qty"]) for m in got] == [("o1", "o1", 3), ("o2", "o2", 5)]
@@ -433,7 +372,7 @@ def test_a_schema_producer_and_a_consumer_with_the_same_schema(go: GoRun, kind: 
 # ------------------------------------------------------------------ partitioned topics
 
 
-def test_a_partitioned_topic_routes_consumes_and_names_each_partition(go: GoRun) -> None:
+def test_a_partitioned_topic_routes_consumes_and_names_each_partition(go: ProgramRun) -> None:
     r = go.scenario("partitions")
     topic = r["topic"]
     names = [f"{topic}-partition-{i}" for i in range(3)]
@@ -458,7 +397,7 @@ def test_a_partitioned_topic_routes_consumes_and_names_each_partition(go: GoRun)
 # ------------------------------------------------------------------ an HTTP service URL
 
 
-def test_a_client_given_the_http_url_looks_topics_up_over_rest_and_works(go: GoRun) -> None:
+def test_a_client_given_the_http_url_looks_topics_up_over_rest_and_works(go: ProgramRun) -> None:
     r = go.scenario("http")
     got = r["received"]
     assert ids(got) == [r["sent"]]

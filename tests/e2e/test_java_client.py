@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +28,7 @@ import pytest
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.framing import command, encode
 from tests.conftest import Server
+from tests.e2e.client_programs import ProgramRun, backlog, cache_root, keep_built, run_program, value
 from tests.e2e.raw_wire import connect, raw, read_frame
 from tests.e2e.test_pulsar_clients import fresh, rest_messages
 
@@ -42,11 +40,7 @@ JAR = "java-client-e2e.jar"
 SCENARIOS = ("produce", "consume", "compacted", "schema", "partitions", "seek")
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "topic-compactor" / "java-client"
+_WARNING = re.compile(r"\b(WARN|ERROR)\b")
 
 
 def _tool(name: str) -> str:
@@ -99,7 +93,7 @@ def java_build() -> Path:
     """The built project: a directory with the program's jar and ``lib/`` (the client and its
     dependencies), built once per change of the project's files."""
     mvn, _ = _tool("mvn"), _tool("java")
-    built = _cache_root() / _project_key()
+    built = cache_root("java-client") / _project_key()
     if (built / JAR).is_file():
         return built
     built.parent.mkdir(parents=True, exist_ok=True)
@@ -117,44 +111,12 @@ def java_build() -> Path:
             f"-Dcompactor.build.dir={out}",
             cwd=work,
         )
-        try:
-            out.rename(built)  # whole or not at all; another run may have got there first
-        except OSError:
-            if not (built / JAR).is_file():
-                raise
+        keep_built(out, built, JAR)
     return built
 
 
-@dataclass(frozen=True)
-class JavaRun:
-    results: dict[str, dict[str, Any]]
-    log: str  # the JVM's output: the client's warnings and errors
-
-    def scenario(self, name: str) -> dict[str, Any]:
-        """What scenario ``name`` saw; a failure with the Java side's error when it failed."""
-        result = self.results.get(name)
-        if result is None:
-            pytest.fail(f"the Java program reported nothing for {name!r}:\n{self.log[-4000:]}", pytrace=False)
-        if "error" in result:
-            pytest.fail(
-                f"the Java scenario {name!r} failed:\n{result['error']}\nthe client said:\n{self.said()}",
-                pytrace=False,
-            )
-        return result
-
-    def said(self, limit: int = 20) -> str:
-        """The client's distinct warnings and errors, first ones first (not their stack traces)."""
-        lines: list[str] = []
-        for line in self.log.splitlines():
-            if re.search(r"\b(WARN|ERROR)\b", line):
-                text = re.sub(r"\d+\.\d+\.\d+\.\d+:\d+", "*", line)  # one line per kind, not per port
-                if text not in lines:
-                    lines.append(text)
-        return "\n".join(lines[:limit]) or self.log[-4000:]
-
-
 @pytest.fixture(scope="module")
-def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> JavaRun:
+def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:
     """Every scenario, in one JVM, against the shared server."""
     out = tmp_path_factory.mktemp("java") / "results.json"
     classpath = os.pathsep.join([str(java_build / JAR), str(java_build / "lib" / "*")])
@@ -169,14 +131,10 @@ def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempP
         str(out),
         *SCENARIOS,
     ]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
-        log = proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:  # its output comes as bytes, whatever ``text`` says
-        said = b"".join(o if isinstance(o, bytes) else (o or "").encode() for o in (e.stdout, e.stderr))
-        log = f"the JVM was stopped after {RUN_TIMEOUT_S} s\n{said.decode(errors='replace')}"
-    results = json.loads(out.read_text()) if out.is_file() else {}
-    return JavaRun(results, log)
+    # The client's warnings and errors, not their stack traces.
+    return run_program(
+        cmd, out, language="Java", timeout=RUN_TIMEOUT_S, warnings=lambda line: bool(_WARNING.search(line))
+    )
 
 
 # ------------------------------------------------------------------ helpers
@@ -194,27 +152,11 @@ def rest_id(text: str) -> str:
     return f"{ledger}:{entry}:{index}" if index >= 0 else f"{ledger}:{entry}"
 
 
-def value(m: dict[str, Any]) -> bytes:
-    return base64.b64decode(m["value"])
-
-
-def backlog(server: Server, topic: str, subscription: str) -> int:
-    """The subscription's backlog once acknowledgements have settled (a few seconds at most)."""
-    path = topic.removeprefix("persistent://")
-    deadline = time.monotonic() + 10
-    while True:
-        stats = httpx.get(f"{server.url}/admin/v2/persistent/{path}/stats").json()
-        left = int(stats["subscriptions"][subscription]["msgBacklog"])
-        if left == 0 or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
-
-
 # ------------------------------------------------------------------ producers and consumers
 
 
 def test_unbatched_sends_get_ids_that_a_consumer_and_rest_see_with_the_same_content(
-    java: JavaRun, shared_server: Server
+    java: ProgramRun, shared_server: Server
 ) -> None:
     r = java.scenario("produce")
     sent = r["unbatchedSent"]
@@ -232,7 +174,7 @@ def test_unbatched_sends_get_ids_that_a_consumer_and_rest_see_with_the_same_cont
 
 
 def test_batched_sends_get_batch_member_ids_that_consumers_readers_and_rest_agree_on(
-    java: JavaRun, shared_server: Server
+    java: ProgramRun, shared_server: Server
 ) -> None:
     r = java.scenario("produce")
     sent = [parse_id(i) for i in r["batchedSent"]]
@@ -256,7 +198,7 @@ def test_batched_sends_get_batch_member_ids_that_consumers_readers_and_rest_agre
 
 
 def test_a_durable_subscription_redelivers_only_what_was_not_acknowledged(
-    java: JavaRun, shared_server: Server
+    java: ProgramRun, shared_server: Server
 ) -> None:
     r = java.scenario("consume")
     sent = r["unbatchedSent"]
@@ -268,7 +210,7 @@ def test_a_durable_subscription_redelivers_only_what_was_not_acknowledged(
 
 
 def test_batch_index_acknowledgements_leave_only_the_unacknowledged_members(
-    java: JavaRun, shared_server: Server
+    java: ProgramRun, shared_server: Server
 ) -> None:
     r = java.scenario("consume")
     sent = r["batchedSent"]
@@ -285,7 +227,7 @@ def test_batch_index_acknowledgements_leave_only_the_unacknowledged_members(
 
 
 def test_a_read_compacted_reader_and_consumer_see_the_latest_value_of_each_key(
-    java: JavaRun, shared_server: Server
+    java: ProgramRun, shared_server: Server
 ) -> None:
     r = java.scenario("compacted")
     sent = r["sent"]
@@ -313,7 +255,7 @@ def test_a_read_compacted_reader_and_consumer_see_the_latest_value_of_each_key(
 # ------------------------------------------------------------------ partitioned topics
 
 
-def test_a_partitioned_topics_ids_name_the_partition_the_router_chose(java: JavaRun) -> None:
+def test_a_partitioned_topics_ids_name_the_partition_the_router_chose(java: ProgramRun) -> None:
     """The Java client names a message's partition itself (its consumer of each partition knows
     it); what the service sends must agree: a reader of one partition ends where the last message
     id of that partition, which names it, says, and reads it again after a seek."""
@@ -337,7 +279,7 @@ def _ids_and_values(got: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
 
 
 def test_a_consumer_seeks_its_subscription_back_by_message_id_and_by_publish_time(
-    java: JavaRun, shared_server: Server
+    java: ProgramRun, shared_server: Server
 ) -> None:
     """A durable subscription that acknowledged everything is reset. By id the service delivers
     from that message on; the Java client drops the message sought to itself (it becomes the
@@ -363,7 +305,9 @@ def test_a_consumer_seeks_its_subscription_back_by_message_id_and_by_publish_tim
     }
 
 
-def test_a_reader_seeks_by_message_id_by_publish_time_and_to_the_latest_and_earliest(java: JavaRun) -> None:
+def test_a_reader_seeks_by_message_id_by_publish_time_and_to_the_latest_and_earliest(
+    java: ProgramRun,
+) -> None:
     """A reader's seek by id reads on after that message (a reader's start is exclusive), by time
     from the first message not published before it; at the latest nothing is left, and the next
     message sent is the next one read; at the earliest everything is read again."""
@@ -381,7 +325,7 @@ def test_a_reader_seeks_by_message_id_by_publish_time_and_to_the_latest_and_earl
     assert _ids_and_values(r["readerAfterSeekEarliest"]) == sent
 
 
-def test_a_consumer_and_a_reader_seek_to_a_member_of_a_batch(java: JavaRun) -> None:
+def test_a_consumer_and_a_reader_seek_to_a_member_of_a_batch(java: ProgramRun) -> None:
     """A seek to a batch member: the messages after it, the rest of its batch first (the
     Java client drops the members up to the one sought to, as it does the message sought to)."""
     r = java.scenario("seek")
@@ -397,7 +341,7 @@ def test_a_consumer_and_a_reader_seek_to_a_member_of_a_batch(java: JavaRun) -> N
 
 
 def test_a_string_producer_and_consumer_and_raw_bytes_beside_them(
-    java: JavaRun, shared_server: Server
+    java: ProgramRun, shared_server: Server
 ) -> None:
     r = java.scenario("schema")
     got = r["strings"]
@@ -410,7 +354,7 @@ def test_a_string_producer_and_consumer_and_raw_bytes_beside_them(
     assert schema["type"] == "STRING"
 
 
-def test_a_json_producer_a_typed_consumer_and_an_auto_consume_consumer_agree(java: JavaRun) -> None:
+def test_a_json_producer_a_typed_consumer_and_an_auto_consume_consumer_agree(java: ProgramRun) -> None:
     r = java.scenario("schema")
     expected = [{"id": "o1", "qty": 3}, {"id": "o2", "qty": 5}]
     assert [{"id": m["id"], "qty": m["qty"]} for m in r["orders"]] == expected
