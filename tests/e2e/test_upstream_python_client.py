@@ -13,7 +13,7 @@ against ``compactor serve`` configured as that project's CI configures Apache Pu
 
 Each file runs in a copy whose addresses are changed to this server's ports (the only change), in
 a pytest process of its own; every test must pass but those that dial an address off this
-machine (``OFF_MACHINE``)."""
+machine (``OFF_MACHINE``, not run)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,14 @@ pytestmark = [pytest.mark.e2e]
 UPSTREAM = Path(__file__).resolve().parents[1] / "upstream" / "pulsar-client-python"
 FILES = ["pulsar_test.py", "reader_test.py", "table_view_test.py", "asyncio_test.py", "schema_test.py"]
 
-# TEST-NET-1 (192.0.2.1) is not routed here, so a connection there fails at once instead of
-# timing out as the test expects; the timeout itself is the client's.
-OFF_MACHINE = {"pulsar_test.PulsarTest.test_connect_timeout"}
+# The tests that dial an address off this machine (TEST-NET-1, 192.0.2.1), which the acceptance
+# leaves out: whether such a connection fails at once, times out or hangs is the network's, not
+# the service's (a client's probe of it has held a test for minutes here).
+OFF_MACHINE = {
+    "pulsar_test.py::PulsarTest::test_connect_timeout",
+    "pulsar_test.py::PulsarTest::test_auto_cluster_failover_client",
+    "pulsar_test.py::PulsarTest::test_service_info_provider_client",
+}
 
 SUPERUSER = "superUser"
 PASSWORD_USER, PASSWORD = "admin", "123456"
@@ -198,6 +203,7 @@ def test_the_python_clients_own_tests_pass(upstream: Upstream, name: str) -> Non
             "--timeout=300",
             "--timeout-method=signal",
             f"--junitxml={report}",
+            *(f"--deselect={test}" for test in sorted(OFF_MACHINE) if test.startswith(f"{name}::")),
         ],
         cwd=upstream.tests_dir,
         env=env,
@@ -206,6 +212,6 @@ def test_the_python_clients_own_tests_pass(upstream: Upstream, name: str) -> Non
         timeout=1200,
     )
     assert report.exists(), run.stdout[:3000] + "\n...\n" + run.stdout[-2000:] + run.stderr[-2000:]
-    failed = {k: v for k, v in _failures(report).items() if k not in OFF_MACHINE}
+    failed = _failures(report)
     summary = run.stdout.strip().splitlines()[-1:] if run.stdout.strip() else []
     assert not failed, json.dumps(failed, indent=1) + "\n" + "\n".join(summary)
