@@ -34,6 +34,7 @@ from typing import Protocol
 from service.dispatchers import HashRangeAutoSplitSelector, sticky_hash
 from service.errors import Conflict, NotAllowed, NotFound
 from service.names import TopicName
+from service.publishers import ClientInfo
 from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
 
 PREFIX = "non-persistent://"
@@ -118,7 +119,7 @@ class Consumer:
     name: str
     priority_level: int
     sink: Sink
-    address: str = ""
+    client: ClientInfo = field(default_factory=ClientInfo)  # for stats
     seq: int = field(default_factory=lambda: next(_seq))
     msg_out: Rate = field(default_factory=Rate)
     bytes_out: Rate = field(default_factory=Rate)
@@ -133,7 +134,7 @@ class Producer:
 
     name: str
     producer_id: int
-    address: str = ""
+    client: ClientInfo = field(default_factory=ClientInfo)  # for stats
     msg_in: Rate = field(default_factory=Rate)
     bytes_in: Rate = field(default_factory=Rate)
 

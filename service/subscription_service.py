@@ -40,6 +40,7 @@ from service.managed_topic import ManagedTopic
 from service.names import TopicName
 from service.negative_acks import DEFAULT_DELAY_MS
 from service.pending_runs import members_of
+from service.publishers import ClientInfo
 from service.subscription_stats import SubscriptionStats, subscription_backlog, subscription_stats
 from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, SUBSCRIPTION_TYPES
 from service.subscriptions import NOTHING, ConsumerInfo, Subscription, before
@@ -134,13 +135,15 @@ class SubscriptionService:
         priority_level: int = 0,
         negative_ack_redelivery_delay_ms: int = DEFAULT_DELAY_MS,
         dead_letter: tuple[int, str | None] | None = None,
+        client: ClientInfo | None = None,
     ) -> ConsumerInfo:
         """Attach a consumer of ``subscription_type``. The first consumer fixes the type; one of
         another type gets 409 while the subscription has consumers, and so does a second
         Exclusive consumer. The consumer reads the compacted view or the whole log
         (``read_compacted``, Exclusive and Failover only) from the subscription's position; a
         subscription's first consumer (and Failover's new active one) gets every
-        unacknowledged message again. ``dead_letter`` is ``(maxRedeliverCount, topic or None)``."""
+        unacknowledged message again. ``dead_letter`` is ``(maxRedeliverCount, topic or None)``;
+        ``client`` is what stats show of the consumer's client."""
         if ack_timeout_ms < 0:
             raise InvalidInput("ackTimeoutMs must be >= 0")
         if negative_ack_redelivery_delay_ms < 0:
@@ -184,6 +187,7 @@ class SubscriptionService:
                 negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
                 dead_letter=policy,
                 seq=self._seq,
+                client=client or ClientInfo(),
             )
             if subscription_type == EXCLUSIVE:
                 state.consumer = info

@@ -4,12 +4,13 @@ consumers and the messages they hold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ledger.checksums import IntegrityError
 from ledger.entry import Position
 from service.compacted_view import RetiredView
 from service.managed_topic import ManagedTopic
+from service.publishers import ClientInfo
 from service.subscription_types import EXCLUSIVE, FAILOVER, KEY_SHARED
 from service.subscriptions import NOTHING, Subscription
 
@@ -23,6 +24,7 @@ class ConsumerStats:
     unacked: int
     # Key_Shared: the consumer's hash ranges, (start, end) inclusive.
     key_hash_ranges: list[tuple[int, int]] | None = None
+    client: ClientInfo = field(default_factory=ClientInfo)
 
 
 @dataclass
@@ -54,7 +56,14 @@ def subscription_stats(topic: ManagedTopic) -> list[SubscriptionStats]:
             if st.type == EXCLUSIVE and st.consumer is not None:
                 c = st.consumer
                 consumers.append(
-                    ConsumerStats(c.consumer_id, c.name, c.read_compacted, c.priority_level, st.unacked())
+                    ConsumerStats(
+                        c.consumer_id,
+                        c.name,
+                        c.read_compacted,
+                        c.priority_level,
+                        st.unacked(),
+                        client=c.client,
+                    )
                 )
             for c in st.consumers.values():
                 if dispatcher is not None:
@@ -65,7 +74,9 @@ def subscription_stats(topic: ManagedTopic) -> list[SubscriptionStats]:
                 if st.type == KEY_SHARED and dispatcher is not None:
                     ranges = dispatcher.ranges(c.consumer_id)
                 consumers.append(
-                    ConsumerStats(c.consumer_id, c.name, c.read_compacted, c.priority_level, unacked, ranges)
+                    ConsumerStats(
+                        c.consumer_id, c.name, c.read_compacted, c.priority_level, unacked, ranges, c.client
+                    )
                 )
             out.append(
                 SubscriptionStats(

@@ -34,6 +34,7 @@ from service.dispatchers import Dispatcher
 from service.managed_topic import ManagedTopic
 from service.negative_acks import DEFAULT_DELAY_MS, NegativeAcks
 from service.pending_runs import Runs, members_of
+from service.publishers import ClientInfo
 from service.subscription_types import EXCLUSIVE
 
 NOTHING = Position(-1, -1)
@@ -56,6 +57,7 @@ class ConsumerInfo:
     negative_ack_redelivery_delay_ms: int = DEFAULT_DELAY_MS
     dead_letter: DeadLetterPolicy | None = None
     seq: int = 0  # attach order, the last tie-break of Failover's order
+    client: ClientInfo = field(default_factory=ClientInfo)  # who attached it, for stats
 
 
 _Key = tuple[int, int]  # a position as a plain tuple: equal to, and hashed as, its Position

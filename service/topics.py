@@ -43,6 +43,7 @@ from service.managed_ledger import ManagedLedger
 from service.managed_topic import CompactedDamageHandler, ManagedTopic
 from service.names import TopicName
 from service.ownership import Lease, LeaseOwnership, forever
+from service.publishers import Publishers
 from service.resources import descriptor_limit, ledger_file_budget
 from service.settings import Settings
 from service.topic_files import remove_orphan_dirs, remove_topic_files, topic_root, topic_store
@@ -87,6 +88,8 @@ class Broker:
             ObjectWal(db=db, storage=self.storage, settings=settings) if settings.wal == "object" else None
         )
         self._wal_swept_at = 0.0
+        # The binary protocol's producers of each topic, for its stats.
+        self.publishers = Publishers()
         self.resources = LedgerResources.from_settings(
             settings, self._sealer, self._publisher, max_files, self.object_wal
         )

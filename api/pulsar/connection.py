@@ -42,6 +42,7 @@ from service.names import TopicName
 from service.non_persistent import NonPersistentTopics
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
+from service.publishers import ClientInfo, address_of, bounded_metadata
 from service.schemas import SchemaRegistry
 
 if TYPE_CHECKING:
@@ -121,6 +122,9 @@ class PulsarConnection(asyncio.Protocol):
         self._paused = False
         self._task: asyncio.Task[None] | None = None
         self.peer = "?"
+        self.address = ""  # the peer as Pulsar's stats write it: "/ip:port"
+        # CONNECT's client_version (stats show it for the connection's producers and consumers).
+        self.client_version = ""
         # The client certificate of a TLS connection, verified in its handshake (``api.tls``);
         # None on plain TCP or without one. The TLS authentication provider reads it.
         self.peer_certificate: dict[str, Any] | None = None
@@ -135,6 +139,7 @@ class PulsarConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.address = address_of(peer[0], peer[1]) if peer else ""
         self.tls = transport.get_extra_info("sslcontext") is not None
         self.peer_certificate = peer_certificate(transport)
         self.ctx.connections.add(self)
@@ -256,6 +261,7 @@ class PulsarConnection(asyncio.Protocol):
                 self.error(NO_REQUEST, pb.AuthenticationError, f"Unable to authenticate: {e}")
                 raise ProtocolClose(f"authentication failed: {e}") from None
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
+        self.client_version = connect.client_version[:256]
         self.connected = True
         self.send(
             pb.BaseCommand.CONNECTED,
@@ -265,6 +271,13 @@ class PulsarConnection(asyncio.Protocol):
         )
 
     # ------------------------------------------------------------------ helpers for handlers
+
+    def client_info(self, metadata: Any = ()) -> ClientInfo:
+        """What stats say of a producer or consumer of this connection attached now, with the
+        ``metadata`` key/value pairs its PRODUCER or SUBSCRIBE gave."""
+        return ClientInfo(
+            address=self.address, client_version=self.client_version, metadata=bounded_metadata(metadata)
+        )
 
     def topic_name(self, text: str) -> TopicName:
         """A ``persistent://t/n/x`` name (or Pulsar's short forms ``x`` and ``t/n/x``); a

@@ -120,6 +120,7 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
                 subscription_type=_TYPES[req.subType],
                 priority_level=req.priority_level,
                 negative_ack_redelivery_delay_ms=0,
+                client=conn.client_info(req.metadata),
             )
             consumer = WireConsumer(
                 conn,

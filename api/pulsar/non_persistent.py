@@ -102,6 +102,18 @@ class NonPersistentProducer:
             )
             self.topic.publish(self.record, Message(frame.raw_metadata, frame.payload, count, sticky_key(md)))
 
+    def answer(self, request_id: int) -> None:
+        """PRODUCER_SUCCESS: the producer is ready (asked again by its client: the same answer)."""
+        self.conn.send(
+            pb.BaseCommand.PRODUCER_SUCCESS,
+            request_id=request_id,
+            producer_name=self.record.name,
+            last_sequence_id=-1,
+            schema_version=b"",
+            topic_epoch=0,
+            producer_ready=True,
+        )
+
     def _refuse(self, req: pb.CommandSend, message: str) -> None:
         self.conn.send(
             pb.BaseCommand.SEND_ERROR,
@@ -230,18 +242,10 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
         topic = await _load(conn, req.topic, Rule.PRODUCE, create=True)
         name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
         name = name or f"compactor-np-{conn.peer}-{req.producer_id}"
-        record = Producer(name=name, producer_id=req.producer_id, address=conn.peer)
+        record = Producer(name=name, producer_id=req.producer_id, client=conn.client_info(req.metadata))
         conn.ctx.non_persistent.add_producer(topic, record)
-        conn.producers[req.producer_id] = NonPersistentProducer(conn, req.producer_id, topic, record)
-        conn.send(
-            pb.BaseCommand.PRODUCER_SUCCESS,
-            request_id=request_id,
-            producer_name=name,
-            last_sequence_id=-1,
-            schema_version=b"",
-            topic_epoch=0,
-            producer_ready=True,
-        )
+        prod = conn.producers[req.producer_id] = NonPersistentProducer(conn, req.producer_id, topic, record)
+        prod.answer(request_id)
 
     await conn.request(request_id, work, not_found=pb.TopicNotFound, conflict=pb.ProducerBusy)
 
@@ -261,7 +265,7 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
             name=req.consumer_name or f"consumer-{req.consumer_id}",
             priority_level=req.priority_level,
             sink=_Pending(),
-            address=conn.peer,
+            client=conn.client_info(req.metadata),
         )
         sub = conn.ctx.non_persistent.subscribe(
             topic,

@@ -12,6 +12,7 @@ worker thread that writes them, and a batch that does not decode gets its SEND_E
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from dataclasses import dataclass
@@ -29,15 +30,25 @@ from ledger.entry import Entry, Position, Record, StoredBatch, record_size
 from service.authorization import Rule
 from service.chunked import fields_of
 from service.deduplication import ProducerSequences
-from service.errors import ServiceError
+from service.errors import Conflict, ServiceError
 from service.names import TopicName
 from service.non_persistent import is_non_persistent
+from service.publishers import ClientInfo, Publisher
+from service.subscription_service import RESERVED_PREFIX
+from service.topic_reads import EARLIEST
 
 log = logging.getLogger(__name__)
 
 # Sends one producer may have waiting for their write before the connection stops reading.
 MAX_PENDING_SENDS = 10_000
 _names = itertools.count()
+# Pulsar's ProducerAccessMode names, as its stats write them.
+_MODES = {
+    pb.Shared: "Shared",
+    pb.Exclusive: "Exclusive",
+    pb.WaitForExclusive: "WaitForExclusive",
+    pb.ExclusiveWithFencing: "ExclusiveWithFencing",
+}
 
 
 @dataclass(slots=True)
@@ -88,6 +99,9 @@ class WireProducer:
         # Whether the producer declared it encrypts (``api.pulsar.encryption``): then every
         # message must carry its encryption keys, as Pulsar's broker requires.
         self.encrypted = False
+        # Who sent it and when (the topic's stats), and the topic epoch it holds once ready.
+        self.client = ClientInfo()
+        self.epoch = 0
         self.pending: list[_Send] = []
         self.closed = False
         self._wake = asyncio.Event()
@@ -102,6 +116,11 @@ class WireProducer:
     def start(self) -> None:
         """Write what is sent, once the producer has its access to the topic."""
         self._task = asyncio.get_running_loop().create_task(self._write())
+
+    @property
+    def ready(self) -> bool:
+        """Whether the producer has its access to the topic (a WaitForExclusive one may wait)."""
+        return self._task is not None
 
     async def add(self, send: _Send) -> None:
         self.pending.append(send)
@@ -256,10 +275,12 @@ class WireProducer:
         as their receipts may simply not have reached the client), and give up the topic."""
         self._stop()
         self.conn.ctx.access.release(self.topic, self)
+        self.conn.ctx.broker.publishers.remove(self.topic, self)
 
     def fence(self) -> None:
         """An ExclusiveWithFencing producer took the topic: close this one on the client's side."""
         self._stop()
+        self.conn.ctx.broker.publishers.remove(self.topic, self)
         if self.conn.producers.get(self.producer_id) is self:
             del self.conn.producers[self.producer_id]
             self.conn.send(pb.BaseCommand.CLOSE_PRODUCER, producer_id=self.producer_id, request_id=0)
@@ -273,17 +294,26 @@ class WireProducer:
 
 async def producer(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.producer
+    request_id = req.request_id
+    existing = conn.producers.get(req.producer_id)
+    if existing is not None:
+
+        async def answer() -> None:
+            again(conn, existing, request_id)
+
+        await conn.request(request_id, answer)
+        return
     if is_non_persistent(req.topic):
         await non_persistent_producer(conn, frame)
         return
-    request_id = req.request_id
 
     async def work() -> None:
-        if req.producer_id in conn.producers:
-            raise ProtocolError(
-                pb.ProducerBusy, f"producer id {req.producer_id} is in use on this connection"
-            )
         name = await conn.use_topic(req.topic, Rule.PRODUCE, create=True)
+        initial = req.initial_subscription_name if req.HasField("initial_subscription_name") else ""
+        if initial:
+            # As Pulsar's broker: the role must also be allowed to subscribe, to create it.
+            conn.authorize(Rule.CONSUME, name)
+            await conn.call(initial_subscription, conn, name, initial)
         ctx = conn.ctx
         producer_name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
         producer_name = producer_name or f"compactor-{next(_names)}"
@@ -292,6 +322,7 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
         prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode, sequences)
         prod.schema_version = schema_version
         prod.encrypted = req.encrypted
+        prod.client = conn.client_info(req.metadata)
         got = ctx.access.acquire(name, prod, epoch=req.topic_epoch if req.HasField("topic_epoch") else None)
         conn.producers[req.producer_id] = prod
         if isinstance(got, asyncio.Future):
@@ -310,6 +341,33 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
     await conn.request(request_id, work, not_found=pb.TopicNotFound, conflict=pb.ProducerBusy)
 
 
+def again(conn: PulsarConnection, existing: WireProducer | NonPersistentProducer, request_id: int) -> None:
+    """A PRODUCER for an id the connection has: the client's own producer, asked again after a
+    reconnection or a timeout. As Pulsar's ServerCnx.handleProducer: one created is created
+    again (the same name, the same answer); one still waiting for its topic (WaitForExclusive)
+    is ServiceNotReady, and the client retries."""
+    if isinstance(existing, NonPersistentProducer):
+        existing.answer(request_id)
+        return
+    if not existing.ready:
+        raise ProtocolError(pb.ServiceNotReady, "Producer is already present on the connection")
+    _success(existing, request_id, existing.epoch)
+
+
+def initial_subscription(conn: PulsarConnection, name: TopicName, subscription: str) -> None:
+    """Create ``subscription`` at the earliest position unless the topic has it (a producer's
+    ``initial_subscription_name``, as a dead letter topic's producer sends it): the messages
+    are kept for it from the first one. The service always allows a subscription to be made
+    on first use (Pulsar's ``allowAutoSubscriptionCreation``, true by default)."""
+    if subscription.startswith(RESERVED_PREFIX):
+        raise ProtocolError(pb.NotAllowedError, f"subscription name {subscription!r} is reserved")
+    subs = conn.ctx.subscriptions
+    if subscription in subs.names(name):
+        return
+    with contextlib.suppress(Conflict):  # made meanwhile by a consumer or another producer
+        subs.create(name, subscription, initial_position=EARLIEST)
+
+
 def _sequences(conn: PulsarConnection, name: TopicName) -> ProducerSequences | None:
     """The topic's deduplication state when its policy turns deduplication on, else None."""
     if not conn.ctx.policies.effective(name).deduplicationEnabled:
@@ -319,6 +377,14 @@ def _sequences(conn: PulsarConnection, name: TopicName) -> ProducerSequences | N
 
 def _ready(prod: WireProducer, request_id: int, epoch: int) -> None:
     prod.start()
+    prod.epoch = epoch
+    prod.conn.ctx.broker.publishers.add(
+        prod.topic, prod, Publisher(prod.producer_id, prod.name, _MODES.get(prod.mode, "Shared"), prod.client)
+    )
+    _success(prod, request_id, epoch)
+
+
+def _success(prod: WireProducer, request_id: int, epoch: int) -> None:
     prod.conn.send(
         pb.BaseCommand.PRODUCER_SUCCESS,
         request_id=request_id,

@@ -18,6 +18,7 @@ from service.authorization import Rule
 from service.dead_letters import dead_letter_topic
 from service.errors import InvalidInput
 from service.negative_acks import DEFAULT_DELAY_MS
+from service.publishers import ClientInfo, address_of
 
 # Everything a consumer does needs the consume permission.
 router = APIRouter(prefix="/topics/persistent", tags=["consumers"], dependencies=[CanConsume])
@@ -106,6 +107,16 @@ class SeekRequest(BaseModel):
     publishTime: Annotated[int | None, Field(ge=0)] = None
 
 
+def rest_client(request: Request) -> ClientInfo:
+    """What stats show of a REST consumer's client: its address, and its ``User-Agent`` as the
+    client's version (it has no CONNECT to name one), attached now, with no metadata."""
+    peer = request.client
+    return ClientInfo(
+        address=address_of(peer.host, peer.port) if peer is not None else "",
+        client_version=request.headers.get("user-agent", "")[:256],
+    )
+
+
 @router.post(BASE, response_model=AttachResponse)
 def attach(
     request: Request, name: TopicDep, sub: str, subs: SubscriptionsDep, body: AttachRequest | None = None
@@ -137,6 +148,7 @@ def attach(
         priority_level=body.priorityLevel,
         negative_ack_redelivery_delay_ms=body.negativeAckRedeliveryDelayMs,
         dead_letter=dead_letter,
+        client=rest_client(request),
     )
     return AttachResponse(
         consumerId=info.consumer_id,

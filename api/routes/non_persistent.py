@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import CanListTopics, CanLookup, NonPersistentDep, TenantAdmin, TenantsDep, TopicDep
+from api.routes.subscriptions import client_json
 from api.schemas import ErrorOut
 from service.errors import NotAllowed
 from service.names import check_part
@@ -115,12 +116,13 @@ def stats_json(topic: Topic) -> dict[str, Any]:
         "msgDropRate": 0.0,  # producers' drops: a SEND here is never refused for load
         "publishers": [
             {
+                "accessMode": "Shared",
                 "producerId": p.producer_id,
                 "producerName": p.name,
-                "address": p.address,
                 "msgRateIn": p.msg_in.per_second(),
                 "msgThroughputIn": p.bytes_in.per_second(),
                 "msgDropRate": 0.0,
+                **client_json(p.client),
             }
             for p in topic.producers
         ],
@@ -133,7 +135,7 @@ def _subscription_json(s: Subscription) -> dict[str, Any]:
     consumers: list[dict[str, Any]] = [
         {
             "consumerName": c.name,
-            "address": c.address,
+            **client_json(c.client),
             "priorityLevel": c.priority_level,
             "availablePermits": max(c.sink.permits, 0),
             "msgRateOut": c.msg_out.per_second(),

@@ -132,8 +132,38 @@ def partitioned_stats(
         "bytesInCounter": sum(s["bytesInCounter"] for s in counted),
         "storageSize": sum(s["storageSize"] for s in counted),
         "metadata": {"partitions": found.partitions},
+        "publishers": _publishers(counted),
+        "subscriptions": _subscriptions(counted),
         "partitions": parts,
     }
+
+
+def _publishers(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The partitions' producers, one per producer name (a partitioned producer has one on each
+    partition, under one name, as Pulsar's merged stats show it once)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for p in part.get("publishers", []):
+            seen.setdefault(p["producerName"], p)
+    return list(seen.values())
+
+
+def _subscriptions(parts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The partitions' subscriptions by name: backlogs summed, every partition's consumers."""
+    merged: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for name, sub in part.get("subscriptions", {}).items():
+            into = merged.get(name)
+            if into is None:
+                merged[name] = {**sub, "consumers": list(sub.get("consumers", []))}
+                continue
+            for counter in ("msgBacklog", "backlogSize", "unackedMessages"):
+                into[counter] = into.get(counter, 0) + sub.get(counter, 0)
+            into["consumers"].extend(sub.get("consumers", []))
+            into["type"] = into.get("type") or sub.get("type")
+    for sub in merged.values():
+        sub.pop("markDeletePosition", None)  # a partition's own
+    return merged
 
 
 @router.get("/{tenant}/{namespace}/{topic}/partitioned-internalStats", dependencies=[CanLookup])

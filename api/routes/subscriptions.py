@@ -12,6 +12,7 @@ from service.compaction import CompactionService
 from service.compaction_runs import CompactionRecord
 from service.cursor_store import COMPACTION_CURSOR
 from service.names import TopicName
+from service.publishers import ClientInfo, Publisher
 from service.subscription_service import SubscriptionService
 from service.subscription_stats import ConsumerStats, backlog_of
 from service.topics import Broker
@@ -121,6 +122,7 @@ def topic_stats_json(
         "storageSize": sum(i.file_bytes for i in ledgers) + compacted,
         # Closed ledgers waiting to be sealed (with room reserved by producers): see README, Limits.
         "sealBacklog": broker.resources.backlog.pending(topic.topic_id),
+        "publishers": [publisher_json(p) for p in broker.publishers.of(name)],
         "subscriptions": out,
         "compaction": compaction_record_json(compaction.record(name)),
         # Ledgers found damaged (README, "Integrity and repair"); empty when all are intact.
@@ -140,10 +142,32 @@ def consumer_json(c: ConsumerStats) -> dict[str, Any]:
         "readCompacted": c.read_compacted,
         "priorityLevel": c.priority_level,
         "unackedMessages": c.unacked,
+        **client_json(c.client),
     }
     if c.key_hash_ranges is not None:
         out["keyHashRanges"] = [f"[{start}, {end}]" for start, end in c.key_hash_ranges]
     return out
+
+
+def client_json(client: ClientInfo) -> dict[str, Any]:
+    """What Pulsar's ``PublisherStats`` and ``ConsumerStats`` say of a client."""
+    return {
+        "address": client.address,
+        "connectedSince": client.connected_since,
+        "clientVersion": client.client_version,
+        "metadata": dict(client.metadata),
+    }
+
+
+def publisher_json(p: Publisher) -> dict[str, Any]:
+    """One producer as Pulsar's ``PublisherStats`` names it."""
+    return {
+        "accessMode": p.access_mode,
+        "producerId": p.producer_id,
+        "producerName": p.name,
+        "supportsPartialProducer": False,
+        **client_json(p.client),
+    }
 
 
 def compaction_record_json(record: CompactionRecord) -> dict[str, int]:
