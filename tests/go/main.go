@@ -38,11 +38,16 @@ var scenarios = map[string]scenario{
 	"lastid":      lastID,
 	"http":        httpURL,
 	"compression": compression,
+	"encryption":  encryption,
+	"dlqinitial":  dlqInitial,
+	"clientstats": clientStats,
 }
 
 // Seconds a scenario may take from the start of the run (60 unless named here): the compaction
 // waits for a Spark job.
-var timeouts = map[string]time.Duration{"compacted": 150 * time.Second, "compression": 150 * time.Second}
+var timeouts = map[string]time.Duration{
+	"compacted": 150 * time.Second, "compression": 150 * time.Second, "encryption": 150 * time.Second,
+}
 
 // A result is a scenario's JSON object, safe to write from its goroutine while main reads it.
 type result struct {

@@ -54,10 +54,10 @@ import org.apache.pulsar.client.api.schema.GenericRecord;
  */
 public final class Scenarios {
 
-    private static final ObjectMapper JSON = new ObjectMapper();
+    static final ObjectMapper JSON = new ObjectMapper();
     private static final Duration RECEIVE = Duration.ofSeconds(10);
     // How long "nothing more arrives" is waited for, after everything expected did arrive.
-    private static final int QUIET_MS = 500;
+    static final int QUIET_MS = 500;
 
     interface Scenario {
         void run(Scenarios s, ObjectNode out) throws Exception;
@@ -65,7 +65,7 @@ public final class Scenarios {
 
     private static final Map<String, Scenario> SCENARIOS = new LinkedHashMap<>();
     // Seconds a scenario may take from the start of the run (60 unless named here).
-    private static final Map<String, Integer> TIMEOUT_S = Map.of("compacted", 150);
+    private static final Map<String, Integer> TIMEOUT_S = Map.of("compacted", 150, "encryption", 150);
 
     static {
         SCENARIOS.put("produce", Scenarios::produce);
@@ -74,11 +74,15 @@ public final class Scenarios {
         SCENARIOS.put("schema", Scenarios::schema);
         SCENARIOS.put("partitions", Scenarios::partitions);
         SCENARIOS.put("seek", Scenarios::seek);
+        SCENARIOS.put("encryption", ClientFacts::encryption);
+        SCENARIOS.put("dlqinitial", ClientFacts::dlqInitial);
+        SCENARIOS.put("clientstats", ClientFacts::clientStats);
+        SCENARIOS.put("reconnect", ClientFacts::reconnect);
     }
 
-    private final PulsarClient client;
-    private final String httpUrl;
-    private final HttpClient http = HttpClient.newHttpClient();
+    final PulsarClient client;
+    final String httpUrl;
+    final HttpClient http = HttpClient.newHttpClient();
     private final String run = UUID.randomUUID().toString().substring(0, 8);
 
     private Scenarios(PulsarClient client, String httpUrl) {
@@ -622,7 +626,7 @@ public final class Scenarios {
         return got;
     }
 
-    private String topic(String what) {
+    String topic(String what) {
         return "persistent://public/default/java-" + what + "-" + run;
     }
 
@@ -646,7 +650,7 @@ public final class Scenarios {
                 .subscribe();
     }
 
-    private <T> Message<T> receive(Consumer<T> c) throws Exception {
+    <T> Message<T> receive(Consumer<T> c) throws Exception {
         Message<T> m = c.receive((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
         if (m == null) {
             throw new AssertionError("no message in " + RECEIVE + " on " + c.getTopic());
@@ -655,7 +659,7 @@ public final class Scenarios {
     }
 
     /** Every message from the reader's position to the end of the topic. */
-    private static ArrayNode readAll(Reader<byte[]> r) throws Exception {
+    static ArrayNode readAll(Reader<byte[]> r) throws Exception {
         ArrayNode got = JSON.createArrayNode();
         while (r.hasMessageAvailable()) {
             Message<byte[]> m = r.readNext((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
@@ -668,7 +672,7 @@ public final class Scenarios {
     }
 
     /** PUT .../compaction, then GET .../compaction until the run is over; it must succeed. */
-    private void compact(String topic) throws Exception {
+    void compact(String topic) throws Exception {
         String path = topic.replace("persistent://", "/admin/v2/persistent/") + "/compaction";
         HttpResponse<String> put = http.send(
                 HttpRequest.newBuilder(URI.create(httpUrl + path)).PUT(HttpRequest.BodyPublishers.noBody()).build(),
@@ -693,12 +697,12 @@ public final class Scenarios {
         }
     }
 
-    private static String id(MessageId id) {
+    static String id(MessageId id) {
         MessageIdAdv a = (MessageIdAdv) id;
         return a.getLedgerId() + ":" + a.getEntryId() + ":" + a.getBatchIndex();
     }
 
-    private static ObjectNode describe(Message<byte[]> m) {
+    static ObjectNode describe(Message<byte[]> m) {
         ObjectNode n = JSON.createObjectNode();
         n.put("id", id(m.getMessageId()));
         n.put("key", m.hasKey() ? m.getKey() : null);
@@ -709,11 +713,11 @@ public final class Scenarios {
         return n;
     }
 
-    private static ObjectNode describeOrNull(Message<byte[]> m) {
+    static ObjectNode describeOrNull(Message<byte[]> m) {
         return m == null ? null : describe(m);
     }
 
-    private static ObjectNode sentNode(String key, String value, MessageId id) {
+    static ObjectNode sentNode(String key, String value, MessageId id) {
         ObjectNode n = JSON.createObjectNode();
         n.put("id", id(id));
         n.put("key", key);
@@ -721,7 +725,7 @@ public final class Scenarios {
         return n;
     }
 
-    private static byte[] bytes(String s) {
+    static byte[] bytes(String s) {
         return s.getBytes(StandardCharsets.UTF_8);
     }
 
