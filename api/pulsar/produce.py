@@ -313,11 +313,12 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
         if initial:
             # As Pulsar's broker: the role must also be allowed to subscribe, to create it.
             conn.authorize(Rule.CONSUME, name)
-            await conn.call(initial_subscription, conn, name, initial)
         ctx = conn.ctx
         producer_name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
         producer_name = producer_name or f"compactor-{next(_names)}"
         schema_version = await producer_schema(conn, name, req.schema if req.HasField("schema") else None)
+        if initial:  # once the schema is accepted, before the producer is (Pulsar's order)
+            await conn.call(initial_subscription, conn, name, initial)
         sequences = await conn.call(_sequences, conn, name)
         prod = WireProducer(conn, req.producer_id, name, producer_name, req.producer_access_mode, sequences)
         prod.schema_version = schema_version
