@@ -248,7 +248,7 @@ async def consumer_stats(conn: PulsarConnection, frame: Frame) -> None:
         pb.BaseCommand.CONSUMER_STATS_RESPONSE,
         request_id=req.request_id,
         availablePermits=max(c.permits, 0),
-        address=conn.peer,
+        address=conn.address,  # "/ip:port", as Pulsar's stats write it
         type="Reader" if isinstance(c, WireReader) else "Consumer",
     )
 

@@ -126,7 +126,17 @@ def test_a_non_persistent_producer_id_asked_again_is_the_same_producer(shared_se
 # ------------------------------------------------------------------ initial subscriptions
 
 
-def test_a_dead_letter_topic_keeps_its_messages_for_its_initial_subscription(client: pulsar.Client) -> None:
+def _dlq_messages(server: Server, topic: str) -> list[dict[str, object]]:
+    r = httpx.get(
+        f"{server.url}/topics/persistent/{topic.removeprefix('persistent://')}/messages",
+        params={"startMessageId": "earliest", "maxMessages": 10},
+    )
+    return r.json()["messages"] if r.status_code == 200 else []
+
+
+def test_a_dead_letter_topic_keeps_its_messages_for_its_initial_subscription(
+    client: pulsar.Client, shared_server: Server
+) -> None:
     topic = fresh("dlq-source")
     dlq = fresh("dlq")
     consumer = client.subscribe(
@@ -144,7 +154,11 @@ def test_a_dead_letter_topic_keeps_its_messages_for_its_initial_subscription(cli
     # Delivered twice each (the first time and once more), then moved to the dead letter topic.
     for _ in range(4):
         consumer.negative_acknowledge(consumer.receive(10_000))
-    # Nobody subscribed to the dead letter topic before: its initial subscription kept both.
+    # Once both are in the dead letter topic (written asynchronously by the client), a consumer
+    # that subscribes only now, at the latest position, finds them kept for it.
+    deadline = time.monotonic() + 10
+    while len(_dlq_messages(shared_server, dlq)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     late = client.subscribe(dlq, "dlq-audit")
     got = sorted(m.data() for m in receive_all(late, 2))
     assert got == [b"poison-1", b"poison-2"]
@@ -352,9 +366,12 @@ def test_stats_of_a_topic_with_hundreds_of_consumers(shared_server: Server) -> N
         assert sorted(int(c["metadata"]["n"]) for c in consumers) == list(range(n))
         assert {c["address"] for c in consumers} == {consumers[0]["address"]}
         assert all(c["clientVersion"] == "raw" for c in consumers)
-        # The listener still serves this connection.
-        s.sendall(encode(command(pb.BaseCommand.PING)))
-        assert read_frame(s).type == pb.BaseCommand.PONG
+        # The listener still serves this connection; a consumer's own stats name it as the
+        # topic's stats do.
+        s.sendall(encode(command(pb.BaseCommand.CONSUMER_STATS, request_id=n, consumer_id=0)))
+        answer = read_frame(s)
+        assert answer.type == pb.BaseCommand.CONSUMER_STATS_RESPONSE
+        assert answer.consumerStatsResponse.address == consumers[0]["address"]
 
 
 # ------------------------------------------------------------------ encryption
