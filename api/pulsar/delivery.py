@@ -49,6 +49,8 @@ _PAGE = 1000
 # batch as for ten (a sealed ledger's read ~0.5 us a message in pages of 1,000, ~0.35 in 4,000).
 _READ_AHEAD_PAGE = 4 * _PAGE
 POLL_S = 1.0
+# The Go client's CONNECT ``client_version`` starts so (it knows no REACHED_END_OF_TOPIC).
+GO_CLIENT = "Pulsar-Go"
 # Batches a consumer remembers sending until they are acknowledged (the oldest forgotten first:
 # an ack of a forgotten batch then acknowledges the batch's first member only).
 _MAX_BATCHES = 100_000
@@ -92,6 +94,8 @@ class WireSubscriber:
         self._permitted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
+        # Whether the client was told it read a terminated topic to its end.
+        self.reached_end = False
 
     def nudge(self) -> None:
         """Cut a wait short: something may be there to send (a redelivery asked for)."""
@@ -208,6 +212,8 @@ class WireSubscriber:
                     ahead = None
                 if self.closed:
                     return  # what was fetched goes back with the detach, or was only read
+                if not page.entries and not self.reached_end:
+                    self._tell_end_of_topic()
                 if self.read_ahead:
                     held = (page, 0)
                     continue
@@ -227,6 +233,18 @@ class WireSubscriber:
             if ahead is not None:  # the consumer is closed: a page read for it goes back with it
                 ahead.cancel()
                 ahead.add_done_callback(_retrieve)
+
+    def _tell_end_of_topic(self) -> None:
+        """A read found nothing more: on a terminated topic, that is its end, and the client is
+        told so once (REACHED_END_OF_TOPIC: Pulsar's ``hasReachedEndOfTopic`` turns true). Not
+        to the Go client (v0.19.0 closes its connection on a command it does not know, and
+        would subscribe again and hear it again, for ever)."""
+        topic = self.conn.ctx.broker.served(self.topic)
+        if topic is None or topic.ledger.terminated is None:
+            return
+        self.reached_end = True
+        if not self.conn.client_version.startswith(GO_CLIENT):
+            self.conn.send(pb.BaseCommand.REACHED_END_OF_TOPIC, consumer_id=self.consumer_id)
 
     def _page_size(self) -> int:
         """Messages to ask for: what the client's permits allow (never more: on a subscription
