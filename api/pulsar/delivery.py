@@ -49,8 +49,9 @@ _PAGE = 1000
 # batch as for ten (a sealed ledger's read ~0.5 us a message in pages of 1,000, ~0.35 in 4,000).
 _READ_AHEAD_PAGE = 4 * _PAGE
 POLL_S = 1.0
-# The Go client's CONNECT ``client_version`` starts so (it knows no REACHED_END_OF_TOPIC).
-GO_CLIENT = "Pulsar-Go"
+# The CONNECT ``client_version`` of the clients that know no REACHED_END_OF_TOPIC: Go's
+# (``Pulsar-Go-v0.19.0``) and the C++ library's, which the Python client is (``Pulsar-CPP-v4.2.0``).
+WITHOUT_END_OF_TOPIC = ("Pulsar-Go", "Pulsar-CPP")
 # Batches a consumer remembers sending until they are acknowledged (the oldest forgotten first:
 # an ack of a forgotten batch then acknowledges the batch's first member only).
 _MAX_BATCHES = 100_000
@@ -235,16 +236,21 @@ class WireSubscriber:
                 ahead.add_done_callback(_retrieve)
 
     def _tell_end_of_topic(self) -> None:
-        """A read found nothing more: on a terminated topic, that is its end, and the client is
-        told so once (REACHED_END_OF_TOPIC: Pulsar's ``hasReachedEndOfTopic`` turns true). Not
-        to the Go client (v0.19.0 closes its connection on a command it does not know, and
-        would subscribe again and hear it again, for ever)."""
+        """A read found nothing more: on a terminated topic whose messages the consumer has all
+        consumed, that is its end, and the client is told so once (REACHED_END_OF_TOPIC, as
+        Pulsar's dispatchers send it: Java's ``hasReachedEndOfTopic`` turns true). Not to the
+        Go and C++ (Python) clients: they know no such command and close their connection on
+        it (Pulsar 4.0.7 sends it to them all the same, and they reconnect)."""
         topic = self.conn.ctx.broker.served(self.topic)
-        if topic is None or topic.ledger.terminated is None:
+        if topic is None or topic.ledger.terminated is None or not self._consumed_all():
             return
         self.reached_end = True
-        if not self.conn.client_version.startswith(GO_CLIENT):
+        if not self.conn.client_version.startswith(WITHOUT_END_OF_TOPIC):
             self.conn.send(pb.BaseCommand.REACHED_END_OF_TOPIC, consumer_id=self.consumer_id)
+
+    def _consumed_all(self) -> bool:
+        """Whether nothing is left for this consumer (a reader: what it read is consumed)."""
+        return True
 
     def _page_size(self) -> int:
         """Messages to ask for: what the client's permits allow (never more: on a subscription
