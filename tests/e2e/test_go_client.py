@@ -58,6 +58,8 @@ SCENARIOS = (
     "lastid",
     "http",
     "compression",
+    "terminate",
+    "quotas",
 )
 # Past the program's own limits (150 s for the longest scenario): a program that hangs anyway.
 RUN_TIMEOUT_S = 240

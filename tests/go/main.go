@@ -38,6 +38,8 @@ var scenarios = map[string]scenario{
 	"lastid":      lastID,
 	"http":        httpURL,
 	"compression": compression,
+	"terminate":   terminate,
+	"quotas":      backlogQuota,
 }
 
 // Seconds a scenario may take from the start of the run (60 unless named here): the compaction

@@ -54,7 +54,7 @@ import org.apache.pulsar.client.api.schema.GenericRecord;
  */
 public final class Scenarios {
 
-    private static final ObjectMapper JSON = new ObjectMapper();
+    static final ObjectMapper JSON = new ObjectMapper();
     private static final Duration RECEIVE = Duration.ofSeconds(10);
     // How long "nothing more arrives" is waited for, after everything expected did arrive.
     private static final int QUIET_MS = 500;
@@ -74,12 +74,14 @@ public final class Scenarios {
         SCENARIOS.put("schema", Scenarios::schema);
         SCENARIOS.put("partitions", Scenarios::partitions);
         SCENARIOS.put("seek", Scenarios::seek);
+        SCENARIOS.put("terminate", Termination::terminate);
+        SCENARIOS.put("quotas", Termination::quotas);
     }
 
-    private final PulsarClient client;
-    private final String httpUrl;
+    final PulsarClient client;
+    final String httpUrl;
     private final HttpClient http = HttpClient.newHttpClient();
-    private final String run = UUID.randomUUID().toString().substring(0, 8);
+    final String run = UUID.randomUUID().toString().substring(0, 8);
 
     private Scenarios(PulsarClient client, String httpUrl) {
         this.client = client;
@@ -622,7 +624,7 @@ public final class Scenarios {
         return got;
     }
 
-    private String topic(String what) {
+    String topic(String what) {
         return "persistent://public/default/java-" + what + "-" + run;
     }
 
@@ -636,7 +638,7 @@ public final class Scenarios {
                 .create();
     }
 
-    private Consumer<byte[]> subscribe(String topic, String subscription, boolean batchIndexAcks) throws Exception {
+    Consumer<byte[]> subscribe(String topic, String subscription, boolean batchIndexAcks) throws Exception {
         return client.newConsumer()
                 .topic(topic)
                 .subscriptionName(subscription)
@@ -646,7 +648,7 @@ public final class Scenarios {
                 .subscribe();
     }
 
-    private <T> Message<T> receive(Consumer<T> c) throws Exception {
+    <T> Message<T> receive(Consumer<T> c) throws Exception {
         Message<T> m = c.receive((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
         if (m == null) {
             throw new AssertionError("no message in " + RECEIVE + " on " + c.getTopic());
@@ -655,7 +657,7 @@ public final class Scenarios {
     }
 
     /** Every message from the reader's position to the end of the topic. */
-    private static ArrayNode readAll(Reader<byte[]> r) throws Exception {
+    static ArrayNode readAll(Reader<byte[]> r) throws Exception {
         ArrayNode got = JSON.createArrayNode();
         while (r.hasMessageAvailable()) {
             Message<byte[]> m = r.readNext((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
@@ -693,7 +695,7 @@ public final class Scenarios {
         }
     }
 
-    private static String id(MessageId id) {
+    static String id(MessageId id) {
         MessageIdAdv a = (MessageIdAdv) id;
         return a.getLedgerId() + ":" + a.getEntryId() + ":" + a.getBatchIndex();
     }
