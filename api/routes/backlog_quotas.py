@@ -5,9 +5,10 @@ Pulsar's ``BacklogQuota`` JSON, DELETE; ``?backlogQuotaType=destination_storage|
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import BrokerDep, PartitionedDep, QuotasDep, TenantAdmin, TenantsDep, TopicDep
 from api.routes.policies import _require_topic
@@ -20,12 +21,35 @@ router = APIRouter(tags=["policies"], dependencies=[TenantAdmin])
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 QuotaType = Annotated[
-    str | None,
-    Query(max_length=64, description="destination_storage (bytes, the default) or message_age (seconds)"),
+    Literal["destination_storage", "message_age"] | None,
+    Query(description="destination_storage (bytes, the default) or message_age (seconds)"),
 ]
-QuotaBody = Annotated[Any, Body(description='{"limitSize": bytes, "limitTime": seconds, "policy": ...}')]
+
+
+# The largest limit taken: 2^53 - 1 (8 PiB, or 285 million years), the largest integer a JSON
+# number holds exactly everywhere, so that every limit the document allows the service takes.
+MAX_LIMIT = 2**53 - 1
+
+
+class BacklogQuotaIn(BaseModel):
+    """Pulsar's ``BacklogQuota`` JSON, as its admin clients send it (-1 or absent: no limit;
+    the policies are ``service.backlog_quotas.POLICIES``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int | None = Field(
+        default=None, ge=-1, le=MAX_LIMIT, description="Pulsar's older name of limitSize"
+    )
+    limitSize: int | None = Field(
+        default=None, ge=-1, le=MAX_LIMIT, description="bytes (destination_storage)"
+    )
+    limitTime: int | None = Field(default=None, ge=-1, le=MAX_LIMIT, description="seconds (message_age)")
+    policy: Literal["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]
+
+
+QuotaBody = Annotated[BacklogQuotaIn, Body()]
 BAD: dict[int | str, dict[str, Any]] = {
-    400: {"description": "an unknown quota type or policy, or a limit below -1: nothing changed"}
+    422: {"description": "an unknown quota type or policy, or a limit below -1: nothing changed"}
 }
 QuotaMap = dict[str, dict[str, Any]]
 
@@ -49,7 +73,7 @@ def set_namespace_backlog_quota(
     backlogQuotaType: QuotaType = None,
 ) -> Response:
     """Set one of the namespace's backlog quotas (its topics take it unless they set their own)."""
-    kind, quota = quota_type(backlogQuotaType), parse(value)
+    kind, quota = quota_type(backlogQuotaType), parse(value.model_dump(exclude_none=True))
     tenants.require_namespace(tenant=tenant, namespace=namespace)
     quotas.set(Scope.namespace_of(tenant, namespace), kind, quota)
     return Response(status_code=204)
@@ -86,7 +110,7 @@ def set_topic_backlog_quota(
     backlogQuotaType: QuotaType = None,
 ) -> Response:
     """Set one of the topic's backlog quotas (over its namespace's)."""
-    kind, quota = quota_type(backlogQuotaType), parse(value)
+    kind, quota = quota_type(backlogQuotaType), parse(value.model_dump(exclude_none=True))
     _require_topic(name, broker, partitioned)
     quotas.set(Scope.topic_of(name), kind, quota)
     return Response(status_code=204)

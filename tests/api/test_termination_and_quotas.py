@@ -101,7 +101,8 @@ def test_namespace_backlog_quotas_as_pulsars_admin_clients_call_them(client: Tes
         ({}, {"limitSize": -5, "policy": "producer_exception"}, "limitSize"),
         ({}, {"limitTime": -7, "policy": "producer_exception"}, "limitTime"),
         ({"backlogQuotaType": "disk"}, {"limitSize": 10, "policy": "producer_exception"}, "backlogQuotaType"),
-        ({}, "lots", "JSON object"),
+        ({}, "lots", "dictionary"),
+        ({}, {"limitSize": 10, "policy": "producer_exception", "extra": 1}, "extra"),
     ],
 )
 def test_bad_quotas_are_refused_with_a_reason_and_change_nothing(
@@ -112,7 +113,7 @@ def test_bad_quotas_are_refused_with_a_reason_and_change_nothing(
     assert client.post(f"{ADMIN}/q/backlogQuota", json=good).status_code == 204
     for path in (f"{NS}/backlogQuota", f"{ADMIN}/q/backlogQuota"):
         r = client.post(path, params=params, json=body)
-        assert r.status_code == 400 and word in r.json()["reason"], r.text
+        assert r.status_code == 422 and word in r.json()["reason"], r.text
     assert client.get(f"{NS}/backlogQuotaMap").json() == {}
     assert client.get(f"{ADMIN}/q/backlogQuotaMap").json() == {"destination_storage": {"limit": 1, **good}}
 
