@@ -9,8 +9,9 @@ its oldest unacknowledged message (the one after its mark-delete position) is ol
   ``ProducerBlockedQuotaExceededError`` / ``...Exception``), and the check, every
   ``backlogQuotaCheckIntervalInSeconds``, disconnects the topic's producers (they reconnect and
   are refused: a held client keeps its sends queued and retries, the other fails them) and
-  refuses REST produce requests (503 with Retry-After for hold, 409 for exception) until the
-  next check finds the topic under its quotas again;
+  refuses REST produce requests (503 with Retry-After for hold, 409 for exception) until a
+  later check finds the topic under its quotas again (only the check: a topic's state for REST
+  never goes stale when checks are off);
 - ``consumer_backlog_eviction``: the check moves the cursors of the subscriptions over the quota
   forward (their oldest messages are skipped, as acknowledged), to 90 % of ``limitSize`` (as
   Pulsar does) or past the messages older than ``limitTime``.
@@ -106,10 +107,8 @@ def exceeded(topic: ManagedTopic, quotas: dict[str, BacklogQuota], now: int) -> 
 
 
 def producer_refusal(topic: ManagedTopic, quotas: dict[str, BacklogQuota], now: int) -> ServiceError | None:
-    """What a producer connecting to ``topic`` is refused with (None: it is welcome). Also sets
-    or clears the topic's refusal of REST produce requests."""
+    """What a producer connecting to ``topic`` is refused with (None: it is welcome)."""
     blocking = [e for e in exceeded(topic, quotas, now) if e.quota.policy != CONSUMER_BACKLOG_EVICTION]
-    topic.quota_refusal = blocking[0].refusal if blocking else None
     return blocking[0].refusal() if blocking else None
 
 

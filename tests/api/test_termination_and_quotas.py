@@ -130,6 +130,8 @@ def test_topic_quota_over_namespace_over_default_and_unknown_topic(client: TestC
     assert client.post(f"{ADMIN}/q/backlogQuota", json=mine).status_code == 204
     applied = client.get(f"{ADMIN}/q/backlogQuotaMap", params={"applied": "true"}).json()
     assert applied["destination_storage"]["policy"] == "producer_exception"
+    stats = client.get(f"{ADMIN}/q/stats").json()  # the limits in force, as Pulsar's stats name them
+    assert (stats["backlogQuotaLimitSize"], stats["backlogQuotaLimitTime"]) == (50, -1)
     assert client.delete(f"{ADMIN}/q/backlogQuota").status_code == 204
     assert client.get(f"{ADMIN}/q/backlogQuotaMap").json() == {}
     assert client.post(f"{ADMIN}/nosuch/backlogQuota", json=mine).status_code == 404
