@@ -145,11 +145,22 @@ class BacklogQuotaStore:
 
     def effective(self, name: TopicName) -> dict[str, BacklogQuota]:
         """Each quota type's quota for ``name``: the topic's, its partitioned topic's, its
-        namespace's, else the service's default."""
-        levels = [self.get(Scope.topic_of(name))]
+        namespace's, else the service's default (one query: producers ask as they connect)."""
         parent = partition_of(name)
-        if parent is not None:
-            levels.append(self.get(Scope.topic_of(parent[0])))
-        levels.append(self.get(Scope(name.tenant, name.namespace)))
-        levels.append(self.default())
-        return {kind: next(level[kind] for level in levels if kind in level) for kind in QUOTA_TYPES}
+        scopes = [name.topic] + ([parent[0].topic] if parent is not None else []) + [""]
+        with self.db.session() as s:
+            rows = s.scalars(
+                select(models.BacklogQuota).where(
+                    models.BacklogQuota.tenant == name.tenant,
+                    models.BacklogQuota.namespace == name.namespace,
+                    models.BacklogQuota.topic.in_(scopes),
+                )
+            ).all()
+            found = {
+                (r.topic, r.quota_type): BacklogQuota(r.limit_size, r.limit_time, r.policy) for r in rows
+            }
+        default = self.default()
+        return {
+            kind: next((found[t, kind] for t in scopes if (t, kind) in found), default[kind])
+            for kind in QUOTA_TYPES
+        }

@@ -74,6 +74,13 @@ def test_topic_over_namespace_over_the_default(settings: Settings, db: Database)
     assert store.effective(NAME)[MESSAGE_AGE] == default  # a type not set anywhere: the default
     store.remove(Scope.topic_of(NAME), DESTINATION_STORAGE)
     assert store.effective(NAME)[DESTINATION_STORAGE].limit_size == 100
+    # A partition takes its partitioned topic's quota over its namespace's.
+    store.set(
+        Scope.topic_of(TopicName("t", "ns", "parted")), MESSAGE_AGE, BacklogQuota(-1, 9, "producer_exception")
+    )
+    partition = TopicName("t", "ns", "parted-partition-1")
+    assert store.effective(partition)[MESSAGE_AGE].limit_time == 9
+    assert store.effective(partition)[DESTINATION_STORAGE].limit_size == 100
     assert store.get(Scope.topic_of(NAME)) == {}
 
 
