@@ -195,9 +195,9 @@ def test_producer_exception_by_message_age(server: Server, client: pulsar.Client
     topic = fresh("old")
     _slow_subscription(server, topic)
     assert rest_produce(server, topic, 1).status_code == 200
-    _quota(server, topic, "producer_exception", seconds=1, kind="message_age")
+    _quota(server, topic, "producer_exception", seconds=4, kind="message_age")
     client.create_producer(topic).close()  # young enough yet
-    time.sleep(1.5)
+    time.sleep(4.5)
     with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
         client.create_producer(topic)
 

@@ -148,10 +148,10 @@ def test_eviction_by_age_skips_the_messages_older_than_the_limit(
 ) -> None:
     subs.create(NAME, "slow", initial_position="earliest")
     _fill(broker, 3)
-    time.sleep(1.2)
+    time.sleep(2.5)
     broker.produce(NAME, [Record(key="young", value=b"v")])
     store = BacklogQuotaStore(db=db, settings=settings)
-    store.set(Scope.topic_of(NAME), MESSAGE_AGE, BacklogQuota(-1, 1, "consumer_backlog_eviction"))
+    store.set(Scope.topic_of(NAME), MESSAGE_AGE, BacklogQuota(-1, 2, "consumer_backlog_eviction"))
     BacklogQuotaMonitor(broker=broker, quotas=store, interval_s=60).tick()
     got = subs.receive(NAME, "slow", subs.attach(NAME, "slow").consumer_id, max_messages=100)
     assert [d.entry.key for d in got] == ["young"]
