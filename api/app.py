@@ -19,6 +19,7 @@ from api.peers import Peers
 from api.pulsar.listener import BrokerListener
 from api.routes import (
     admin,
+    backlog_quotas,
     broker_stats,
     consumers,
     dashboard,
@@ -36,11 +37,14 @@ from api.routes import (
     schemas,
     subscriptions,
     tenants,
+    termination,
     topics,
 )
 from migrations import upgrade
 from service.authentication import Authentication
 from service.authorization import Authorizer
+from service.backlog_quota_checks import BacklogQuotaMonitor
+from service.backlog_quotas import BacklogQuotaStore
 from service.basic_auth import BasicAuthenticator
 from service.compaction import CompactionService
 from service.db import Database
@@ -86,6 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ownership = LeaseOwnership(db=db, registry=registry, lease_ms=settings.ownership_lease_ms)
         broker = Broker(settings=settings, db=db, ownership=ownership)
         policy_store = PolicyStore(db=db, settings=settings)
+        quota_store = BacklogQuotaStore(db=db, settings=settings)
+        app.state.quotas = quota_store
         schema_registry = SchemaRegistry(db, policies=policy_store)
         app.state.schemas = schema_registry
         engine = SparkEngine(settings)
@@ -163,12 +169,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             partitioned=partitioned,
             registry=service_metrics.registry,
             non_persistent=non_persistent,
+            quotas=quota_store,
         )
         await listener.start()
         app.state.pulsar = listener
+        quota_monitor = BacklogQuotaMonitor(
+            broker=broker, quotas=quota_store, interval_s=settings.backlog_quota_check_interval_in_seconds
+        )
+        quota_monitor.on_blocked.append(listener.disconnect_producers)
+        if settings.backlog_quota_check_enabled:
+            quota_monitor.start()
         try:
             yield
         finally:
+            quota_monitor.stop()
             await listener.stop()
             peers.close()
             engine.stop()
@@ -207,6 +221,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(schemas.router)
     app.include_router(consumers.router)
     app.include_router(policies.router)
+    app.include_router(termination.router)
+    app.include_router(backlog_quotas.router)
     app.include_router(metrics.router)
     app.include_router(dashboard.router)
     app.include_router(broker_stats.router)

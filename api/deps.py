@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from api.auth import require
 from api.peers import Peers
 from service.authorization import Rule
+from service.backlog_quotas import BacklogQuotaStore
 from service.compaction import CompactionService
 from service.names import TopicName
 from service.non_persistent import NonPersistentTopics
@@ -44,6 +45,10 @@ async def get_policies(request: Request) -> PolicyStore:
     return request.app.state.policies  # type: ignore[no-any-return]
 
 
+async def get_quotas(request: Request) -> BacklogQuotaStore:
+    return request.app.state.quotas  # type: ignore[no-any-return]
+
+
 async def get_subscriptions(request: Request) -> SubscriptionService:
     return request.app.state.subscriptions  # type: ignore[no-any-return]
 
@@ -76,6 +81,7 @@ SchemasDep = Annotated[SchemaRegistry, Depends(get_schemas)]
 PartitionedDep = Annotated[PartitionedTopics, Depends(get_partitioned)]
 PeersDep = Annotated[Peers, Depends(get_peers)]
 PoliciesDep = Annotated[PolicyStore, Depends(get_policies)]
+QuotasDep = Annotated[BacklogQuotaStore, Depends(get_quotas)]
 SubscriptionsDep = Annotated[SubscriptionService, Depends(get_subscriptions)]
 CompactionDep = Annotated[CompactionService, Depends(get_compaction)]
 NonPersistentDep = Annotated[NonPersistentTopics, Depends(get_non_persistent)]

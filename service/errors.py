@@ -8,7 +8,9 @@ ServiceError
 │   └── UnknownListener         a lookup names an advertised listener the service does not have
 ├── NotAllowed            (405) not done for this kind of topic (compacting a non-persistent one)
 ├── Conflict              (409) exists already, compaction running, consumer active
-│   └── IncompatibleSchema      a schema the topic's compatibility strategy refuses
+│   ├── IncompatibleSchema      a schema the topic's compatibility strategy refuses
+│   ├── TopicTerminated         the topic was terminated: it takes no more writes
+│   └── ProducerBlocked         over a backlog quota whose policy is producer_exception
 ├── TooLarge              (413) message or request over its size limit
 ├── DamagedData           (500) a stored file failed a check; the reason names topic, ledger, check
 ├── NotOwner              (307) another instance owns the topic: ``url`` is where
@@ -17,6 +19,7 @@ ServiceError
     ├── DescriptorsExhausted    the process hit its open-file limit
     ├── BeingRepaired           a damaged compacted ledger was dropped and is being rebuilt
     ├── OwnershipLost           this instance's lease on the topic lapsed or moved: look it up again
+    ├── ProducerHeld            over a backlog quota whose policy is producer_request_hold
     └── StorageUnavailable      the ledger storage (object storage) does not answer
 """
 
@@ -67,6 +70,16 @@ class IncompatibleSchema(Conflict):
     """A producer's, consumer's or admin's schema that the topic's schema compatibility strategy
     (or its auto-update and validation policies) refuses: 409 over REST, as Pulsar's schema
     upload answers, and Pulsar's ``IncompatibleSchema`` on the binary protocol."""
+
+
+class TopicTerminated(Conflict):
+    """A write to a terminated topic (Pulsar's ``TopicTerminatedException``): it keeps serving
+    reads, and never takes another message. ``TopicTerminatedError`` on the binary protocol."""
+
+
+class ProducerBlocked(Conflict):
+    """A producer of a topic over a backlog quota whose policy is ``producer_exception``
+    (Pulsar's ``ProducerBlockedQuotaExceededException``): refused until consumers catch up."""
 
 
 class TooLarge(ServiceError):
@@ -131,6 +144,12 @@ class BeingRepaired(Unavailable):
 class OwnershipLost(Unavailable):
     """This instance may not write the topic (any more): its lease lapsed, or another instance
     took the topic over. Nothing was acknowledged; the client looks the topic up again."""
+
+
+class ProducerHeld(Unavailable):
+    """A producer of a topic over a backlog quota whose policy is ``producer_request_hold``
+    (Pulsar's ``ProducerBlockedQuotaExceededError``): held back until consumers catch up; the
+    client retries (its sends wait meanwhile)."""
 
 
 class StorageUnavailable(Unavailable):

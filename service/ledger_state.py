@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from ledger.entry import Appended
+from ledger.entry import Appended, Position
 from ledger.open_log import OpenLog
 from ledger.parquet_store import SealWriter
 from ledger.storage import StoragePath, as_storage_path
@@ -95,6 +95,9 @@ class LedgerState:
         self._presealed = 0
         self._presealing = False
         self._closed = False
+        # Set once the topic is terminated: its last entry for ever (entry -1: it had none).
+        # Appends are refused from then on (checked under ``_lock``, where they write).
+        self.terminated: Position | None = None
         # Entries and payload bytes appended since the service started (pulsar_in_*_total);
         # written under the lock the append holds anyway.
         self.entries_added = 0

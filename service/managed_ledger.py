@@ -52,7 +52,7 @@ from ledger.storage import StoragePath, as_storage_path
 from service import models
 from service.clock import now_ms
 from service.db import Database
-from service.errors import is_descriptor_exhaustion
+from service.errors import TopicTerminated, is_descriptor_exhaustion
 from service.ledger_info import new_ledger_row, refresh_open
 from service.ledger_reads import LedgerReads
 from service.ledger_recovery import recover_ledgers
@@ -162,6 +162,8 @@ class ManagedLedger(Sealing, LedgerReads):
             while True:
                 with self._lock:
                     self._check_open()
+                    if self.terminated is not None:
+                        raise TopicTerminated(f"topic {self.name} is terminated: it takes no more messages")
                     # More roll-overs than a topic may have waiting are counted when they happen.
                     wanted = min(self._roll_overs_for(records), self._backlog.per_topic)
                     if wanted <= reserved[0]:
@@ -181,6 +183,23 @@ class ManagedLedger(Sealing, LedgerReads):
             self._appended.notify_all()
             self._wake_watchers_locked()
         return positions
+
+    def terminate(self) -> Position:
+        """Take no more appends (Pulsar's terminate); returns the last entry written, which every
+        append in flight has (entry -1 of the open ledger when the log has none). Again on a
+        terminated log: the same position."""
+        with self._lock:
+            self._check_open()
+            if self.terminated is None:
+                written = self._wal.written_entries
+                last = Position(self._current.ledger_id, written - 1) if written else None
+                for info in reversed(self._ledgers[:-1]):
+                    if last is not None:
+                        break
+                    if info.entries:
+                        last = Position(info.ledger_id, info.entries - 1)
+                self.terminated = last or Position(self._current.ledger_id, -1)
+            return self.terminated
 
     def _append_locked(
         self, records: Sequence[Appended], reserved: list[int], sizes: Sequence[int] | None = None

@@ -61,6 +61,9 @@ class ManagedTopic:
     # Pulsar's deduplication state, built from the ledgers on first use (service.deduplication).
     sequences: ProducerSequences | None = None
     sequences_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set while the topic is over a producer_* backlog quota (service.backlog_quota_checks):
+    # makes the error each write is refused with until a check finds it under its quotas.
+    quota_refusal: Callable[[], Exception] | None = None
 
     def compacted_view(self) -> CompactedView | None:
         return self.view

@@ -44,6 +44,10 @@ class Topic(Base):
     namespace: Mapped[str] = mapped_column(String(128))
     name: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[int] = mapped_column(BigInteger)
+    # Set once the topic is terminated (Pulsar's terminate): the id of its last message, for
+    # ever; entry -1 when it had none. NULL: it takes writes.
+    terminated_ledger: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    terminated_entry: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Ledger(Base):
@@ -233,6 +237,25 @@ class Policy(Base):
     schema_compatibility_strategy: Mapped[str | None] = mapped_column(String(32), nullable=True)
     is_allow_auto_update_schema: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     schema_validation_enforced: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+
+
+class BacklogQuota(Base):
+    """One backlog quota (Pulsar's ``BacklogQuota``) of a namespace (``topic == ""``) or a topic,
+    for one quota type: ``destination_storage`` (bytes) or ``message_age`` (seconds)."""
+
+    __tablename__ = "backlog_quotas"
+    __table_args__ = (
+        UniqueConstraint("tenant", "namespace", "topic", "quota_type", name="uq_backlog_quotas_scope"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    namespace: Mapped[str] = mapped_column(String(128))
+    topic: Mapped[str] = mapped_column(String(128), default="")
+    quota_type: Mapped[str] = mapped_column(String(32))
+    limit_size: Mapped[int] = mapped_column(BigInteger)
+    limit_time: Mapped[int] = mapped_column(BigInteger)
+    policy: Mapped[str] = mapped_column(String(32))
 
 
 class Tenant(Base):

@@ -115,6 +115,36 @@ class Settings(BaseSettings):
         description="Pulsar's producer deduplication for topics whose namespace or topic policy does "
         "not say (Pulsar's brokerDeduplicationEnabled).",
     )
+    backlog_quota_check_enabled: bool = Field(
+        default=True,
+        description="Check backlog quotas periodically: disconnect the producers of a topic over a "
+        "producer_* quota, evict the backlog over a consumer_backlog_eviction one (Pulsar's "
+        "backlogQuotaCheckEnabled). Producers are checked as they connect either way.",
+    )
+    backlog_quota_check_interval_in_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often backlog quotas are checked (Pulsar's backlogQuotaCheckIntervalInSeconds).",
+    )
+    backlog_quota_default_limit_bytes: int = Field(
+        default=-1,
+        ge=-1,
+        description="The destination_storage backlog quota of topics whose topic and namespace set none, "
+        "in bytes; -1: none (Pulsar's backlogQuotaDefaultLimitBytes).",
+    )
+    backlog_quota_default_limit_second: int = Field(
+        default=-1,
+        ge=-1,
+        description="The message_age backlog quota of topics whose topic and namespace set none, in "
+        "seconds; -1: none (Pulsar's backlogQuotaDefaultLimitSecond).",
+    )
+    backlog_quota_default_retention_policy: Literal[
+        "producer_request_hold", "producer_exception", "consumer_backlog_eviction"
+    ] = Field(
+        default="producer_request_hold",
+        description="What the default backlog quotas do when exceeded (Pulsar's "
+        "backlogQuotaDefaultRetentionPolicy).",
+    )
     schema_compatibility_strategy: Strategy = Field(
         default="FULL",
         description="How a topic's new schema must relate to its existing ones when neither the "

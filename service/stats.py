@@ -46,6 +46,8 @@ class InternalStats:
     horizon: Position | None = None
     # "compacted ledger N dropped: <finding>" while a damaged compacted ledger is rebuilt.
     repair: str | None = None
+    # Pulsar's managed ledger state: "Terminated" once the topic is, else "LedgerOpened".
+    state: str = "LedgerOpened"
 
     @property
     def entries(self) -> int:
@@ -81,6 +83,8 @@ def internal_stats(broker: Broker, name: TopicName) -> InternalStats:
             for c in cursor_rows
         ]
     stats = InternalStats(ledgers=ledgers, last_confirmed=topic.ledger.last_position(), cursors=cursors)
+    if topic.ledger.terminated is not None:
+        stats.state = "Terminated"
     view = topic.compacted_view()
     if view is not None:
         stats.horizon = view.horizon

@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError as DuplicateRow
 
 from ledger import row_group_cache
 from ledger.entry import Appended, Entry, LedgerItem, Position, StoredBatch, item_entries, record_size
-from service import chunked, deduplication, models, topic_reads
+from service import chunked, deduplication, models, termination, topic_reads
 from service.clock import now_ms
 from service.db import Database
 from service.deduplication import ProducerSequences
@@ -158,6 +158,7 @@ class Broker:
             store=topic_store(self.storage, name),
         )
         ml.name = str(name)
+        ml.terminated = termination.load(self.db, topic_id)
         topic = ManagedTopic(name=name, topic_id=topic_id, ledger=ml, lease=lease)
         try:
             for listener in list(self._load_listeners):
@@ -442,6 +443,9 @@ class Broker:
         lease = topic.lease
         if not lease.valid():
             raise _lost(name)
+        refusal = topic.quota_refusal
+        if refusal is not None:  # over a producer_* backlog quota (service.backlog_quota_checks)
+            raise refusal()
         publish_time = now_ms()
         for r in records:
             r.publish_time = publish_time  # the broker's clock, as Pulsar's broker stamps it
@@ -456,6 +460,20 @@ class Broker:
         if not lease.valid():
             raise _lost(name)
         return positions
+
+    def terminate(self, name: TopicName) -> Position:
+        """Terminate a topic (Pulsar's terminate): no write is taken after it, reads go on.
+        Returns its last message's id once that is acknowledged (the same id again for a
+        topic terminated before); the state is in the metadata, for restarts and other owners."""
+        topic = self.topic(name)
+        if not topic.lease.valid():
+            raise _lost(name)
+        last = topic.ledger.terminate()
+        termination.store(self.db, topic.topic_id, last, topic.ledger.fence)
+        # Appends written before it are acknowledged by their writers: wait for them.
+        if last.entry_id >= 0:
+            topic.ledger.wait_for_entries(Position(last.ledger_id, last.entry_id - 1), 30.0)
+        return last
 
     def resolve_start(self, topic: ManagedTopic, start: str) -> Position:
         """``earliest``, ``latest`` or ``"L:E"`` as a position of the topic's log."""

@@ -37,6 +37,7 @@ from api.tls import peer_certificate
 from service.authentication import NO_METHOD, Credentials
 from service.authorization import Authorizer, Rule
 from service.auto_topics import topic_for_use
+from service.backlog_quotas import BacklogQuotaStore
 from service.errors import Forbidden, ServiceError
 from service.names import TopicName
 from service.non_persistent import NonPersistentTopics
@@ -90,6 +91,8 @@ class BrokerContext:
     access: ProducerAccess = field(default_factory=lambda: ProducerAccess())
     # The non-persistent topics served now (REST's stats read the same ones).
     non_persistent: NonPersistentTopics = field(default_factory=NonPersistentTopics)
+    # Backlog quotas, checked as a producer connects (None: never).
+    quotas: BacklogQuotaStore | None = None
     # Consumers waiting for messages on a worker thread now (see ``delivery.WireSubscriber``);
     # touched on the event loop only.
     thread_waits: int = 0
@@ -114,6 +117,8 @@ class PulsarConnection(asyncio.Protocol):
         self.closed = False
         self.role: str | None = None
         self.protocol_version = 0
+        # What the client called itself in CONNECT (``Pulsar-Go-v0.19.0``, ``Pulsar-CPP-v3.7``...).
+        self.client_version = ""
         # By the client's ids: ``produce.WireProducer``s and ``delivery.WireSubscriber``s (the
         # connection only closes them when it is lost; their modules type what they take out).
         self.producers: dict[int, Any] = {}

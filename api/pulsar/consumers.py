@@ -13,6 +13,7 @@ from api.pulsar.delivery import POLL_S, Page, WireSubscriber
 from ledger.entry import Position
 from service.errors import ServiceError
 from service.names import TopicName
+from service.subscription_stats import subscription_backlog
 
 # How often a waiting consumer of a subscription others share looks for messages given back
 # to it (a negative ack, a consumer gone), which no append announces.
@@ -59,6 +60,15 @@ class WireConsumer(WireSubscriber):
                 if delivered.entries or self.closed or remaining <= 0 or seen is None:
                     return Page(delivered.entries, delivered.redelivery_counts, delivered.given_back)
                 await self._wait(seen, min(remaining, self._poll_s))
+
+    def _consumed_all(self) -> bool:
+        """Whether the subscription has no backlog left (Pulsar tells a consumer it reached the
+        end of a terminated topic only then)."""
+        try:
+            state = self.conn.ctx.subscriptions.get(self.topic, self.subscription)
+        except ServiceError:
+            return False
+        return subscription_backlog(state)[0] == 0 and not state.unacked()
 
     async def _idle(self) -> None:
         # No permits for a while (the application is not receiving): stay attached.

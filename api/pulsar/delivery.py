@@ -49,6 +49,9 @@ _PAGE = 1000
 # batch as for ten (a sealed ledger's read ~0.5 us a message in pages of 1,000, ~0.35 in 4,000).
 _READ_AHEAD_PAGE = 4 * _PAGE
 POLL_S = 1.0
+# The CONNECT ``client_version`` of the clients that know no REACHED_END_OF_TOPIC: Go's
+# (``Pulsar-Go-v0.19.0``) and the C++ library's, which the Python client is (``Pulsar-CPP-v4.2.0``).
+WITHOUT_END_OF_TOPIC = ("Pulsar-Go", "Pulsar-CPP")
 # Batches a consumer remembers sending until they are acknowledged (the oldest forgotten first:
 # an ack of a forgotten batch then acknowledges the batch's first member only).
 _MAX_BATCHES = 100_000
@@ -92,6 +95,8 @@ class WireSubscriber:
         self._permitted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
+        # Whether the client was told it read a terminated topic to its end.
+        self.reached_end = False
 
     def nudge(self) -> None:
         """Cut a wait short: something may be there to send (a redelivery asked for)."""
@@ -208,6 +213,8 @@ class WireSubscriber:
                     ahead = None
                 if self.closed:
                     return  # what was fetched goes back with the detach, or was only read
+                if not page.entries and not self.reached_end:
+                    self._tell_end_of_topic()
                 if self.read_ahead:
                     held = (page, 0)
                     continue
@@ -227,6 +234,23 @@ class WireSubscriber:
             if ahead is not None:  # the consumer is closed: a page read for it goes back with it
                 ahead.cancel()
                 ahead.add_done_callback(_retrieve)
+
+    def _tell_end_of_topic(self) -> None:
+        """A read found nothing more: on a terminated topic whose messages the consumer has all
+        consumed, that is its end, and the client is told so once (REACHED_END_OF_TOPIC, as
+        Pulsar's dispatchers send it: Java's ``hasReachedEndOfTopic`` turns true). Not to the
+        Go and C++ (Python) clients: they know no such command and close their connection on
+        it (Pulsar 4.0.7 sends it to them all the same, and they reconnect)."""
+        topic = self.conn.ctx.broker.served(self.topic)
+        if topic is None or topic.ledger.terminated is None or not self._consumed_all():
+            return
+        self.reached_end = True
+        if not self.conn.client_version.startswith(WITHOUT_END_OF_TOPIC):
+            self.conn.send(pb.BaseCommand.REACHED_END_OF_TOPIC, consumer_id=self.consumer_id)
+
+    def _consumed_all(self) -> bool:
+        """Whether nothing is left for this consumer (a reader: what it read is consumed)."""
+        return True
 
     def _page_size(self) -> int:
         """Messages to ask for: what the client's permits allow (never more: on a subscription

@@ -13,8 +13,11 @@ from service.errors import (
     NotAllowed,
     NotFound,
     NotOwner,
+    ProducerBlocked,
+    ProducerHeld,
     ServiceError,
     TooLarge,
+    TopicTerminated,
     Unauthenticated,
     Unavailable,
 )
@@ -47,6 +50,12 @@ def server_error(
         return not_found
     if isinstance(e, IncompatibleSchema):
         return pb.IncompatibleSchema
+    if isinstance(e, TopicTerminated):
+        return pb.TopicTerminatedError
+    if isinstance(e, ProducerBlocked):
+        return pb.ProducerBlockedQuotaExceededException
+    if isinstance(e, ProducerHeld):
+        return pb.ProducerBlockedQuotaExceededError
     if isinstance(e, Conflict):
         return conflict
     if isinstance(e, (NotOwner, Unavailable)):

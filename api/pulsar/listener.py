@@ -17,8 +17,11 @@ from prometheus_client.registry import Collector
 
 from api.pulsar.commands import HANDLERS
 from api.pulsar.connection import BrokerContext, PulsarConnection
+from api.pulsar.produce import disconnect_producers
 from service.authentication import Authentication
 from service.authorization import Authorizer
+from service.backlog_quotas import BacklogQuotaStore
+from service.names import TopicName
 from service.non_persistent import NonPersistentTopics
 from service.partitions import PartitionedTopics
 from service.policies import PolicyStore
@@ -77,6 +80,7 @@ class BrokerListener:
         partitioned: PartitionedTopics,
         registry: CollectorRegistry | None = None,
         non_persistent: NonPersistentTopics | None = None,
+        quotas: BacklogQuotaStore | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -94,7 +98,9 @@ class BrokerListener:
             connections=set(),
             non_persistent=non_persistent
             or NonPersistentTopics(enabled=settings.enable_non_persistent_topics),
+            quotas=quotas,
         )
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._tls_server: asyncio.Server | None = None
         self._collector: ProtocolCollector | None = None
@@ -118,8 +124,15 @@ class BrokerListener:
             return None
         return self.settings.broker_service_url_tls
 
+    def disconnect_producers(self, name: TopicName) -> None:
+        """Close the topic's producers on their clients' side (from any thread): they connect
+        again and are checked again (a backlog quota's producer policies)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(disconnect_producers, self.ctx, name)
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._loop = loop
         if self.enabled:
             self._server = await loop.create_server(
                 lambda: PulsarConnection(self.ctx, HANDLERS),

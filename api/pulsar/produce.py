@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.chunks import ChunkAssembly, chunk_record
-from api.pulsar.connection import Handler, PulsarConnection
+from api.pulsar.connection import BrokerContext, Handler, PulsarConnection
 from api.pulsar.errors import ProtocolClose, ProtocolError, server_error
 from api.pulsar.framing import Frame
 from api.pulsar.messages import check_batch, id_data, is_batch, to_batch, to_records
@@ -28,9 +28,11 @@ from api.pulsar.non_persistent import producer as non_persistent_producer
 from api.pulsar.schemas import producer_schema
 from ledger.entry import Entry, Position, Record, StoredBatch, record_size
 from service.authorization import Rule
+from service.backlog_quota_checks import producer_refusal
 from service.chunked import fields_of
+from service.clock import now_ms
 from service.deduplication import ProducerSequences
-from service.errors import Conflict, ServiceError
+from service.errors import Conflict, ServiceError, TopicTerminated
 from service.names import TopicName
 from service.non_persistent import is_non_persistent
 from service.publishers import ClientInfo, Publisher
@@ -292,6 +294,30 @@ class WireProducer:
             self._idle.set()
 
 
+def disconnect_producers(ctx: BrokerContext, name: TopicName) -> None:
+    """Close every producer of ``name`` on its client's side (CLOSE_PRODUCER): the client
+    connects it again, and is checked again as it does (a backlog quota)."""
+    for conn in list(ctx.connections):
+        for producer_id, prod in list(conn.producers.items()):
+            if isinstance(prod, WireProducer) and prod.topic == name and not prod.closed:
+                del conn.producers[producer_id]
+                prod.close()
+                conn.send(pb.BaseCommand.CLOSE_PRODUCER, producer_id=producer_id, request_id=0)
+
+
+def _admit(conn: PulsarConnection, name: TopicName) -> None:
+    """Refuse a producer of a terminated topic (TopicTerminatedError), or of one over a
+    backlog quota whose policy holds or refuses producers (ProducerBlockedQuotaExceeded*)."""
+    ctx = conn.ctx
+    topic = ctx.broker.topic(name)
+    if topic.ledger.terminated is not None:
+        raise TopicTerminated(f"topic {name} is terminated: it takes no more messages")
+    if ctx.quotas is not None:
+        refusal = producer_refusal(topic, ctx.quotas.effective(name), now_ms())
+        if refusal is not None:
+            raise refusal
+
+
 async def producer(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.producer
     request_id = req.request_id
@@ -309,6 +335,7 @@ async def producer(conn: PulsarConnection, frame: Frame) -> None:
 
     async def work() -> None:
         name = await conn.use_topic(req.topic, Rule.PRODUCE, create=True)
+        await conn.call(_admit, conn, name)
         initial = req.initial_subscription_name if req.HasField("initial_subscription_name") else ""
         if initial:
             # As Pulsar's broker: the role must also be allowed to subscribe, to create it.

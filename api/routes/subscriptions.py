@@ -7,7 +7,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict
 
-from api.deps import BrokerDep, CanConsume, CanLookup, CompactionDep, SubscriptionsDep, TopicDep
+from api.deps import BrokerDep, CanConsume, CanLookup, CompactionDep, QuotasDep, SubscriptionsDep, TopicDep
+from service.backlog_quotas import DESTINATION_STORAGE, MESSAGE_AGE, BacklogQuotaStore
 from service.compaction import CompactionService
 from service.compaction_runs import CompactionRecord
 from service.cursor_store import COMPACTION_CURSOR
@@ -83,15 +84,20 @@ def reset_cursor(name: TopicDep, sub: str, body: ResetCursor, subs: Subscription
 
 @router.get("/{tenant}/{namespace}/{topic}/stats", dependencies=[CanLookup])
 def topic_stats(
-    name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep, compaction: CompactionDep
+    name: TopicDep, broker: BrokerDep, subs: SubscriptionsDep, compaction: CompactionDep, quotas: QuotasDep
 ) -> dict[str, Any]:
-    return topic_stats_json(name, broker, subs, compaction)
+    return topic_stats_json(name, broker, subs, compaction, quotas)
 
 
 def topic_stats_json(
-    name: TopicName, broker: Broker, subs: SubscriptionService, compaction: CompactionService
+    name: TopicName,
+    broker: Broker,
+    subs: SubscriptionService,
+    compaction: CompactionService,
+    quotas: BacklogQuotaStore | None = None,
 ) -> dict[str, Any]:
-    """A topic's stats, as Pulsar's ``TopicStats`` names them (a partition's too)."""
+    """A topic's stats, as Pulsar's ``TopicStats`` names them (a partition's too; with
+    ``quotas``, its backlog quota limits in force)."""
     topic = broker.topic(name)
     ledgers = topic.ledger.ledgers()
     out: dict[str, Any] = {}
@@ -116,7 +122,15 @@ def topic_stats_json(
             "consumers": [],
         }
     compacted = topic.view.ledger.size_bytes if topic.view is not None else 0
+    limits = {}
+    if quotas is not None:  # Pulsar's names: -1 is no limit
+        applied = quotas.effective(name)
+        limits = {
+            "backlogQuotaLimitSize": applied[DESTINATION_STORAGE].limit_size,
+            "backlogQuotaLimitTime": applied[MESSAGE_AGE].limit_time,
+        }
     return {
+        **limits,
         "msgInCounter": sum(i.entries for i in ledgers),
         "bytesInCounter": sum(i.size_bytes for i in ledgers),
         "storageSize": sum(i.file_bytes for i in ledgers) + compacted,

@@ -94,6 +94,7 @@ def internal_stats_json(st: InternalStats) -> dict[str, Any]:
         "currentLedgerEntries": current.entries if current else 0,
         "currentLedgerSize": current.size_bytes if current else 0,
         "lastConfirmedEntry": str(st.last_confirmed) if st.last_confirmed else None,
+        "state": st.state,
         "ledgers": [
             {
                 "ledgerId": i.ledger_id,

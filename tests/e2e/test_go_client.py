@@ -62,6 +62,9 @@ SCENARIOS = (
     "encryption",
     "dlqinitial",
     "clientstats",
+    # Judged in test_go_java_termination.py.
+    "terminate",
+    "quotas",
 )
 # Past the program's own limits (150 s for the longest scenario): a program that hangs anyway.
 RUN_TIMEOUT_S = 240

@@ -49,6 +49,9 @@ SCENARIOS = (
     "dlqinitial",
     "clientstats",
     "reconnect",
+    # Judged in test_go_java_termination.py.
+    "terminate",
+    "quotas",
 )
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240

@@ -85,6 +85,16 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/isAllowAutoUpdateSchema"): True,
     ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/schemaValidationEnforced"): False,
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaValidationEnforced"): False,
+    ("POST", "/admin/v2/namespaces/{tenant}/{namespace}/backlogQuota"): {
+        "limitSize": -1,
+        "limitTime": -1,
+        "policy": "producer_request_hold",
+    },
+    ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/backlogQuota"): {
+        "limitSize": -1,
+        "limitTime": -1,
+        "policy": "producer_request_hold",
+    },
     ("PUT", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions"): 2,
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions"): 3,
     ("POST", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/resetcursor"): {

@@ -41,6 +41,8 @@ var scenarios = map[string]scenario{
 	"encryption":  encryption,
 	"dlqinitial":  dlqInitial,
 	"clientstats": clientStats,
+	"terminate":   terminate,
+	"quotas":      backlogQuota,
 }
 
 // Seconds a scenario may take from the start of the run (60 unless named here): the compaction

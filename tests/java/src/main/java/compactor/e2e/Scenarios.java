@@ -78,12 +78,14 @@ public final class Scenarios {
         SCENARIOS.put("dlqinitial", ClientFacts::dlqInitial);
         SCENARIOS.put("clientstats", ClientFacts::clientStats);
         SCENARIOS.put("reconnect", ClientFacts::reconnect);
+        SCENARIOS.put("terminate", Termination::terminate);
+        SCENARIOS.put("quotas", Termination::quotas);
     }
 
     final PulsarClient client;
     final String httpUrl;
     final HttpClient http = HttpClient.newHttpClient();
-    private final String run = UUID.randomUUID().toString().substring(0, 8);
+    final String run = UUID.randomUUID().toString().substring(0, 8);
 
     private Scenarios(PulsarClient client, String httpUrl) {
         this.client = client;
@@ -640,7 +642,7 @@ public final class Scenarios {
                 .create();
     }
 
-    private Consumer<byte[]> subscribe(String topic, String subscription, boolean batchIndexAcks) throws Exception {
+    Consumer<byte[]> subscribe(String topic, String subscription, boolean batchIndexAcks) throws Exception {
         return client.newConsumer()
                 .topic(topic)
                 .subscriptionName(subscription)

@@ -1,0 +1,117 @@
+"""Topic termination and backlog quotas through Pulsar's Go and Java clients and their admin
+clients (Go's ``pulsaradmin`` v0.19.0, Java's ``PulsarAdmin`` 4.0.7), against a real
+``compactor serve``: the ``terminate`` and ``quotas`` scenarios of ``tests/go/termination.go`` and
+``tests/java/.../Termination.java``, run here on their own (the full runs of
+test_go_client.py and test_java_client.py include them too).
+
+What each client can see differs: Java's consumers and readers have ``hasReachedEndOfTopic``
+(the service sends them REACHED_END_OF_TOPIC once they consumed everything); the Go client
+v0.19.0 knows no such command (it would close its connection on it, so the service does not send
+it to Go), and its consumer simply has nothing more to receive.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Server
+from tests.e2e.client_programs import ProgramRun, run_program
+from tests.e2e.test_go_client import RUN_TIMEOUT_S, go_build  # noqa: F401 - the fixture
+from tests.e2e.test_java_client import _WARNING, JAR, _tool, java_build  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+
+SCENARIOS = ("terminate", "quotas")
+
+
+@pytest.fixture(scope="module")
+def go(go_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:  # noqa: F811
+    out = tmp_path_factory.mktemp("go-end") / "results.json"
+    cmd = [str(go_build), shared_server.pulsar_url, shared_server.url, str(out), *SCENARIOS]
+    return run_program(cmd, out, language="Go", timeout=RUN_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:  # noqa: F811
+    out = tmp_path_factory.mktemp("java-end") / "results.json"
+    classpath = os.pathsep.join([str(java_build / JAR), str(java_build / "lib" / "*")])
+    cmd = [
+        _tool("java"),
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath,
+        "compactor.e2e.Scenarios",
+        shared_server.pulsar_url,
+        shared_server.url,
+        str(out),
+        *SCENARIOS,
+    ]
+    return run_program(
+        cmd, out, language="Java", timeout=RUN_TIMEOUT_S, warnings=lambda line: bool(_WARNING.search(line))
+    )
+
+
+def _entry(text: str) -> str:
+    """``ledger:entry`` of a program's id (``L:E:batch[:partition]``)."""
+    return ":".join(text.split(":")[:2])
+
+
+# ------------------------------------------------------------------ termination
+
+
+def test_go_admin_terminates_and_the_go_client_is_refused_but_reads_everything(go: ProgramRun) -> None:
+    r = go.scenario("terminate")
+    assert r["terminated"] == _entry(r["sent"][-1])  # the last message's id, as pulsaradmin parses it
+    assert r["terminatedAgain"] == r["terminated"]
+    assert "TopicTerminated" in r["sendAfter"]
+    assert "TopicTerminated" in r["newProducer"]
+    assert r["received"] == ["t0", "t1", "t2"] and r["receivedExtra"] is None
+    assert [m["id"] for m in r["read"]] == r["sent"]
+
+
+def test_java_admin_terminates_and_java_consumers_and_readers_reach_the_end(java: ProgramRun) -> None:
+    r = java.scenario("terminate")
+    assert r["terminated"] == _entry(r["sent"][-1])
+    assert r["endBeforeReading"] is False  # not before it read (and acknowledged) everything
+    assert "TopicTerminated" in r["sendAfter"]
+    assert "TopicTerminated" in r["newProducer"]
+    assert r["received"] == ["t0", "t1", "t2"]
+    assert r["consumerReachedEnd"] is True
+    assert [m["id"] for m in r["read"]] == r["sent"]
+    assert r["readerReachedEnd"] is True
+
+
+# ------------------------------------------------------------------ backlog quotas
+
+
+def test_go_admin_backlog_quota_calls_and_what_a_go_producer_hears(go: ProgramRun) -> None:
+    r = go.scenario("quotas")
+    assert r["namespaceBefore"] == {}
+    assert r["namespaceSet"] == {
+        "destination_storage": {"limitSize": 1000, "limitTime": -1, "policy": "producer_exception"},
+        "message_age": {"limitSize": -1, "limitTime": 3600, "policy": "consumer_backlog_eviction"},
+    }
+    assert list(r["namespaceRemoved"]) == ["message_age"]  # RemoveBacklogQuota: destination_storage
+    assert r["topicSet"] == {
+        "destination_storage": {"limitSize": 500, "limitTime": -1, "policy": "producer_exception"}
+    }
+    assert "ProducerBlockedQuotaExceededException" in r["refusedException"]
+    assert "ProducerBlockedQuotaExceededError" in r["refusedHold"]
+    assert r["afterCatchingUp"] is None  # under the quota again: welcome
+    applied = r["topicApplied"]  # the topic's removed: its namespace's, else the default (none)
+    assert applied["message_age"]["limitTime"] == 3600
+    assert applied["destination_storage"]["limitSize"] == -1
+
+
+def test_java_admin_backlog_quota_calls_and_what_a_java_producer_hears(java: ProgramRun) -> None:
+    r = java.scenario("quotas")
+    assert r["namespaceBefore"] == 0
+    quota = r["namespaceSet"]["destination_storage"]
+    assert quota["limitSize"] == 1000 and quota["policy"] == "producer_exception"
+    assert r["namespaceRemoved"] == 0
+    assert r["topicSet"]["destination_storage"]["limitSize"] == 500
+    assert "ProducerBlockedQuotaExceeded" in r["refused"]
+    assert r["afterRemove"] is None
