@@ -38,6 +38,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 PROJECT = Path(__file__).resolve().parents[1] / "java"
 JAR = "java-client-e2e.jar"
 SCENARIOS = ("produce", "consume", "compacted", "schema", "partitions", "seek")
+# Judged in test_go_java_admin.py.
+SCENARIOS += ("adminpartitions", "adminmessages", "adminlookup")
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240
 _WARNING = re.compile(r"\b(WARN|ERROR)\b")

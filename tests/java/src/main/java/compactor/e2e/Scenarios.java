@@ -54,7 +54,7 @@ import org.apache.pulsar.client.api.schema.GenericRecord;
  */
 public final class Scenarios {
 
-    private static final ObjectMapper JSON = new ObjectMapper();
+    static final ObjectMapper JSON = new ObjectMapper();
     private static final Duration RECEIVE = Duration.ofSeconds(10);
     // How long "nothing more arrives" is waited for, after everything expected did arrive.
     private static final int QUIET_MS = 500;
@@ -74,12 +74,15 @@ public final class Scenarios {
         SCENARIOS.put("schema", Scenarios::schema);
         SCENARIOS.put("partitions", Scenarios::partitions);
         SCENARIOS.put("seek", Scenarios::seek);
+        SCENARIOS.put("adminpartitions", AdminScenarios::partitions);
+        SCENARIOS.put("adminmessages", AdminScenarios::messages);
+        SCENARIOS.put("adminlookup", AdminScenarios::lookup);
     }
 
-    private final PulsarClient client;
-    private final String httpUrl;
+    final PulsarClient client;
+    final String httpUrl;
     private final HttpClient http = HttpClient.newHttpClient();
-    private final String run = UUID.randomUUID().toString().substring(0, 8);
+    final String run = UUID.randomUUID().toString().substring(0, 8);
 
     private Scenarios(PulsarClient client, String httpUrl) {
         this.client = client;
@@ -622,11 +625,11 @@ public final class Scenarios {
         return got;
     }
 
-    private String topic(String what) {
+    String topic(String what) {
         return "persistent://public/default/java-" + what + "-" + run;
     }
 
-    private Producer<byte[]> batchedProducer(String topic, int size) throws Exception {
+    Producer<byte[]> batchedProducer(String topic, int size) throws Exception {
         // Batches of `size`, and no publish delay that could cut one short: a flush sends the rest.
         return client.newProducer()
                 .topic(topic)
@@ -693,7 +696,7 @@ public final class Scenarios {
         }
     }
 
-    private static String id(MessageId id) {
+    static String id(MessageId id) {
         MessageIdAdv a = (MessageIdAdv) id;
         return a.getLedgerId() + ":" + a.getEntryId() + ":" + a.getBatchIndex();
     }
