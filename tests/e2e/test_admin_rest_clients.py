@@ -5,6 +5,7 @@ topic they look up. The Go and Java admin clients themselves: ``test_go_java_adm
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import struct
@@ -21,6 +22,9 @@ from tests.conftest import Server
 from tests.e2e.conftest import QUIET
 from tests.e2e.partitioned import ADMIN, fresh, full
 from tests.e2e.raw_wire import connect, raw, read_frame
+from tests.e2e.test_pulsar_encryption import KEY_NAME, encrypting, keys
+
+__all__ = ["keys"]  # the fixture, used here by name
 
 pytestmark = [pytest.mark.e2e]
 
@@ -246,6 +250,38 @@ def test_a_batch_is_read_by_its_id_whole_as_pulsar_answers_it(
     # A position the batch's later members take names no entry of its own.
     later = _entry(http, name, first.ledger_id(), first.entry_id() + 1)
     assert later.status_code == 404 and "not found" in later.json()["reason"]
+
+
+@pytest.mark.parametrize("batch", [0, 2])
+def test_an_encrypted_message_is_read_by_its_id_as_its_ciphertext_with_its_context(
+    client: pulsar.Client, http: httpx.Client, keys: pulsar.CryptoKeyReader, batch: int
+) -> None:
+    name = fresh("byidcrypt")
+    producer = encrypting(client, full(name), keys, batch=batch)
+    ids: list[pulsar.MessageId] = []
+    for i in range(max(batch, 1)):
+        producer.send_async(f"secret{i}".encode() * 8, lambda _, m: ids.append(m))
+    producer.flush()
+    producer.close()
+    first = min(ids, key=lambda m: m.batch_index())
+    r = _entry(http, name, first.ledger_id(), first.entry_id())
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Pulsar-Is-Encrypted"] == "true"
+    assert b"secret" not in r.content  # the ciphertext, never decrypted here
+    assert r.headers["X-Pulsar-compression"] == "LZ4" and int(r.headers["X-Pulsar-uncompressed-size"]) > 0
+    assert r.headers["X-Pulsar-encryption-algo"] is not None
+    assert base64.b64decode(r.headers["X-Pulsar-Base64-encryption-param"])
+    (encoded,) = [v for k, v in r.headers.raw if k == b"X-Pulsar-Base64-encryption-keys"]
+    key = pb.EncryptionKeys.FromString(base64.b64decode(encoded))
+    assert key.key == KEY_NAME and key.value
+    if batch:
+        assert r.headers["X-Pulsar-num-batch-message"] == str(batch)
+    # A consumer with the key reads the same message.
+    consumer = client.subscribe(
+        full(name), "s", crypto_key_reader=keys, initial_position=pulsar.InitialPosition.Earliest
+    )
+    assert consumer.receive(timeout_millis=10_000).data() == b"secret0" * 8
+    consumer.close()
 
 
 def test_an_id_that_names_no_message_is_not_found_with_a_reason(
