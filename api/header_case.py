@@ -3,15 +3,18 @@
 HTTP header names are case-insensitive, and uvicorn's httptools protocol writes every name in
 lower case; but Pulsar's Java admin client (4.0.7) finds a message's properties by the exact
 name ``X-Pulsar-PROPERTY`` among the headers of a message read by id
-(``api.routes.message_by_id``). :class:`PulsarHeaderCase` wraps a connection's transport and
-writes the names of :data:`NAMES` as Pulsar writes them, in a response's header block only
-(a write that starts a response and has such a header); every other write passes unchanged.
+(``api.routes.message_by_id``). Such a response carries :data:`MARKER`, a header whose value is a
+secret of this process; :class:`PulsarHeaderCase` wraps a connection's transport and, in a
+response head that has the marker (a write that starts a response and holds it: no payload can,
+the secret is never sent), writes the names of :data:`NAMES` as Pulsar writes them and drops the
+marker. Every other write passes unchanged, after a comparison of its first five bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 from typing import Any
 
 #: The names as Pulsar's broker writes them (PersistentTopicsBase, TopicsImpl's constants).
@@ -41,28 +44,41 @@ NAMES = (
     "X-Pulsar-Base64-ordering-key",
     "X-Pulsar-Base64-schema-version-b64encoded",
 )
+#: The header a response whose X-Pulsar-* names keep Pulsar's case carries (dropped on the wire).
+MARKER = (b"x-compactor-pulsar-case", secrets.token_hex(16).encode())
+_MARKER_LINE = b"\r\n" + MARKER[0] + b": " + MARKER[1]
 _CASE = {n.lower().encode(): n.encode() for n in NAMES}
 _LINE = re.compile(rb"\r\n(x-pulsar-[a-z0-9-]+):")
-_MARK = b"\r\nx-pulsar-"
 
 
 def _restore(m: re.Match[bytes]) -> bytes:
     return b"\r\n" + _CASE.get(m.group(1), m.group(1)) + b":"
 
 
+def pulsar_case(head: bytes) -> bytes:
+    """A response head (status line and headers) with :data:`NAMES` in Pulsar's case and
+    without the marker's line; any other head unchanged."""
+    at = head.find(_MARKER_LINE)
+    if at < 0:
+        return head
+    end = head.find(b"\r\n\r\n")
+    if not 0 <= at < end:
+        return head
+    head = head[:at] + head[at + len(_MARKER_LINE) :]
+    end -= len(_MARKER_LINE)
+    return _LINE.sub(_restore, head[:end]) + head[end:]
+
+
 class PulsarHeaderCase:
-    """A transport whose response header blocks name :data:`NAMES` in Pulsar's case; everything
-    else is the wrapped transport's."""
+    """A transport that writes response heads through :func:`pulsar_case`; everything else is
+    the wrapped transport's."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if data[:5] == b"HTTP/" and _MARK in data:
-            raw = bytes(data)
-            end = raw.find(b"\r\n\r\n")
-            if end > 0:
-                data = _LINE.sub(_restore, raw[:end]) + raw[end:]
+        if data[:5] == b"HTTP/":
+            data = pulsar_case(bytes(data))
         self._transport.write(data)
 
     def __getattr__(self, name: str) -> Any:

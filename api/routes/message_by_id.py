@@ -25,6 +25,7 @@ from fastapi import APIRouter, Path, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import BrokerDep, CanConsume, PartitionedDep, TopicDep
+from api.header_case import MARKER
 from api.pulsar import encryption
 from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.messages import batch_message, entry_frame
@@ -73,10 +74,11 @@ async def get_message_by_id(
     )
     metadata, payload = _frame(entries)
     response = Response(payload, media_type=MEDIA_TYPE)
-    # Pulsar's header names as Pulsar writes them: Starlette's own headers are lower case,
-    # and Java's admin client matches X-Pulsar-PROPERTY by its exact name.
+    response.raw_headers.append((b"X-Pulsar-Message-ID", f"{ledger_id}:{entry_id}".encode()))
     response.raw_headers += [(k.encode(), _header_value(v)) for k, v in _headers(metadata, payload)]
-    response.raw_headers.insert(0, (b"X-Pulsar-Message-ID", f"{ledger_id}:{entry_id}".encode()))
+    # Pulsar's case of those names on the wire (Java's admin client matches X-Pulsar-PROPERTY by
+    # its exact name; uvicorn writes names in lower case): see api.header_case.
+    response.raw_headers.append(MARKER)
     return response
 
 

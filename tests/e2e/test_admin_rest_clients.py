@@ -202,6 +202,7 @@ def test_a_message_sent_alone_is_read_by_its_id_with_pulsars_headers(
     raw_names = {k.decode() for k, _ in r.headers.raw}
     # The exact names (Java's admin client finds X-Pulsar-PROPERTY by its case).
     assert {"X-Pulsar-Message-ID", "X-Pulsar-PROPERTY", "X-Pulsar-publish-time"} <= raw_names
+    assert not any(n.startswith("x-compactor") for n in raw_names)  # the marker stays inside
     assert r.headers["X-Pulsar-Message-ID"] == f"{sent.ledger_id()}:{sent.entry_id()}"
     assert json.loads(r.headers["X-Pulsar-PROPERTY"]) == {"color": "Red", "Mixed-Case": "v"}
     assert r.headers["X-Pulsar-event-time"] == "1970-01-01T00:00:01.234Z"
