@@ -27,6 +27,7 @@ from api.routes import (
     health,
     integrity,
     lookup,
+    message_by_id,
     messages,
     metrics,
     namespaces,
@@ -228,6 +229,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(broker_stats.router)
     app.include_router(lookup.router)
     app.include_router(non_persistent.router)
+    app.include_router(message_by_id.router)
     app.include_router(fallback.router)
     install_openapi(
         app,

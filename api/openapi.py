@@ -379,8 +379,7 @@ def _partition_bounds(doc: dict[str, Any], max_partitions: int) -> None:
             for param in op.get("parameters", ()):
                 if param.get("in") == "path" and param["name"] == "topic":
                     param["schema"] = {**param["schema"], "maxLength": room}
-            body = op["requestBody"]["content"]["application/json"]
-            body["schema"] = {
+            count: dict[str, Any] = {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": max_partitions,
@@ -388,3 +387,26 @@ def _partition_bounds(doc: dict[str, Any], max_partitions: int) -> None:
                 "description": f"The number of partitions (at most {max_partitions}: "
                 "COMPACTOR_MAX_PARTITIONS_PER_TOPIC)",
             }
+            schema = count
+            if method == "put":
+                # A create takes Pulsar's PartitionedTopicMetadata too (api.routes.partitions),
+                # under either of its media types.
+                schema = {"anyOf": [count, _partitioned_metadata(count)]}
+            for body in op["requestBody"]["content"].values():
+                body["schema"] = schema
+
+
+def _partitioned_metadata(count: dict[str, Any]) -> dict[str, Any]:
+    """``api.schemas.PartitionedTopicMetadataIn`` with the service's bound on the count."""
+    props = {
+        "type": "object",
+        "maxProperties": 256,
+        "propertyNames": {"minLength": 1, "maxLength": 256},
+        "additionalProperties": {"type": "string", "maxLength": 4096},
+    }
+    return {
+        "title": "PartitionedTopicMetadata",
+        "type": "object",
+        "properties": {"partitions": count, "properties": _nullable(props)},
+        "required": ["partitions"],
+    }

@@ -128,6 +128,34 @@ class LookupOut(BaseModel):
     brokerUrlSsl: str = ""
 
 
+# A partition count: at least one, a Java int (Pulsar's field); the service's own limit is
+# COMPACTOR_MAX_PARTITIONS_PER_TOPIC (400 above it).
+PartitionCount = Annotated[int, Field(ge=1, le=2**31 - 1, description="The number of partitions")]
+# A property of a partitioned topic: Pulsar bounds neither, the request size limit does; these
+# bounds keep one row of metadata small.
+_PropertyName = Annotated[str, Field(min_length=1, max_length=256)]
+_PropertyValue = Annotated[str, Field(max_length=4096)]
+
+
+class PartitionedTopicMetadataIn(BaseModel):
+    """Pulsar's ``PartitionedTopicMetadata`` as its admin clients send it to create a partitioned
+    topic with properties (Java's with ``application/vnd.partitioned-topic-metadata+json``, Go's
+    pulsaradmin always); other fields it has (``deleted``) are ignored, as Pulsar ignores them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    partitions: PartitionCount
+    properties: Annotated[dict[_PropertyName, _PropertyValue], Field(max_length=256)] | None = None
+
+
+class PartitionedTopicMetadataOut(BaseModel):
+    """A partitioned topic's metadata as Pulsar answers it: ``partitions`` (0 for any other
+    name), and ``properties`` when it was created with some."""
+
+    partitions: int
+    properties: dict[str, str] | None = None
+
+
 class Health(BaseModel):
     status: str  # "ok" or "degraded"
     reason: str | None = None  # why it is degraded

@@ -8,7 +8,8 @@ TLS port it is uvicorn's own ``run``, as before: HTTP, or HTTPS on the one port 
 is given (the way this service has always turned TLS on).
 
 Every server uses :class:`TlsHttpProtocol`, which gives the app a TLS connection's client
-certificate in the scope (``api.tls``).
+certificate in the scope (``api.tls``), and writes Pulsar's ``X-Pulsar-*`` response header names
+in Pulsar's case (``api.header_case``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.lifespan.on import LifespanOn
 
+from api.header_case import PulsarHeaderCase
 from api.tls import peer_certificate
 from service.settings import Settings
 from service.tls import server_context
@@ -61,6 +63,8 @@ class TlsHttpProtocol(_AutoHttp):
         super().connection_made(transport)
         if transport.get_extra_info("sslcontext") is not None:
             self.app = _with_tls(self.app, peer_certificate(transport))
+        # Pulsar's case of X-Pulsar-* header names, which a Pulsar client matches by case.
+        self.transport = PulsarHeaderCase(transport)  # type: ignore[assignment]
 
 
 ContextFactory = Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]

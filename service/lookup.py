@@ -1,9 +1,17 @@
 """Pulsar's topic lookup, one verb for both edges (the binary protocol's ``LOOKUP`` and the
 REST path ``/lookup/v2/topic/...``): the URLs a client is sent to for a topic.
 
-The owner answers: this instance for a topic it holds, takes now, or that does not exist yet
-(a topic is created where its first producer or consumer is); with several instances, the one
-holding the topic's lease. A client may name an advertised listener
+The owner answers: this instance for a topic it holds, takes now, or that does not exist yet;
+with several instances, the one holding the topic's lease.
+
+A lookup of a topic that does not exist yet, in a namespace that does, creates it here as a
+producer or consumer would (``service.auto_topics``: ``allowAutoTopicCreation``; a partition of a
+partitioned topic whatever it says), so that the topic an admin tool or a client has just looked
+up is there for its next call; with auto-creation off the lookup is refused as Pulsar refuses it
+(the topic not found). The name of a partitioned topic is answered, never created (its
+partitions are the topics). A namespace that does not exist is not found, whatever the topic.
+Pulsar 4.0.7 answers the same lookups without creating the topic: it appears with its first
+producer or consumer there, which are served here as before. A client may name an advertised listener
 (:mod:`service.listeners`): a name the service does not have is refused (``UnknownListener``),
 and one it has is answered by the owner itself, since only the owner knows its listeners' URLs
 (``NotOwner``: the binary protocol redirects the client to the owner, REST answers 307).
@@ -13,9 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.auto_topics import topic_for_use
 from service.errors import NotFound, NotOwner, UnknownListener
 from service.listeners import unknown_listener_reason
 from service.names import TopicName
+from service.partitions import PartitionedTopics
+from service.tenants import TenantService
 from service.topics import Broker
 
 
@@ -30,7 +41,13 @@ class Lookup:
 
 
 def lookup_topic(
-    *, broker: Broker, name: TopicName, listener: str | None = None, persistent: bool = True
+    *,
+    broker: Broker,
+    tenants: TenantService,
+    partitioned: PartitionedTopics,
+    name: TopicName,
+    listener: str | None = None,
+    persistent: bool = True,
 ) -> Lookup:
     """The owner's URLs for ``name``, those of the advertised listener ``listener`` if one is
     named. ``UnknownListener`` for a listener the service does not have; ``NotOwner`` when a
@@ -46,9 +63,9 @@ def lookup_topic(
             raise UnknownListener(unknown_listener_reason(listener, list(settings.advertised_listeners)))
     try:
         if persistent:
-            broker.topic(name)
-    except NotFound:
-        pass  # not created yet: it will be here, where its first producer or consumer is
+            _existing_or_created(broker, tenants, partitioned, name)
+        else:
+            tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
     except NotOwner as e:
         if chosen is not None:
             raise  # the owner answers for its own listeners
@@ -60,3 +77,26 @@ def lookup_topic(
     # the TLS one, any other the plain one (pulsar-client-cpp's lookup services choose so).
     tls = settings.broker_service_url_tls
     return Lookup(settings.advertised_url, settings.broker_service_url, tls, https)
+
+
+def _existing_or_created(
+    broker: Broker, tenants: TenantService, partitioned: PartitionedTopics, name: TopicName
+) -> None:
+    """The persistent topic ``name`` exists once this returns (or is a partitioned topic's
+    name); ``NotFound`` for a namespace that does not exist, or a topic auto-creation may not
+    make; ``NotOwner`` when another instance owns it."""
+    try:
+        broker.topic(name)
+        return
+    except NotFound:
+        pass
+    tenants.require_namespace(tenant=name.tenant, namespace=name.namespace)
+    if partitioned.get(name) is not None:
+        return
+    topic_for_use(
+        broker=broker,
+        tenants=tenants,
+        partitioned=partitioned,
+        name=name,
+        create=broker.settings.allow_auto_topic_creation,
+    )

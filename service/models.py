@@ -325,6 +325,9 @@ class PartitionedTopic(Base):
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     partitions: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[int] = mapped_column(BigInteger)
+    # The properties it was created with, a JSON object of strings read and written whole (NULL:
+    # created without any, as Pulsar's metadata then has none).
+    properties: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class WalChunk(Base):

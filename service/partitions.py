@@ -9,7 +9,8 @@ name (``<base>-partition-<i>``) is a topic only as partition ``i`` of the partit
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -33,6 +34,8 @@ Forward = Callable[[TopicName, str, list[int]], list[Position]]
 class PartitionedTopic:
     name: TopicName
     partitions: int
+    # What it was created with (Pulsar's PartitionedTopicMetadata.properties); None: none given.
+    properties: Mapping[str, str] | None = None
 
     def partition_names(self) -> list[TopicName]:
         return [partition(self.name, i) for i in range(self.partitions)]
@@ -64,7 +67,10 @@ class PartitionedTopics:
     def get(self, name: TopicName) -> PartitionedTopic | None:
         with self.db.session() as s:
             row = s.get(models.PartitionedTopic, (name.tenant, name.namespace, name.topic))
-            return PartitionedTopic(name, row.partitions) if row is not None else None
+            if row is None:
+                return None
+            props = json.loads(row.properties) if row.properties is not None else None
+            return PartitionedTopic(name, row.partitions, props)
 
     def require(self, name: TopicName) -> PartitionedTopic:
         found = self.get(name)
@@ -154,9 +160,11 @@ class PartitionedTopics:
 
     # ------------------------------------------------------------------ changing
 
-    def create(self, name: TopicName, n: int) -> PartitionedTopic:
+    def create(
+        self, name: TopicName, n: int, properties: Mapping[str, str] | None = None
+    ) -> PartitionedTopic:
         """Create a partitioned topic of ``n`` partitions, and its partitions (409 when the name
-        is taken by a topic of either kind)."""
+        is taken by a topic of either kind), keeping the ``properties`` given with it."""
         self._check_count(name, n)
         if partition_of(name) is not None:
             raise Conflict(
@@ -174,11 +182,12 @@ class PartitionedTopics:
                         name=name.topic,
                         partitions=n,
                         created_at=now_ms(),
+                        properties=json.dumps(dict(properties)) if properties is not None else None,
                     )
                 )
         except IntegrityError:
             raise Conflict(f"partitioned topic {name} already exists") from None
-        created = PartitionedTopic(name, n)
+        created = PartitionedTopic(name, n, properties)
         self._create_partitions(created, 0)
         return created
 
@@ -195,7 +204,8 @@ class PartitionedTopics:
             if n <= before:
                 raise Conflict(f"{name} has {before} partitions: the count only grows (asked {n})")
             row.partitions = n
-        grown = PartitionedTopic(name, n)
+            props = json.loads(row.properties) if row.properties is not None else None
+        grown = PartitionedTopic(name, n, props)
         self._create_partitions(grown, before)
         return grown
 

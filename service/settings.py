@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     allow_auto_topic_creation: bool = Field(
         default=True,
         description="Create a topic on its first use by a producer or consumer of the binary protocol, "
-        "in a namespace that exists (Pulsar's allowAutoTopicCreation).",
+        "or a lookup of it (HTTP or binary), in a namespace that exists (Pulsar's allowAutoTopicCreation).",
     )
     enable_non_persistent_topics: bool = Field(
         default=True,

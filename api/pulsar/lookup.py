@@ -4,7 +4,15 @@ A ``non-persistent://`` topic is looked up as a persistent one is (the same perm
 it is never partitioned here (its partitioned metadata answers 0) and is served where it is
 asked for. GET_TOPICS_OF_NAMESPACE answers each of Pulsar's modes: PERSISTENT the namespace's
 persistent topics (partitions by their names), NON_PERSISTENT the non-persistent topics served
-now, ALL both (what a pattern consumer's ``RegexSubscriptionMode`` asks for).
+now, ALL both (what a pattern consumer's ``RegexSubscriptionMode`` asks for). A namespace that does
+not exist has no topics: an empty list in every mode (Pulsar 4.0.7 answers so in the PERSISTENT
+mode, the one the Go client's and, by default, the Java client's pattern consumers ask for, and
+MetadataError in the others), so that a pattern consumer may subscribe before its namespace has
+topics, or exists.
+
+LOOKUP of a topic that does not exist yet, in a namespace that does, creates it where
+``allowAutoTopicCreation`` lets producers and consumers create topics (``service.lookup``);
+with it off, and for a namespace that does not exist, the answer is Pulsar's TopicNotFound.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from api.pulsar.errors import ProtocolError, server_error
 from api.pulsar.framing import Frame
 from api.pulsar.non_persistent import topic_name as non_persistent_name
 from service.authorization import Rule
-from service.errors import NotOwner, ServiceError, UnknownListener
+from service.errors import NotFound, NotOwner, ServiceError, UnknownListener
 from service.lookup import lookup_topic
 from service.names import TopicName, check_part
 from service.non_persistent import is_non_persistent
@@ -68,6 +76,8 @@ async def lookup(conn: PulsarConnection, frame: Frame) -> None:
             found = await conn.call(
                 lookup_topic,
                 broker=conn.ctx.broker,
+                tenants=conn.ctx.tenants,
+                partitioned=conn.ctx.partitioned,
                 name=name,
                 listener=req.advertised_listener_name,
                 persistent=not is_non_persistent(req.topic),
@@ -126,9 +136,14 @@ async def topics_of_namespace(conn: PulsarConnection, frame: Frame) -> None:
                 namespace=namespace,
                 topic=None,
             )
-        await conn.call(conn.ctx.tenants.require_namespace, tenant=tenant, namespace=namespace)
-        mode = req.mode
         topics: list[str] = []
+        try:
+            await conn.call(conn.ctx.tenants.require_namespace, tenant=tenant, namespace=namespace)
+        except NotFound:
+            # None: an empty list (see the module's note), whatever the mode.
+            conn.send(pb.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, request_id=request_id, topics=topics)
+            return
+        mode = req.mode
         if mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
             topics += await conn.call(conn.ctx.broker.list_topics, tenant, namespace)
         if mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:

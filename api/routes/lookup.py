@@ -10,7 +10,8 @@ clients, which fail a lookup without it). A Pulsar client given an ``http://`` s
 asks the partitioned metadata (``api.routes.partitions``), then this, then connects to
 ``brokerUrl``. The answer is the binary protocol's ``LOOKUP``'s (``service.lookup``): the owner
 with several instances, the advertised listener named by ``listenerName`` (or the
-``X-Pulsar-ListenerName`` header) if one is.
+``X-Pulsar-ListenerName`` header) if one is. A topic that does not exist yet, in a namespace
+that does, is created by the lookup where auto-creation is on (``service.lookup``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query
 from fastapi.concurrency import run_in_threadpool
 
-from api.deps import BrokerDep, CanLookup, TopicDep
+from api.deps import BrokerDep, CanLookup, PartitionedDep, TenantsDep, TopicDep
 from api.schemas import ErrorOut, LookupOut
 from service.lookup import lookup_topic
 
@@ -40,7 +41,11 @@ LISTENER = "Name of an advertised listener (COMPACTOR_ADVERTISED_LISTENERS): its
             "lookup at the owner (Location), which knows its listeners",
             "model": ErrorOut,
         },
-        404: {"description": "The advertised listener named is not one of the service's"},
+        404: {
+            "description": "The namespace does not exist; the topic does not and auto-creation "
+            "(COMPACTOR_ALLOW_AUTO_TOPIC_CREATION) is off; or the advertised listener named is not "
+            "one of the service's"
+        },
     },
 )
 async def lookup(
@@ -49,6 +54,8 @@ async def lookup(
     domain: Literal["persistent", "non-persistent"],
     name: TopicDep,
     broker: BrokerDep,
+    tenants: TenantsDep,
+    partitioned: PartitionedDep,
     authoritative: bool = Query(False, description="Accepted as Pulsar's; ownership decides the answer"),
     listenerName: Annotated[str | None, Query(max_length=256, description=LISTENER)] = None,  # noqa: N803
     listener_header: Annotated[
@@ -58,6 +65,8 @@ async def lookup(
     found = await run_in_threadpool(
         lookup_topic,
         broker=broker,
+        tenants=tenants,
+        partitioned=partitioned,
         name=name,
         listener=listenerName or listener_header,
         persistent=domain == "persistent",

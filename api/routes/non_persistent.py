@@ -44,6 +44,20 @@ async def list_topics(
     return topics.list(tenant, namespace)
 
 
+@router.get(
+    "/{tenant}/{namespace}/partitioned",
+    response_model=list[str],
+    dependencies=[CanListTopics],
+    responses={404: {"description": "No such namespace", "model": ErrorOut}},
+)
+async def list_partitioned(tenant: str, namespace: str, tenants: TenantsDep) -> list[str]:
+    """The namespace's partitioned non-persistent topics: none (a non-persistent topic is never
+    partitioned here). Pulsar's admin clients ask it beside the persistent list."""
+    tenant, namespace = check_part("tenant", tenant), check_part("namespace", namespace)
+    await run_in_threadpool(tenants.require_namespace, tenant=tenant, namespace=namespace)
+    return []
+
+
 @router.get("/{tenant}/{namespace}/{topic}/stats", dependencies=[CanLookup], responses=NOT_LOADED)
 async def topic_stats(name: TopicDep, topics: NonPersistentDep) -> dict[str, Any]:
     """Pulsar's ``NonPersistentTopicStats``: rates (per second, over the last minute), counters,

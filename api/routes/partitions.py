@@ -8,6 +8,7 @@ from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
+from pydantic import Discriminator, Tag
 
 from api.deps import (
     AuthorizationDep,
@@ -26,6 +27,7 @@ from api.deps import (
 from api.peers import Peers
 from api.routes.subscriptions import topic_stats_json
 from api.routes.topics import internal_stats_json
+from api.schemas import PartitionCount, PartitionedTopicMetadataIn, PartitionedTopicMetadataOut
 from service.errors import NotOwner
 from service.names import TopicName, check_part
 from service.stats import internal_stats
@@ -36,6 +38,16 @@ router = APIRouter(prefix="/admin/v2/persistent", tags=["partitioned topics"])
 
 # The partition count, a bare JSON integer as Pulsar's admin sends it.
 Count = Annotated[int, Body(ge=1, le=2**31 - 1, description="The number of partitions")]
+# What a create sends: the bare count (Java's admin without properties), or Pulsar's
+# PartitionedTopicMetadata (Java's with properties, Go's pulsaradmin always), under either
+# content type (application/json or Pulsar's application/vnd.partitioned-topic-metadata+json).
+CreateBody = Annotated[
+    Annotated[PartitionCount, Tag("count")] | Annotated[PartitionedTopicMetadataIn, Tag("metadata")],
+    # An object is the metadata, anything else the count: a bad body's reason names one of them.
+    Discriminator(lambda v: "metadata" if isinstance(v, dict | PartitionedTopicMetadataIn) else "count"),
+    Body(description='The number of partitions, or {"partitions": n, "properties": {...}}'),
+]
+METADATA_MEDIA_TYPE = "application/vnd.partitioned-topic-metadata+json"
 
 
 @router.get("/{tenant}/{namespace}/partitioned", response_model=list[str], dependencies=[CanListTopics])
@@ -53,10 +65,21 @@ def list_partitioned(
     status_code=204,
     response_class=Response,
     dependencies=[TenantAdmin],
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                METADATA_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/PartitionedTopicMetadataIn"}}
+            }
+        }
+    },
 )
-def create_partitioned(name: TopicDep, partitioned: PartitionedDep, n: Count) -> Response:
-    """Create a partitioned topic and its partitions (409 when the name is taken)."""
-    partitioned.create(name, n)
+def create_partitioned(name: TopicDep, partitioned: PartitionedDep, body: CreateBody) -> Response:
+    """Create a partitioned topic and its partitions (409 when the name is taken), with the
+    properties given (returned by ``GET .../partitions``)."""
+    if isinstance(body, PartitionedTopicMetadataIn):
+        partitioned.create(name, body.partitions, body.properties)
+    else:
+        partitioned.create(name, body)
     return Response(status_code=204)
 
 
@@ -72,7 +95,12 @@ def grow_partitioned(name: TopicDep, partitioned: PartitionedDep, n: Count) -> R
     return Response(status_code=204)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/partitions", dependencies=[CanLookup])
+@router.get(
+    "/{tenant}/{namespace}/{topic}/partitions",
+    dependencies=[CanLookup],
+    response_model=PartitionedTopicMetadataOut,
+    response_model_exclude_none=True,
+)
 def get_partitions(
     name: TopicDep,
     partitioned: PartitionedDep,
@@ -81,10 +109,15 @@ def get_partitions(
         description="Accepted as Pulsar's; topics are auto-created non-partitioned, so it changes nothing",
     ),
     authoritative: bool = Query(False, description="Accepted as Pulsar's; changes nothing"),
-) -> dict[str, int]:
-    """``{"partitions": N}``; 0 for a plain topic or a name that is neither (as Pulsar). A
-    Pulsar client given an ``http://`` service URL asks this before it looks a topic up."""
-    return {"partitions": partitioned.partitions(name)}
+) -> PartitionedTopicMetadataOut:
+    """``{"partitions": N}``, with the ``properties`` it was created with if any; 0 for a plain
+    topic or a name that is neither (as Pulsar). A Pulsar client given an ``http://`` service
+    URL asks this before it looks a topic up."""
+    found = partitioned.get(name)
+    if found is None:
+        return PartitionedTopicMetadataOut(partitions=0)
+    props = dict(found.properties) if found.properties is not None else None
+    return PartitionedTopicMetadataOut(partitions=found.partitions, properties=props)
 
 
 @router.delete(

@@ -17,6 +17,7 @@ from api.deps import (
     TenantsDep,
     TopicDep,
 )
+from service.errors import NotFound
 from service.names import check_part
 from service.stats import InternalStats, internal_stats
 
@@ -43,11 +44,19 @@ def list_namespace_topics(
     ),
     includeSystemTopic: bool = Query(False, description="Accepted as Pulsar's; there are none"),  # noqa: N803
 ) -> list[str]:
-    """The namespace's topics (partitions by their names), as Pulsar's; 404 for a namespace that
-    does not exist. A Pulsar client given an ``http://`` service URL asks this for a pattern
-    (regex) subscription, with the mode of its ``RegexSubscriptionMode``."""
+    """The namespace's topics (partitions by their names), as Pulsar's. A Pulsar client given an
+    ``http://`` service URL asks this for a pattern (regex) subscription, with the mode of its
+    ``RegexSubscriptionMode``; Pulsar's admin clients ask it for a namespace's topics.
+
+    A namespace that does not exist has none: an empty list, as the binary protocol's
+    GET_TOPICS_OF_NAMESPACE answers (Pulsar 4.0.7 answers so over the wire in the PERSISTENT
+    mode, and 404 here: a pattern consumer then subscribes over either, and finds the topics
+    once the namespace has some)."""
     tenant, namespace = check_part("tenant", tenant), check_part("namespace", namespace)
-    tenants.require_namespace(tenant=tenant, namespace=namespace)
+    try:
+        tenants.require_namespace(tenant=tenant, namespace=namespace)
+    except NotFound:
+        return []
     names = [] if mode == "NON_PERSISTENT" else broker.list_topics(tenant, namespace)
     if mode != "PERSISTENT":
         # From a worker thread: list() copies the event loop's keys in one step first.

@@ -52,6 +52,10 @@ SCENARIOS = (
     # Judged in test_go_java_termination.py.
     "terminate",
     "quotas",
+    # Judged in test_go_java_admin.py.
+    "adminpartitions",
+    "adminmessages",
+    "adminlookup",
 )
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240

@@ -175,6 +175,7 @@ def _path(template: str, rule: Rule) -> str:
         role="someone",
         timestamp=0,
         ledger_id=1,
+        entry_id=0,
         version=0,
     )
 

@@ -80,6 +80,9 @@ public final class Scenarios {
         SCENARIOS.put("reconnect", ClientFacts::reconnect);
         SCENARIOS.put("terminate", Termination::terminate);
         SCENARIOS.put("quotas", Termination::quotas);
+        SCENARIOS.put("adminpartitions", AdminScenarios::partitions);
+        SCENARIOS.put("adminmessages", AdminScenarios::messages);
+        SCENARIOS.put("adminlookup", AdminScenarios::lookup);
     }
 
     final PulsarClient client;
@@ -632,7 +635,7 @@ public final class Scenarios {
         return "persistent://public/default/java-" + what + "-" + run;
     }
 
-    private Producer<byte[]> batchedProducer(String topic, int size) throws Exception {
+    Producer<byte[]> batchedProducer(String topic, int size) throws Exception {
         // Batches of `size`, and no publish delay that could cut one short: a flush sends the rest.
         return client.newProducer()
                 .topic(topic)
