@@ -1,22 +1,30 @@
 """A durable subscription's consumer on the wire (``WireConsumer``): it receives through
 ``SubscriptionService.receive``, so the subscription's position, acknowledgements and dispatcher
 are the ones REST consumers share. Ack timeouts and negative-ack delays are the client's (it
-sends REDELIVER with the ids when due), so the service's own are off for these consumers."""
+sends REDELIVER with the ids when due), so the service's own are off for these consumers.
+
+It tells the service its permits (a Shared subscription's priority levels need them) and is
+told when it becomes or stops being a Failover subscription's active consumer, which it passes
+on to its client as Pulsar's ACTIVE_CONSUMER_CHANGE (from protocol version 12, as Pulsar)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
+from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import PulsarConnection
 from api.pulsar.delivery import POLL_S, Page, WireSubscriber
 from ledger.entry import Position
 from service.errors import ServiceError
 from service.names import TopicName
 
-# How often a waiting consumer of a subscription others share looks for messages given back
-# to it (a negative ack, a consumer gone), which no append announces.
+# How often a waiting consumer of a subscription others share looks again, for what no append
+# announces (ManagedLedger.wake announces messages given back: this is the bound if one is missed).
 _SHARED_POLL_S = 0.05
+# The first protocol version whose clients take ACTIVE_CONSUMER_CHANGE (Pulsar's
+# ``Commands.peerSupportsActiveConsumerListener``).
+_ACTIVE_CONSUMER_VERSION = 12
 
 
 class WireConsumer(WireSubscriber):
@@ -38,6 +46,35 @@ class WireConsumer(WireSubscriber):
         self._detached: asyncio.Future[None] | None = None
         # Exclusive: only appends and its own redeliveries bring it messages.
         self._poll_s = _SHARED_POLL_S if shared else POLL_S
+        self._loop = asyncio.get_running_loop()
+        # ACTIVE_CONSUMER_CHANGEs due before the client was answered its SUBSCRIBE: sent after
+        # the SUCCESS (as Pulsar's broker sends them), when ``subscribed`` is called.
+        self._notes: list[bool] | None = []
+
+    def available_permits(self) -> int:
+        """What the service asks (from a worker thread) for priority levels: the permits the
+        client has granted and not yet been sent."""
+        return 0 if self.closed else max(self.permits, 0)
+
+    def active_changed(self, active: bool) -> None:
+        """From the service, with the subscription's lock held (on a worker thread): tell the
+        client whether this consumer is now its Failover subscription's active one."""
+        if self.conn.protocol_version >= _ACTIVE_CONSUMER_VERSION:
+            self._loop.call_soon_threadsafe(self._note_active, active)
+
+    def _note_active(self, active: bool) -> None:
+        if self.closed:
+            return
+        if self._notes is not None:
+            self._notes.append(active)
+            return
+        self.conn.send(pb.BaseCommand.ACTIVE_CONSUMER_CHANGE, consumer_id=self.consumer_id, is_active=active)
+
+    def subscribed(self) -> None:
+        """The client was answered its SUBSCRIBE: what it was to be told can go now."""
+        notes, self._notes = self._notes or [], None
+        for active in notes:
+            self._note_active(active)
 
     async def _fetch(self, limit: int) -> Page:
         loop = asyncio.get_running_loop()
@@ -46,6 +83,7 @@ class WireConsumer(WireSubscriber):
             while True:
                 # Before the read: an append after it ends a wait on the loop.
                 seen = None if on_thread else self._last_position()
+                wakes = None if on_thread else self._wakes()
                 delivered = await self.conn.call(
                     self.conn.ctx.subscriptions.receive,
                     self.topic,
@@ -58,7 +96,7 @@ class WireConsumer(WireSubscriber):
                 remaining = deadline - loop.time()
                 if delivered.entries or self.closed or remaining <= 0 or seen is None:
                     return Page(delivered.entries, delivered.redelivery_counts, delivered.given_back)
-                await self._wait(seen, min(remaining, self._poll_s))
+                await self._wait(seen, min(remaining, self._poll_s), wakes)
 
     async def _idle(self) -> None:
         # No permits for a while (the application is not receiving): stay attached.
@@ -79,7 +117,16 @@ class WireConsumer(WireSubscriber):
             with contextlib.suppress(ServiceError):  # already gone with its subscription or topic
                 subs.detach(topic, sub, sid)
 
-        self._detached = asyncio.get_running_loop().run_in_executor(None, detach)
+        detached = self._detached = asyncio.get_running_loop().run_in_executor(None, detach)
+        # Until it is detached, a SUBSCRIBE that reuses its id on this connection (the client
+        # reconnecting it: after a seek, or a close by the broker) waits for it to be gone.
+        closing = self.conn.closing_consumers
+        closing[self.consumer_id] = detached
+        detached.add_done_callback(
+            lambda _: (
+                closing.pop(self.consumer_id, None) if closing.get(self.consumer_id) is detached else None
+            )
+        )
 
     async def wait_closed(self) -> None:
         if self._detached is not None:
