@@ -25,6 +25,12 @@ _SHARED_POLL_S = 0.05
 # The first protocol version whose clients take ACTIVE_CONSUMER_CHANGE (Pulsar's
 # ``Commands.peerSupportsActiveConsumerListener``).
 _ACTIVE_CONSUMER_VERSION = 12
+# How long after its SUBSCRIBE's SUCCESS a new consumer is first told whether it is active. The Go
+# client (v0.19.0) registers a consumer for its connection's frames only once it has handled that
+# answer, on another goroutine, and drops a frame for it that comes sooner ("Consumer not found
+# while active consumer change"). Pulsar's broker tells the consumers of a change of the active
+# one after activeConsumerFailoverDelayTimeMillis (1 s by default).
+_JOIN_GRACE_S = 0.1
 
 
 class WireConsumer(WireSubscriber):
@@ -47,8 +53,8 @@ class WireConsumer(WireSubscriber):
         # Exclusive: only appends and its own redeliveries bring it messages.
         self._poll_s = _SHARED_POLL_S if shared else POLL_S
         self._loop = asyncio.get_running_loop()
-        # ACTIVE_CONSUMER_CHANGEs due before the client was answered its SUBSCRIBE: sent after
-        # the SUCCESS (as Pulsar's broker sends them), when ``subscribed`` is called.
+        # ACTIVE_CONSUMER_CHANGEs due before the client registered the consumer: sent after the
+        # SUCCESS (as Pulsar's broker sends them), see ``subscribed``.
         self._notes: list[bool] | None = []
 
     def available_permits(self) -> int:
@@ -71,7 +77,11 @@ class WireConsumer(WireSubscriber):
         self.conn.send(pb.BaseCommand.ACTIVE_CONSUMER_CHANGE, consumer_id=self.consumer_id, is_active=active)
 
     def subscribed(self) -> None:
-        """The client was answered its SUBSCRIBE: what it was to be told can go now."""
+        """The client was answered its SUBSCRIBE: what it is to be told goes once it has
+        registered the consumer (``_JOIN_GRACE_S``)."""
+        self._loop.call_later(_JOIN_GRACE_S, self._flush_notes)
+
+    def _flush_notes(self) -> None:
         notes, self._notes = self._notes or [], None
         for active in notes:
             self._note_active(active)

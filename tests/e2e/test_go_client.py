@@ -58,6 +58,10 @@ SCENARIOS = (
     "lastid",
     "http",
     "compression",
+    # Judged in test_go_java_dispatch.py.
+    "activelistener",
+    "reseek",
+    "nackdelay",
 )
 # Past the program's own limits (150 s for the longest scenario): a program that hangs anyway.
 RUN_TIMEOUT_S = 240

@@ -37,7 +37,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 PROJECT = Path(__file__).resolve().parents[1] / "java"
 JAR = "java-client-e2e.jar"
-SCENARIOS = ("produce", "consume", "compacted", "schema", "partitions", "seek")
+SCENARIOS = (
+    "produce",
+    "consume",
+    "compacted",
+    "schema",
+    "partitions",
+    "seek",
+    # Judged in test_go_java_dispatch.py.
+    "priority",
+    "activelistener",
+    "nackdelay",
+)
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240
 _WARNING = re.compile(r"\b(WARN|ERROR)\b")

@@ -54,10 +54,10 @@ import org.apache.pulsar.client.api.schema.GenericRecord;
  */
 public final class Scenarios {
 
-    private static final ObjectMapper JSON = new ObjectMapper();
+    static final ObjectMapper JSON = new ObjectMapper();
     private static final Duration RECEIVE = Duration.ofSeconds(10);
     // How long "nothing more arrives" is waited for, after everything expected did arrive.
-    private static final int QUIET_MS = 500;
+    static final int QUIET_MS = 500;
 
     interface Scenario {
         void run(Scenarios s, ObjectNode out) throws Exception;
@@ -74,9 +74,12 @@ public final class Scenarios {
         SCENARIOS.put("schema", Scenarios::schema);
         SCENARIOS.put("partitions", Scenarios::partitions);
         SCENARIOS.put("seek", Scenarios::seek);
+        SCENARIOS.put("priority", DispatchScenarios::priority);
+        SCENARIOS.put("activelistener", DispatchScenarios::activeListener);
+        SCENARIOS.put("nackdelay", DispatchScenarios::nackDelay);
     }
 
-    private final PulsarClient client;
+    final PulsarClient client;
     private final String httpUrl;
     private final HttpClient http = HttpClient.newHttpClient();
     private final String run = UUID.randomUUID().toString().substring(0, 8);
@@ -622,7 +625,7 @@ public final class Scenarios {
         return got;
     }
 
-    private String topic(String what) {
+    String topic(String what) {
         return "persistent://public/default/java-" + what + "-" + run;
     }
 
@@ -646,7 +649,7 @@ public final class Scenarios {
                 .subscribe();
     }
 
-    private <T> Message<T> receive(Consumer<T> c) throws Exception {
+    <T> Message<T> receive(Consumer<T> c) throws Exception {
         Message<T> m = c.receive((int) RECEIVE.toMillis(), TimeUnit.MILLISECONDS);
         if (m == null) {
             throw new AssertionError("no message in " + RECEIVE + " on " + c.getTopic());
