@@ -66,7 +66,9 @@ class WireConsumer(WireSubscriber):
         """From the service, with the subscription's lock held (on a worker thread): tell the
         client whether this consumer is now its Failover subscription's active one."""
         if self.conn.protocol_version >= _ACTIVE_CONSUMER_VERSION:
-            self._loop.call_soon_threadsafe(self._note_active, active)
+            # The loop is closed only when the listener stops: nothing is left to tell then.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._note_active, active)
 
     def _note_active(self, active: bool) -> None:
         if self.closed:
