@@ -134,11 +134,13 @@ class WireConsumer(WireSubscriber):
         # reconnecting it: after a seek, or a close by the broker) waits for it to be gone.
         closing = self.conn.closing_consumers
         closing[self.consumer_id] = detached
-        detached.add_done_callback(
-            lambda _: (
-                closing.pop(self.consumer_id, None) if closing.get(self.consumer_id) is detached else None
-            )
-        )
+        cid = self.consumer_id
+
+        def gone(_: object) -> None:
+            if closing.get(cid) is detached:
+                del closing[cid]
+
+        detached.add_done_callback(gone)
 
     async def wait_closed(self) -> None:
         if self._detached is not None:
