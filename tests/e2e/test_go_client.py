@@ -59,7 +59,7 @@ SCENARIOS = (
     "http",
     "compression",
     # Judged in test_go_java_dispatch.py.
-    "activelistener",
+    "listener",
     "reseek",
     "nackdelay",
 )

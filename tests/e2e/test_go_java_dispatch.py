@@ -41,7 +41,7 @@ def test_java_failover_listeners_hear_who_is_active(java: ProgramRun) -> None:  
 
 
 def test_go_failover_listeners_hear_each_partitions_active_consumer(go: ProgramRun) -> None:  # noqa: F811
-    r = go.scenario("activelistener")
+    r = go.scenario("listener")
     # Two partitions, consumers "a" and "b": partition i goes to the i-th by name.
     assert r["before"] == {"a": {"0": "active", "1": "inactive"}, "b": {"0": "inactive", "1": "active"}}
     # "a" closes: "b" becomes active on partition 0 too.

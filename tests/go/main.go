@@ -25,22 +25,22 @@ import (
 type scenario func(s *session, out *result) error
 
 var scenarios = map[string]scenario{
-	"produce":        produce,
-	"shared":         shared,
-	"keyshared":      keyShared,
-	"failover":       failover,
-	"redelivery":     redelivery,
-	"reader":         reader,
-	"compacted":      compacted,
-	"seek":           seek,
-	"schema":         schemas,
-	"partitions":     partitions,
-	"lastid":         lastID,
-	"http":           httpURL,
-	"compression":    compression,
-	"activelistener": activeListener,
-	"reseek":         reseek,
-	"nackdelay":      nackDelay,
+	"produce":     produce,
+	"shared":      shared,
+	"keyshared":   keyShared,
+	"failover":    failover,
+	"redelivery":  redelivery,
+	"reader":      reader,
+	"compacted":   compacted,
+	"seek":        seek,
+	"schema":      schemas,
+	"partitions":  partitions,
+	"lastid":      lastID,
+	"http":        httpURL,
+	"compression": compression,
+	"listener":    activeListener,
+	"reseek":      reseek,
+	"nackdelay":   nackDelay,
 }
 
 // Seconds a scenario may take from the start of the run (60 unless named here): the compaction
