@@ -164,6 +164,12 @@ def deliver_shared(
     room = max_unacked - dispatcher.unacked(consumer.consumer_id) if max_unacked else limit
     if room <= 0:
         return Delivery([])
+    if (
+        consumer.priority_level > dispatcher.top_level
+        and not dispatcher.key_shared
+        and _higher_level_can_take(state, dispatcher, consumer.priority_level, max_unacked)
+    ):
+        return Delivery([])
     policy = consumer.dead_letter
     if policy is not None and dispatcher.replay:
         over = dispatcher.over_redelivered(state, policy.max_redeliver_count, 1000)
@@ -190,6 +196,22 @@ def deliver_shared(
             )
         state.topic.messages_out.add(len(entries))
     return Delivery(entries, counts if any(counts) else None)
+
+
+def _higher_level_can_take(state: Subscription, dispatcher: Dispatcher, level: int, max_unacked: int) -> bool:
+    """Whether a consumer of a priority level above ``level`` can take messages now: it has
+    permits and is not held at its bound of unacknowledged messages (Pulsar's
+    ``isConsumerAvailable``). Pulsar's Shared dispatcher then gives them to it, round robin
+    among its level, and to a lower level only when no consumer above can take any
+    (``getNextConsumer``). Key_Shared routes by key alone: its selector knows no levels."""
+    for c in state.consumers.values():
+        if (
+            c.priority_level < level
+            and c.available_permits() > 0
+            and (not max_unacked or dispatcher.unacked(c.consumer_id) < max_unacked)
+        ):
+            return True
+    return False
 
 
 def _dead_letter(

@@ -203,16 +203,22 @@ class Dispatcher:
         # Pages delivered under an ack timeout, per consumer, oldest first.
         self.timeouts: dict[str, deque[tuple[float, list[Key]]]] = {}
         self.chunks = ChunkAssignor()
+        # The consumers' priority levels (how many at each), and the highest (lowest number):
+        # a Shared consumer below it takes messages only when no consumer above it can.
+        self.levels: Counter[int] = Counter()
+        self.top_level = 0
 
     # ------------------------------------------------------------ consumers
 
-    def add_consumer(self, consumer_id: str) -> None:
+    def add_consumer(self, consumer_id: str, priority_level: int = 0) -> None:
         if self.selector is not None:
             self.selector.add(consumer_id)
         self.outstanding[consumer_id] = {}
         self.timeouts[consumer_id] = deque()
+        self.levels[priority_level] += 1
+        self.top_level = min(self.levels)
 
-    def remove_consumer(self, state: SubscriptionState, consumer_id: str) -> None:
+    def remove_consumer(self, state: SubscriptionState, consumer_id: str, priority_level: int = 0) -> None:
         """Its pending messages go back to be delivered to the others."""
         self.redeliver(state, consumer_id)
         if self.selector is not None:
@@ -220,6 +226,11 @@ class Dispatcher:
         self.outstanding.pop(consumer_id, None)
         self.timeouts.pop(consumer_id, None)
         self.chunks.remove_consumer(consumer_id)
+        if self.levels[priority_level] > 0:
+            self.levels[priority_level] -= 1
+            if not self.levels[priority_level]:
+                del self.levels[priority_level]
+        self.top_level = min(self.levels, default=0)
 
     def unacked(self, consumer_id: str) -> int:
         return len(self.outstanding.get(consumer_id, ()))

@@ -178,20 +178,33 @@ class LedgerReads(SealedLedgerFiles):
             size += info.size_bytes * n // info.entries
         return entries, size
 
-    def wait_for_entries(self, after: Position, timeout: float) -> bool:
-        """Block until an entry after ``after`` is readable or ``timeout`` seconds pass."""
+    def wait_for_entries(self, after: Position, timeout: float, wakes: int | None = None) -> bool:
+        """Block until an entry after ``after`` is readable or ``timeout`` seconds pass; or,
+        given ``wakes`` (``self.wakes`` read before the caller looked), until ``wake`` is called."""
         with self._appended:
             return self._appended.wait_for(
-                lambda: self._closed or (self.last_position() or Position(-1, -1)) > after, timeout
+                lambda: (
+                    self._closed
+                    or (wakes is not None and self.wakes != wakes)
+                    or (self.last_position() or Position(-1, -1)) > after
+                ),
+                timeout,
             )
 
-    def on_entry_after(self, after: Position, callback: Callable[[], None]) -> Callable[[], None]:
+    def on_entry_after(
+        self, after: Position, callback: Callable[[], None], wakes: int | None = None
+    ) -> Callable[[], None]:
         """``wait_for_entries`` for a waiter that holds no thread (the binary protocol's
         consumers, on the event loop): ``callback()`` is called once, now or from the thread
-        that appends, when an entry after ``after`` is readable or the ledger closes. It must
-        not block (it runs under the ledger's lock). Returns a function that cancels it."""
+        that appends (or wakes), when an entry after ``after`` is readable, ``wake`` is called
+        (``wakes`` as in ``wait_for_entries``) or the ledger closes. It must not block (it runs
+        under the ledger's lock). Returns a function that cancels it."""
         with self._lock:
-            ready = self._closed or (self.last_position() or Position(-1, -1)) > after
+            ready = (
+                self._closed
+                or (wakes is not None and self.wakes != wakes)
+                or (self.last_position() or Position(-1, -1)) > after
+            )
             if not ready:
                 self._watchers.append(callback)
         if ready:
@@ -202,6 +215,15 @@ class LedgerReads(SealedLedgerFiles):
                 self._watchers.remove(callback)
 
         return cancel
+
+    def wake(self) -> None:
+        """End the waits of the topic's consumers that wait for an append, as an append would:
+        messages were given back to be delivered again (a negative acknowledgement, a
+        redelivery, a consumer gone), which no append announces. Each looks again once."""
+        with self._lock:
+            self.wakes += 1
+            self._appended.notify_all()
+            self._wake_watchers_locked()
 
     def _wake_watchers_locked(self) -> None:
         if self._watchers:

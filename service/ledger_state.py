@@ -68,6 +68,9 @@ class LedgerState:
         self._appended = threading.Condition(self._lock)
         # Called (once each) when entries become readable: waiters that hold no thread.
         self._watchers: list[Callable[[], None]] = []
+        # How often waiters were woken for something other than an append (``wake``): a waiter
+        # that read it before looking for messages also ends its wait on a change of it.
+        self.wakes = 0
         self._shared = shared
         self._files = shared.files
         self._backlog = shared.backlog

@@ -4,9 +4,15 @@ acknowledgements, redelivery and seeks.
 
 A subscription's type is fixed by its first consumer and holds while it has consumers (then
 the next first consumer chooses again), as in Pulsar. Exclusive has one consumer; Failover
-has several, of which one is active (the first by priority level, then name) and the others
-wait; both deliver through the rewinding cursor of ``service.subscriptions``. Shared and Key_Shared deliver to
-several consumers through ``service.dispatchers.Dispatcher``.
+has several, of which one is active (chosen as Pulsar chooses it: ``service.failover``) and the
+others wait, each told when it becomes or stops being the active one; both deliver through the
+rewinding cursor of ``service.subscriptions``. Shared and Key_Shared deliver to several
+consumers through ``service.dispatchers.Dispatcher``; a Shared subscription gives messages to
+the consumers of the highest priority level that can take them first (``deliveries``).
+
+Whatever gives messages back to be delivered again (a negative acknowledgement, a redelivery, a
+consumer gone, a new active consumer) wakes the topic's waiting receives at once
+(``ManagedLedger.wake``): they would otherwise see it only at their next poll.
 
 As in Pulsar, ``readCompacted`` belongs to the consumer, chosen when it attaches: the
 subscription holds only the position and the acknowledgements, which consumers of either
@@ -22,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ledger.entry import Position
 from service.cursor_store import (
@@ -36,8 +42,9 @@ from service.dead_letters import make_policy
 from service.deliveries import Delivery, deliver_in_order, deliver_shared, expire_nacks
 from service.dispatchers import Dispatcher
 from service.errors import Conflict, InvalidInput, NotFound
+from service.failover import active_index
 from service.managed_topic import ManagedTopic
-from service.names import TopicName
+from service.names import TopicName, partition_of
 from service.negative_acks import DEFAULT_DELAY_MS
 from service.pending_runs import members_of
 from service.publishers import ClientInfo
@@ -136,6 +143,8 @@ class SubscriptionService:
         negative_ack_redelivery_delay_ms: int = DEFAULT_DELAY_MS,
         dead_letter: tuple[int, str | None] | None = None,
         client: ClientInfo | None = None,
+        permits_of: Callable[[], int] | None = None,
+        on_active_change: Callable[[bool], None] | None = None,
     ) -> ConsumerInfo:
         """Attach a consumer of ``subscription_type``. The first consumer fixes the type; one of
         another type gets 409 while the subscription has consumers, and so does a second
@@ -188,6 +197,8 @@ class SubscriptionService:
                 dead_letter=policy,
                 seq=self._seq,
                 client=client or ClientInfo(),
+                permits_of=permits_of,
+                on_active_change=on_active_change,
             )
             if subscription_type == EXCLUSIVE:
                 state.consumer = info
@@ -202,11 +213,12 @@ class SubscriptionService:
                 state.rewind()
                 state.read_compacted = False
             if state.dispatcher is not None:
-                state.dispatcher.add_consumer(info.consumer_id)  # 409 when no hash range is left
+                # 409 when no hash range is left
+                state.dispatcher.add_consumer(info.consumer_id, priority_level)
             state.consumers[info.consumer_id] = info
             state.type = subscription_type
             if subscription_type == FAILOVER:
-                self._elect(state)
+                self._elect(state, joined=info)
             return info
 
     def _live_type(self, state: Subscription) -> str | None:
@@ -233,7 +245,8 @@ class SubscriptionService:
         """Detach a consumer of a Failover, Shared or Key_Shared subscription."""
         state.consumers.pop(c.consumer_id, None)
         if state.dispatcher is not None:
-            state.dispatcher.remove_consumer(state, c.consumer_id)
+            state.dispatcher.remove_consumer(state, c.consumer_id, c.priority_level)
+            state.topic.ledger.wake()  # its messages go to the others now
         if not state.consumers:  # the last one: the next first consumer chooses the type again
             state.consumer = None
             state.type = None
@@ -243,15 +256,35 @@ class SubscriptionService:
             self._elect(state)
 
     @staticmethod
-    def _elect(state: Subscription) -> None:
-        """Failover: the first consumer by priority level (lower first), name, attach order is
-        the active one; when that changes, the new one gets every unacknowledged message."""
-        best = min(state.consumers.values(), key=lambda c: (c.priority_level, c.name, c.seq), default=None)
+    def _elect(state: Subscription, joined: ConsumerInfo | None = None) -> None:
+        """Failover: choose the active consumer as Pulsar does (``service.failover``); when it
+        changes, it gets every unacknowledged message, and every consumer is told whether it is
+        the active one (Pulsar's ACTIVE_CONSUMER_CHANGE); else a consumer that ``joined`` is
+        told that it is not."""
+        ordered = sorted(state.consumers.values(), key=lambda c: (c.priority_level, c.name, c.seq))
+        best = None
+        if ordered:
+            of = partition_of(state.topic.name)
+            best = ordered[
+                active_index(
+                    str(state.topic.name),
+                    -1 if of is None else of[1],
+                    [c.priority_level for c in ordered],
+                    [c.name for c in ordered],
+                )
+            ]
         if best is not state.consumer:
             state.consumer = best
             if best is not None:
                 state.read_compacted = best.read_compacted
             state.rewind()
+            state.topic.ledger.wake()  # the new active consumer may be waiting
+            told = ordered if best is not None else []
+        else:
+            told = [joined] if joined is not None else []
+        for c in told:
+            if c.on_active_change is not None:
+                c.on_active_change(c is best)
 
     def detach(self, name: TopicName, sub: str, consumer_id: str) -> None:
         state = self.get(name, sub)
@@ -329,12 +362,33 @@ class SubscriptionService:
         limit = min(max_messages, self.broker.settings.max_read_messages)
         max_unacked = self.broker.settings.max_unacked_messages_per_consumer
         deadline = time.monotonic() + min(timeout_ms, MAX_WAIT_MS) / 1000
+        try:
+            return self._receive(state, consumer_id, limit, max_unacked, deadline, whole)
+        finally:
+            # A REST consumer can take messages while one of its receives waits (its permits).
+            consumer = state.consumers.get(consumer_id)
+            if consumer is not None and consumer.permits_of is None:
+                consumer.permits = 0
+
+    def _receive(
+        self,
+        state: Subscription,
+        consumer_id: str,
+        limit: int,
+        max_unacked: int,
+        deadline: float,
+        whole: bool,
+    ) -> Delivery:
         while True:
             with state.lock:
                 consumer = self._consumer(state, consumer_id)
+                if consumer.permits_of is None:
+                    consumer.permits = limit
                 if state.nacks:
                     expire_nacks(state, time.monotonic())
-                seen = state.topic.ledger.last_position() or NOTHING
+                ledger = state.topic.ledger
+                seen = ledger.last_position() or NOTHING
+                wakes = ledger.wakes
                 dispatcher = state.dispatcher
                 if dispatcher is None:
                     state.expire_ack_timeouts()
@@ -373,7 +427,7 @@ class SubscriptionService:
                 remaining = min(remaining, max(0.0, due - now) + 0.001)
             if shared_wait:
                 remaining = min(remaining, _SHARED_POLL_S)
-            state.topic.ledger.wait_for_entries(seen, remaining)
+            ledger.wait_for_entries(seen, remaining, wakes)
 
     def ack(
         self,
@@ -441,7 +495,10 @@ class SubscriptionService:
             now = time.monotonic()
             state.nacks.add(held, consumer_id, now + consumer.negative_ack_redelivery_delay_ms / 1000)
             if consumer.negative_ack_redelivery_delay_ms == 0:
+                # Given back now (a Pulsar client's: it kept the delay itself): whichever consumer
+                # takes them must not wait for its next poll to see them.
                 expire_nacks(state, now)
+                state.topic.ledger.wake()
 
     def redeliver(self, name: TopicName, sub: str, consumer_id: str) -> None:
         """Deliver again every message delivered and not acknowledged (Shared, Key_Shared: those
@@ -453,6 +510,7 @@ class SubscriptionService:
                 state.dispatcher.redeliver(state, consumer_id)
             else:
                 state.rewind()
+            state.topic.ledger.wake()
 
     def seek(
         self,

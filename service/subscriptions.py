@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import takewhile
 
@@ -58,6 +59,17 @@ class ConsumerInfo:
     dead_letter: DeadLetterPolicy | None = None
     seq: int = 0  # attach order, the last tie-break of Failover's order
     client: ClientInfo = field(default_factory=ClientInfo)  # who attached it, for stats
+    # How many messages the consumer can take now (Pulsar's permits), for the priority levels of
+    # a Shared subscription: a Pulsar client's grant (``permits_of``, read from its connection),
+    # else ``permits``, which a REST consumer has while one of its receives waits.
+    permits: int = 0
+    permits_of: Callable[[], int] | None = None
+    # Failover: told whether it is the active consumer when that changes (Pulsar's
+    # ACTIVE_CONSUMER_CHANGE); called with the subscription's lock held, so it must not block.
+    on_active_change: Callable[[bool], None] | None = None
+
+    def available_permits(self) -> int:
+        return self.permits_of() if self.permits_of is not None else self.permits
 
 
 _Key = tuple[int, int]  # a position as a plain tuple: equal to, and hashed as, its Position

@@ -179,8 +179,10 @@ class Client(_BaseClient):
         ``subscription_type`` is Pulsar's (``ConsumerType.Exclusive``, the default, ``Failover``,
         ``Shared``, ``KeyShared``, or the names ``"Key_Shared"`` etc.); the first consumer fixes
         the subscription's type. ``ConsumerBusy`` for a second Exclusive consumer, or one of
-        another type than the consumers attached. Failover: the active consumer is the first by
-        ``priority_level`` (lower first), then ``consumer_name``. ``read_compacted`` only on
+        another type than the consumers attached. ``priority_level``, lower first: a Shared
+        subscription gives messages to the highest level whose consumers are receiving; Failover's
+        active consumer is one of the highest level (by ``consumer_name``, as Pulsar chooses it:
+        see docs/messages-and-subscriptions.md). ``read_compacted`` only on
         Exclusive and Failover (``BadRequest`` otherwise, as Pulsar), and cumulative acks only
         there (``ValueError``). ``ack_timeout_ms`` > 0 has the server redeliver messages left
         unacknowledged that long. ``negative_acknowledge`` has a message delivered again after

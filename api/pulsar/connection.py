@@ -123,6 +123,9 @@ class PulsarConnection(asyncio.Protocol):
         # connection only closes them when it is lost; their modules type what they take out).
         self.producers: dict[int, Any] = {}
         self.consumers: dict[int, Any] = {}
+        # Consumers closed whose detaching from their subscription is not done yet, by id: a
+        # SUBSCRIBE that reuses the id waits for it (``consume.subscribe``).
+        self.closing_consumers: dict[int, asyncio.Future[None]] = {}
         self._queue: asyncio.Queue[Frame] = asyncio.Queue()
         self._paused = False
         self._task: asyncio.Task[None] | None = None

@@ -12,6 +12,11 @@ and dispatchers as REST.
 
 Both push messages as their client grants permits (``delivery.WireSubscriber``).
 
+A SUBSCRIBE for a consumer id the connection has is answered as Pulsar's ``ServerCnx`` answers
+it: SUCCESS while that consumer is there (the client's own, asked for again), and, once the
+client closed it (or the broker did, for a seek), a new consumer as soon as the old one has left
+its subscription -- never ConsumerBusy for the client's own consumer.
+
 A SEEK is answered as Pulsar's broker answers it: the position is reset, the consumer is closed
 from the broker's side (CLOSE_CONSUMER), then SUCCESS; the client subscribes again, at the new
 position, with fresh permits, and nothing sent before the seek reaches the application.
@@ -19,6 +24,7 @@ position, with fresh permits, and nothing sent before the seek reaches the appli
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 
@@ -90,9 +96,19 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
 
     async def work() -> None:
         if req.consumer_id in conn.consumers:
-            raise ProtocolError(
-                pb.ConsumerBusy, f"consumer id {req.consumer_id} is in use on this connection"
-            )
+            # As Pulsar's ServerCnx.handleSubscribe: the client asks again for a consumer it
+            # has (its subscribe timed out, or it reconnects a consumer the broker still holds).
+            # Commands of a connection run in order, so it is never still being created here.
+            log.info("consumer %s is already subscribed on %s", req.consumer_id, conn.peer)
+            conn.send(pb.BaseCommand.SUCCESS, request_id=request_id)
+            return
+        closing = conn.closing_consumers.get(req.consumer_id)
+        if closing is not None:
+            # The client reconnects a consumer closed a moment ago (a seek, a close by the
+            # broker): attach once the old one has left its subscription, never ConsumerBusy
+            # against the client's own consumer.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(closing)
         name = await conn.use_topic(req.topic, Rule.CONSUME, create=req.force_topic_creation)
         await consumer_schema(conn, name, req.schema if req.HasField("schema") else None)
         ctx = conn.ctx
@@ -111,6 +127,15 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
             subs = ctx.subscriptions
             with contextlib.suppress(Conflict):  # it exists: the consumer attaches at its position
                 await conn.call(subs.create, name, req.subscription, initial_position=initial)
+            wire = WireConsumer(
+                conn,
+                req.consumer_id,
+                name,
+                req.subscription,
+                "",
+                req.read_compacted,
+                shared=_TYPES[req.subType] != EXCLUSIVE,
+            )
             info = await conn.call(
                 subs.attach,
                 name,
@@ -118,22 +143,21 @@ async def subscribe(conn: PulsarConnection, frame: Frame) -> None:
                 consumer_name=req.consumer_name or None,
                 read_compacted=req.read_compacted,
                 subscription_type=_TYPES[req.subType],
+                # Any int32, as Pulsar takes it (lower first; its Java and Go clients refuse a
+                # negative level before sending it, its broker does not).
                 priority_level=req.priority_level,
                 negative_ack_redelivery_delay_ms=0,
                 client=conn.client_info(req.metadata),
+                permits_of=wire.available_permits,
+                on_active_change=wire.active_changed,
             )
-            consumer = WireConsumer(
-                conn,
-                req.consumer_id,
-                name,
-                req.subscription,
-                info.consumer_id,
-                req.read_compacted,
-                shared=_TYPES[req.subType] != EXCLUSIVE,
-            )
+            wire.service_id = info.consumer_id
+            consumer = wire
         conn.consumers[req.consumer_id] = consumer
         consumer.start()
         conn.send(pb.BaseCommand.SUCCESS, request_id=request_id)
+        if isinstance(consumer, WireConsumer):
+            consumer.subscribed()
 
     await conn.request(request_id, work, not_found=pb.TopicNotFound, conflict=pb.ConsumerBusy)
 

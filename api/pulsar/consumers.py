@@ -1,13 +1,18 @@
 """A durable subscription's consumer on the wire (``WireConsumer``): it receives through
 ``SubscriptionService.receive``, so the subscription's position, acknowledgements and dispatcher
 are the ones REST consumers share. Ack timeouts and negative-ack delays are the client's (it
-sends REDELIVER with the ids when due), so the service's own are off for these consumers."""
+sends REDELIVER with the ids when due), so the service's own are off for these consumers.
+
+It tells the service its permits (a Shared subscription's priority levels need them) and is
+told when it becomes or stops being a Failover subscription's active consumer, which it passes
+on to its client as Pulsar's ACTIVE_CONSUMER_CHANGE (from protocol version 12, as Pulsar)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
+from api.pulsar import pulsar_api_pb2 as pb
 from api.pulsar.connection import PulsarConnection
 from api.pulsar.delivery import POLL_S, Page, WireSubscriber
 from ledger.entry import Position
@@ -15,9 +20,18 @@ from service.errors import ServiceError
 from service.names import TopicName
 from service.subscription_stats import subscription_backlog
 
-# How often a waiting consumer of a subscription others share looks for messages given back
-# to it (a negative ack, a consumer gone), which no append announces.
+# How often a waiting consumer of a subscription others share looks again, for what no append
+# announces (ManagedLedger.wake announces messages given back: this is the bound if one is missed).
 _SHARED_POLL_S = 0.05
+# The first protocol version whose clients take ACTIVE_CONSUMER_CHANGE (Pulsar's
+# ``Commands.peerSupportsActiveConsumerListener``).
+_ACTIVE_CONSUMER_VERSION = 12
+# How long after its SUBSCRIBE's SUCCESS a new consumer is first told whether it is active. The Go
+# client (v0.19.0) registers a consumer for its connection's frames only once it has handled that
+# answer, on another goroutine, and drops a frame for it that comes sooner ("Consumer not found
+# while active consumer change"). Pulsar's broker tells the consumers of a change of the active
+# one after activeConsumerFailoverDelayTimeMillis (1 s by default).
+_JOIN_GRACE_S = 0.1
 
 
 class WireConsumer(WireSubscriber):
@@ -39,6 +53,41 @@ class WireConsumer(WireSubscriber):
         self._detached: asyncio.Future[None] | None = None
         # Exclusive: only appends and its own redeliveries bring it messages.
         self._poll_s = _SHARED_POLL_S if shared else POLL_S
+        self._loop = asyncio.get_running_loop()
+        # ACTIVE_CONSUMER_CHANGEs due before the client registered the consumer: sent after the
+        # SUCCESS (as Pulsar's broker sends them), see ``subscribed``.
+        self._notes: list[bool] | None = []
+
+    def available_permits(self) -> int:
+        """What the service asks (from a worker thread) for priority levels: the permits the
+        client has granted and not yet been sent."""
+        return 0 if self.closed else max(self.permits, 0)
+
+    def active_changed(self, active: bool) -> None:
+        """From the service, with the subscription's lock held (on a worker thread): tell the
+        client whether this consumer is now its Failover subscription's active one."""
+        if self.conn.protocol_version >= _ACTIVE_CONSUMER_VERSION:
+            # The loop is closed only when the listener stops: nothing is left to tell then.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._note_active, active)
+
+    def _note_active(self, active: bool) -> None:
+        if self.closed:
+            return
+        if self._notes is not None:
+            self._notes.append(active)
+            return
+        self.conn.send(pb.BaseCommand.ACTIVE_CONSUMER_CHANGE, consumer_id=self.consumer_id, is_active=active)
+
+    def subscribed(self) -> None:
+        """The client was answered its SUBSCRIBE: what it is to be told goes once it has
+        registered the consumer (``_JOIN_GRACE_S``)."""
+        self._loop.call_later(_JOIN_GRACE_S, self._flush_notes)
+
+    def _flush_notes(self) -> None:
+        notes, self._notes = self._notes or [], None
+        for active in notes:
+            self._note_active(active)
 
     async def _fetch(self, limit: int) -> Page:
         loop = asyncio.get_running_loop()
@@ -47,6 +96,7 @@ class WireConsumer(WireSubscriber):
             while True:
                 # Before the read: an append after it ends a wait on the loop.
                 seen = None if on_thread else self._last_position()
+                wakes = None if on_thread else self._wakes()
                 delivered = await self.conn.call(
                     self.conn.ctx.subscriptions.receive,
                     self.topic,
@@ -59,7 +109,7 @@ class WireConsumer(WireSubscriber):
                 remaining = deadline - loop.time()
                 if delivered.entries or self.closed or remaining <= 0 or seen is None:
                     return Page(delivered.entries, delivered.redelivery_counts, delivered.given_back)
-                await self._wait(seen, min(remaining, self._poll_s))
+                await self._wait(seen, min(remaining, self._poll_s), wakes)
 
     def _consumed_all(self) -> bool:
         """Whether the subscription has no backlog left (Pulsar tells a consumer it reached the
@@ -89,7 +139,18 @@ class WireConsumer(WireSubscriber):
             with contextlib.suppress(ServiceError):  # already gone with its subscription or topic
                 subs.detach(topic, sub, sid)
 
-        self._detached = asyncio.get_running_loop().run_in_executor(None, detach)
+        detached = self._detached = asyncio.get_running_loop().run_in_executor(None, detach)
+        # Until it is detached, a SUBSCRIBE that reuses its id on this connection (the client
+        # reconnecting it: after a seek, or a close by the broker) waits for it to be gone.
+        closing = self.conn.closing_consumers
+        closing[self.consumer_id] = detached
+        cid = self.consumer_id
+
+        def gone(_: object) -> None:
+            if closing.get(cid) is detached:
+                del closing[cid]
+
+        detached.add_done_callback(gone)
 
     async def wait_closed(self) -> None:
         if self._detached is not None:

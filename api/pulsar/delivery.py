@@ -102,9 +102,11 @@ class WireSubscriber:
         """Cut a wait short: something may be there to send (a redelivery asked for)."""
         self._nudged.set()
 
-    async def _wait(self, after: Position, timeout_s: float) -> None:
+    async def _wait(self, after: Position, timeout_s: float, wakes: int | None = None) -> None:
         """Until the topic has an entry after ``after``, the consumer is nudged or closed, or
-        ``timeout_s`` passes; on the event loop, holding no worker thread."""
+        ``timeout_s`` passes; given ``wakes`` (the ledger's, read before the consumer looked),
+        also when messages were given back since (``ManagedLedger.wake``). On the event loop,
+        holding no worker thread."""
         if self.closed or timeout_s <= 0:
             return
         topic = self.conn.ctx.broker.served(self.topic)
@@ -118,7 +120,7 @@ class WireSubscriber:
         def wake() -> None:  # from the appending thread, under the ledger's lock: no blocking
             loop.call_soon_threadsafe(done)
 
-        cancel = topic.ledger.on_entry_after(after, wake) if topic is not None else None
+        cancel = topic.ledger.on_entry_after(after, wake, wakes) if topic is not None else None
         nudged = loop.create_task(self._nudged.wait())
         try:
             await asyncio.wait({appended, nudged}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
@@ -146,6 +148,11 @@ class WireSubscriber:
         topic = self.conn.ctx.broker.served(self.topic)
         last = topic.ledger.last_position() if topic is not None else None
         return last or Position(-1, -1)
+
+    def _wakes(self) -> int | None:
+        """The topic's count of wakes (see ``_wait``), None when it is not served here."""
+        topic = self.conn.ctx.broker.served(self.topic)
+        return topic.ledger.wakes if topic is not None else None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._deliver())

@@ -65,7 +65,8 @@ class AttachRequest(BaseModel):
     readCompacted: bool = False
     # Pulsar's SubscriptionType; the subscription's first consumer fixes it.
     subscriptionType: Literal["Exclusive", "Failover", "Shared", "Key_Shared"] = "Exclusive"
-    # Failover: the active consumer is the first by priority level (lower first), then name.
+    # Lower first. Shared: the highest level that can take messages gets them; Failover: the
+    # active consumer is one of the highest level, chosen as Pulsar chooses (service.failover).
     priorityLevel: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     negativeAckRedeliveryDelayMs: Annotated[int, Field(ge=0, le=_MAX_MS)] = DEFAULT_DELAY_MS
     deadLetterPolicy: DeadLetterPolicyBody | None = None

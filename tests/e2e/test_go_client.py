@@ -69,6 +69,10 @@ SCENARIOS = (
     "adminpartitions",
     "adminmessages",
     "adminlookup",
+    # Judged in test_go_java_dispatch.py.
+    "listener",
+    "reseek",
+    "nackdelay",
 )
 # Past the program's own limits (150 s for the longest scenario): a program that hangs anyway.
 RUN_TIMEOUT_S = 240

@@ -56,6 +56,10 @@ SCENARIOS = (
     "adminpartitions",
     "adminmessages",
     "adminlookup",
+    # Judged in test_go_java_dispatch.py.
+    "priority",
+    "activelistener",
+    "nackdelay",
 )
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240

@@ -46,6 +46,9 @@ var scenarios = map[string]scenario{
 	"adminpartitions": adminPartitions,
 	"adminmessages":   adminMessages,
 	"adminlookup":     adminLookup,
+	"listener":        activeListener,
+	"reseek":          reseek,
+	"nackdelay":       nackDelay,
 }
 
 // Seconds a scenario may take from the start of the run (60 unless named here): the compaction

@@ -232,12 +232,16 @@ func redelivery(s *session, out *result) error {
 	other.Close()
 
 	// The next consumer, on this client's connection, gets those two; it negatively
-	// acknowledges the first once and gets it again, with its redelivery count.
+	// acknowledges the first once and gets it again, with its redelivery count. Its acks go at
+	// once: on an Exclusive subscription a nack redelivers every unacknowledged message (as
+	// Pulsar's broker does), and an ack of the second held back by the client's 100 ms grouping
+	// could reach the broker after the redelivery it asked for ~30 ms after the nack.
 	c, err = s.client.Subscribe(pulsar.ConsumerOptions{
 		Topic:                       topic,
 		SubscriptionName:            "s",
 		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
 		NackRedeliveryDelay:         100 * time.Millisecond,
+		AckGroupingOptions:          &pulsar.AckGroupingOptions{MaxSize: 1},
 	})
 	if err != nil {
 		return err

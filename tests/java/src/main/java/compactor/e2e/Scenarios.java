@@ -83,6 +83,9 @@ public final class Scenarios {
         SCENARIOS.put("adminpartitions", AdminScenarios::partitions);
         SCENARIOS.put("adminmessages", AdminScenarios::messages);
         SCENARIOS.put("adminlookup", AdminScenarios::lookup);
+        SCENARIOS.put("priority", DispatchScenarios::priority);
+        SCENARIOS.put("activelistener", DispatchScenarios::activeListener);
+        SCENARIOS.put("nackdelay", DispatchScenarios::nackDelay);
     }
 
     final PulsarClient client;
