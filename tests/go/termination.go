@@ -7,13 +7,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsaradmin"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 )
-
-func (s *session) admin() (pulsaradmin.Client, error) {
-	return pulsaradmin.NewClient(&pulsaradmin.Config{WebServiceURL: s.httpURL})
-}
 
 func errText(err error) any {
 	if err == nil {
