@@ -122,6 +122,11 @@ class PulsarConnection(asyncio.Protocol):
         # By the client's ids: ``produce.WireProducer``s and ``delivery.WireSubscriber``s (the
         # connection only closes them when it is lost; their modules type what they take out).
         self.producers: dict[int, Any] = {}
+        # Producer ids the broker closed (CLOSE_PRODUCER: fenced, a terminated topic, a backlog
+        # quota): their client may have had sends in flight, which are dropped, not taken as a
+        # protocol error that would close every producer and consumer of the connection (Pulsar's
+        # recentlyClosedProducers). Forgotten when the id is asked for again.
+        self.closed_producers: BoundedDict = BoundedDict(10_000)
         self.consumers: dict[int, Any] = {}
         # Consumers closed whose detaching from their subscription is not done yet, by id: a
         # SUBSCRIBE that reuses the id waits for it (``consume.subscribe``).

@@ -285,6 +285,7 @@ class WireProducer:
         self.conn.ctx.broker.publishers.remove(self.topic, self)
         if self.conn.producers.get(self.producer_id) is self:
             del self.conn.producers[self.producer_id]
+            self.conn.closed_producers[self.producer_id] = True
             self.conn.send(pb.BaseCommand.CLOSE_PRODUCER, producer_id=self.producer_id, request_id=0)
 
     def _stop(self) -> None:
@@ -301,6 +302,7 @@ def disconnect_producers(ctx: BrokerContext, name: TopicName) -> None:
         for producer_id, prod in list(conn.producers.items()):
             if isinstance(prod, WireProducer) and prod.topic == name and not prod.closed:
                 del conn.producers[producer_id]
+                conn.closed_producers[producer_id] = True
                 prod.close()
                 conn.send(pb.BaseCommand.CLOSE_PRODUCER, producer_id=producer_id, request_id=0)
 
@@ -321,6 +323,7 @@ def _admit(conn: PulsarConnection, name: TopicName) -> None:
 async def producer(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.producer
     request_id = req.request_id
+    conn.closed_producers.pop(req.producer_id, None)
     existing = conn.producers.get(req.producer_id)
     if existing is not None:
 
@@ -441,6 +444,8 @@ async def send(conn: PulsarConnection, frame: Frame) -> None:
     req = frame.command.send
     prod: WireProducer | NonPersistentProducer | None = conn.producers.get(req.producer_id)
     if prod is None or prod.closed:
+        if req.producer_id in conn.closed_producers:
+            return  # sent before the client heard its CLOSE_PRODUCER: it sends it again
         # Pulsar closes a connection that sends for a producer it does not have.
         raise ProtocolClose(f"SEND for unknown producer {req.producer_id}")
     if frame.metadata is None:

@@ -88,6 +88,34 @@ def test_a_producer_id_asked_again_on_its_connection_is_the_same_producer(shared
     assert [m["value"] for m in rest_messages(shared_server, topic)] == ["b25l"]
 
 
+def test_a_send_in_flight_when_the_broker_closed_its_producer_leaves_the_connection_open(
+    shared_server: Server,
+) -> None:
+    """The broker closes a producer (here: its topic is terminated) while the client's send is
+    on its way: that send is dropped, and the connection's other producers and consumers go on
+    (Pulsar's recentlyClosedProducers); a SEND for an id never opened still closes it."""
+    topic = fresh("closed-in-flight")
+    other = fresh("closed-in-flight-other")
+    with raw(shared_server) as s:
+        connect(s)
+        assert _producer(s, topic, 7, 1, producer_name="p-closed").type == pb.BaseCommand.PRODUCER_SUCCESS
+        assert _producer(s, other, 8, 2, producer_name="p-other").type == pb.BaseCommand.PRODUCER_SUCCESS
+        path = topic.removeprefix("persistent://")
+        r = httpx.post(f"{shared_server.url}/admin/v2/persistent/{path}/terminate", timeout=30)
+        assert r.status_code == 200, r.text
+        closed = read_frame(s)
+        assert closed.type == pb.BaseCommand.CLOSE_PRODUCER and closed.close_producer.producer_id == 7
+        _send(s, 7, 0, _metadata("p-closed", 0), b"late")
+        _send(s, 8, 0, _metadata("p-other", 0), b"on")
+        receipt = read_frame(s)
+        assert receipt.type == pb.BaseCommand.SEND_RECEIPT and receipt.send_receipt.producer_id == 8
+        _send(s, 99, 0, _metadata("p-none", 0), b"never")
+        s.settimeout(10)
+        assert s.recv(1) == b""  # closed by the broker
+    assert rest_messages(shared_server, topic) == []
+    assert [m["value"] for m in rest_messages(shared_server, other)] == ["b24="]
+
+
 def test_a_producer_still_waiting_for_its_topic_is_not_ready_when_asked_again(shared_server: Server) -> None:
     topic = fresh("waiting")
     with raw(shared_server) as holder, raw(shared_server) as s:
