@@ -74,6 +74,8 @@ SCENARIOS = (
     "reseek",
     "nackdelay",
 )
+# The session's run, by the shared server's URL (see ``go``).
+_RUNS: dict[str, ProgramRun] = {}
 # Past the program's own limits (150 s for the longest scenario): a program that hangs anyway.
 RUN_TIMEOUT_S = 240
 # A first build compiles the client and its dependencies: minutes on a busy 2-core machine.
@@ -130,10 +132,14 @@ def go_build() -> Path:
 
 @pytest.fixture(scope="module")
 def go(go_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:
-    """Every scenario, in one process, against the shared server."""
-    out = tmp_path_factory.mktemp("go") / "results.json"
-    cmd = [str(go_build), shared_server.pulsar_url, shared_server.url, str(out), *SCENARIOS]
-    return run_program(cmd, out, language="Go", timeout=RUN_TIMEOUT_S)
+    """Every scenario, in one process, against the shared server: once a session, for every
+    module that judges some of them (a fixture imported into a module is that module's own)."""
+    run = _RUNS.get(shared_server.url)
+    if run is None:
+        out = tmp_path_factory.mktemp("go") / "results.json"
+        cmd = [str(go_build), shared_server.pulsar_url, shared_server.url, str(out), *SCENARIOS]
+        run = _RUNS[shared_server.url] = run_program(cmd, out, language="Go", timeout=RUN_TIMEOUT_S)
+    return run
 
 
 # ------------------------------------------------------------------ helpers

@@ -12,29 +12,22 @@ ids apart (an entry of this service's log is a batch member's position), and the
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import Server
-from tests.e2e.client_programs import ProgramRun, backlog, run_program, value
+from tests.e2e.client_programs import ProgramRun, backlog, value
 
 # The builds are those modules' session fixtures, asked for by name below.
-from tests.e2e.test_go_client import go_build  # noqa: F401
-from tests.e2e.test_java_client import JAR, java_build  # noqa: F401
+from tests.e2e.test_go_client import go, go_build  # noqa: F401 - the fixtures (the session's run)
+from tests.e2e.test_java_client import java, java_build  # noqa: F401 - the fixtures (the session's run)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
-GO_SCENARIOS = ("encryption", "dlqinitial", "clientstats")
-JAVA_SCENARIOS = ("encryption", "dlqinitial", "clientstats", "reconnect")
-# Past the programs' own limits (150 s for the encryption scenarios' compaction).
-RUN_TIMEOUT_S = 240
 # What the encrypting producers sent, in order (the scenarios' own values).
 SENT = [
     ("k1", b"secret-1a"),
@@ -45,46 +38,10 @@ SENT = [
 ]
 
 
-@pytest.fixture(scope="module")
-def go_facts(
-    request: pytest.FixtureRequest, shared_server: Server, tmp_path_factory: pytest.TempPathFactory
-) -> ProgramRun:
-    built: Path = request.getfixturevalue("go_build")
-    out = tmp_path_factory.mktemp("go-facts") / "results.json"
-    cmd = [str(built), shared_server.pulsar_url, shared_server.url, str(out), *GO_SCENARIOS]
-    return run_program(cmd, out, language="Go", timeout=RUN_TIMEOUT_S)
-
-
-@pytest.fixture(scope="module")
-def java_facts(
-    request: pytest.FixtureRequest, shared_server: Server, tmp_path_factory: pytest.TempPathFactory
-) -> ProgramRun:
-    built: Path = request.getfixturevalue("java_build")
-    out = tmp_path_factory.mktemp("java-facts") / "results.json"
-    java = shutil.which("java")
-    assert java is not None  # java_build asked for it
-    classpath = os.pathsep.join([str(built / JAR), str(built / "lib" / "*")])
-    cmd = [
-        java,
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-        "-cp",
-        classpath,
-        "compactor.e2e.Scenarios",
-        shared_server.pulsar_url,
-        shared_server.url,
-        str(out),
-        *JAVA_SCENARIOS,
-    ]
-    warning = re.compile(r"\b(WARN|ERROR)\b")
-    return run_program(
-        cmd, out, language="Java", timeout=RUN_TIMEOUT_S, warnings=lambda line: bool(warning.search(line))
-    )
-
-
 @pytest.fixture(scope="module", params=["Go", "Java"])
 def run(request: pytest.FixtureRequest) -> ProgramRun:
     """Each client's run (the same assertions judge both)."""
-    return request.getfixturevalue("go_facts" if request.param == "Go" else "java_facts")  # type: ignore[no-any-return]
+    return request.getfixturevalue("go" if request.param == "Go" else "java")  # type: ignore[no-any-return]
 
 
 def _stats(server: Server, topic: str) -> dict[str, Any]:
@@ -164,6 +121,6 @@ def test_stats_parse_in_the_clients_admin_types_with_each_clients_facts(run: Pro
 # ------------------------------------------------------------------ producers across reconnections
 
 
-def test_a_fenced_java_producer_comes_back_on_its_connection(java_facts: ProgramRun) -> None:
-    got = java_facts.scenario("reconnect")
+def test_a_fenced_java_producer_comes_back_on_its_connection(java: ProgramRun) -> None:  # noqa: F811 - the fixture
+    got = java.scenario("reconnect")
     assert got["values"] == ["before", "fenced", "after"]

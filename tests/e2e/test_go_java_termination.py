@@ -12,46 +12,13 @@ it to Go), and its consumer simply has nothing more to receive.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import Server
-from tests.e2e.client_programs import ProgramRun, run_program
-from tests.e2e.test_go_client import RUN_TIMEOUT_S, go_build  # noqa: F401 - the fixture
-from tests.e2e.test_java_client import _WARNING, JAR, _tool, java_build  # noqa: F401 - the fixture
+from tests.e2e.client_programs import ProgramRun
+from tests.e2e.test_go_client import go, go_build  # noqa: F401 - the fixtures (the session's run)
+from tests.e2e.test_java_client import java, java_build  # noqa: F401 - the fixtures (the session's run)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
-
-SCENARIOS = ("terminate", "quotas")
-
-
-@pytest.fixture(scope="module")
-def go(go_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:  # noqa: F811
-    out = tmp_path_factory.mktemp("go-end") / "results.json"
-    cmd = [str(go_build), shared_server.pulsar_url, shared_server.url, str(out), *SCENARIOS]
-    return run_program(cmd, out, language="Go", timeout=RUN_TIMEOUT_S)
-
-
-@pytest.fixture(scope="module")
-def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:  # noqa: F811
-    out = tmp_path_factory.mktemp("java-end") / "results.json"
-    classpath = os.pathsep.join([str(java_build / JAR), str(java_build / "lib" / "*")])
-    cmd = [
-        _tool("java"),
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-        "-cp",
-        classpath,
-        "compactor.e2e.Scenarios",
-        shared_server.pulsar_url,
-        shared_server.url,
-        str(out),
-        *SCENARIOS,
-    ]
-    return run_program(
-        cmd, out, language="Java", timeout=RUN_TIMEOUT_S, warnings=lambda line: bool(_WARNING.search(line))
-    )
 
 
 def _entry(text: str) -> str:
@@ -62,7 +29,7 @@ def _entry(text: str) -> str:
 # ------------------------------------------------------------------ termination
 
 
-def test_go_admin_terminates_and_the_go_client_is_refused_but_reads_everything(go: ProgramRun) -> None:
+def test_go_admin_terminates_and_the_go_client_is_refused_but_reads_everything(go: ProgramRun) -> None:  # noqa: F811 - the fixture
     r = go.scenario("terminate")
     assert r["terminated"] == _entry(r["sent"][-1])  # the last message's id, as pulsaradmin parses it
     assert r["terminatedAgain"] == r["terminated"]
@@ -74,7 +41,7 @@ def test_go_admin_terminates_and_the_go_client_is_refused_but_reads_everything(g
     assert [m["id"] for m in r["read"]] == r["sent"]
 
 
-def test_java_admin_terminates_and_java_consumers_and_readers_reach_the_end(java: ProgramRun) -> None:
+def test_java_admin_terminates_and_java_consumers_and_readers_reach_the_end(java: ProgramRun) -> None:  # noqa: F811 - the fixture
     r = java.scenario("terminate")
     assert r["terminated"] == _entry(r["sent"][-1])
     assert r["endBeforeReading"] is False  # not before it read (and acknowledged) everything
@@ -89,7 +56,7 @@ def test_java_admin_terminates_and_java_consumers_and_readers_reach_the_end(java
 # ------------------------------------------------------------------ backlog quotas
 
 
-def test_go_admin_backlog_quota_calls_and_what_a_go_producer_hears(go: ProgramRun) -> None:
+def test_go_admin_backlog_quota_calls_and_what_a_go_producer_hears(go: ProgramRun) -> None:  # noqa: F811 - the fixture
     r = go.scenario("quotas")
     assert r["namespaceBefore"] == {}
     assert r["namespaceSet"] == {
@@ -108,7 +75,7 @@ def test_go_admin_backlog_quota_calls_and_what_a_go_producer_hears(go: ProgramRu
     assert applied["destination_storage"]["limitSize"] == -1
 
 
-def test_java_admin_backlog_quota_calls_and_what_a_java_producer_hears(java: ProgramRun) -> None:
+def test_java_admin_backlog_quota_calls_and_what_a_java_producer_hears(java: ProgramRun) -> None:  # noqa: F811 - the fixture
     r = java.scenario("quotas")
     assert r["namespaceBefore"] == 0
     quota = r["namespaceSet"]["destination_storage"]

@@ -63,6 +63,8 @@ SCENARIOS = (
 )
 # Past the program's own limits (150 s for the longest scenario): a JVM that hangs anyway.
 RUN_TIMEOUT_S = 240
+# The session's run, by the shared server's URL (see ``java``).
+_RUNS: dict[str, ProgramRun] = {}
 _WARNING = re.compile(r"\b(WARN|ERROR)\b")
 
 
@@ -140,7 +142,11 @@ def java_build() -> Path:
 
 @pytest.fixture(scope="module")
 def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ProgramRun:
-    """Every scenario, in one JVM, against the shared server."""
+    """Every scenario, in one JVM, against the shared server: once a session, for every module
+    that judges some of them (a fixture imported into a module is that module's own)."""
+    run = _RUNS.get(shared_server.url)
+    if run is not None:
+        return run
     out = tmp_path_factory.mktemp("java") / "results.json"
     classpath = os.pathsep.join([str(java_build / JAR), str(java_build / "lib" / "*")])
     cmd = [
@@ -155,9 +161,10 @@ def java(java_build: Path, shared_server: Server, tmp_path_factory: pytest.TempP
         *SCENARIOS,
     ]
     # The client's warnings and errors, not their stack traces.
-    return run_program(
+    run = _RUNS[shared_server.url] = run_program(
         cmd, out, language="Java", timeout=RUN_TIMEOUT_S, warnings=lambda line: bool(_WARNING.search(line))
     )
+    return run
 
 
 # ------------------------------------------------------------------ helpers
