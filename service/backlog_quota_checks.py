@@ -20,7 +20,6 @@ its oldest unacknowledged message (the one after its mark-delete position) is ol
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ from service.db import Database
 from service.errors import NotFound, ProducerBlocked, ProducerHeld, ServiceError
 from service.managed_topic import ManagedTopic
 from service.names import TopicName
+from service.periodic import Periodic
 from service.subscription_stats import subscription_backlog
 from service.subscriptions import Subscription, before
 from service.topics import Broker
@@ -159,34 +159,18 @@ def evict(db: Database, topic: ManagedTopic, ex: Exceeded, now: int) -> list[str
     return moved
 
 
-class BacklogQuotaMonitor:
+class BacklogQuotaMonitor(Periodic):
     """The background check of every served topic's quotas (Pulsar's backlog quota check)."""
 
+    thread_name = "backlog-quota-check"
+
     def __init__(self, *, broker: Broker, quotas: BacklogQuotaStore, interval_s: float) -> None:
+        super().__init__(interval_s)
         self.broker = broker
         self.quotas = quotas
-        self.interval_s = interval_s
         # Called with a topic whose producers must go (over a producer_* quota): the binary
         # protocol's listener disconnects them there.
         self.on_blocked: list[Callable[[TopicName], None]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="backlog-quota-check", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.tick()
-            except Exception:  # one bad pass must not end the checks for good
-                log.exception("backlog quota check failed")
 
     def tick(self) -> None:
         """One pass over every topic this instance serves."""

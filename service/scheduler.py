@@ -9,7 +9,6 @@ Each tick, for every topic, in order:
 from __future__ import annotations
 
 import logging
-import threading
 
 from ledger.entry import Position
 from service.clock import now_ms
@@ -18,6 +17,7 @@ from service.errors import Conflict, NotFound
 from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName, partition_of
+from service.periodic import Periodic
 from service.policies import Policy, PolicyStore
 from service.topics import Broker
 
@@ -92,8 +92,10 @@ def apply_retention(topic: ManagedTopic, policy: Policy, now: int) -> list[int]:
     return sorted(doomed)
 
 
-class CompactionScheduler:
+class CompactionScheduler(Periodic):
     """The background thread that applies retention and starts due compactions."""
+
+    thread_name = "compaction-scheduler"
 
     def __init__(
         self,
@@ -104,29 +106,11 @@ class CompactionScheduler:
         interval_s: float,
         metrics: ServiceMetrics | None = None,
     ) -> None:
+        super().__init__(interval_s)
         self.broker = broker
         self.metrics = metrics
         self.compaction = compaction
         self.policies = policies
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="compaction-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.tick()
-            except Exception:  # one bad tick must not end automatic compaction for good
-                log.exception("compaction scheduler tick failed")
 
     def tick(self) -> list[tuple[str, str]]:
         """One pass over every topic; returns the (topic, rule) rounds it started. The
