@@ -83,6 +83,7 @@ POLICY_BODY: dict[str, Any] = {
         "schemaCompatibilityStrategy": _nullable({"type": "string", "enum": list(STRATEGIES)}),
         "isAllowAutoUpdateSchema": _nullable({"type": "boolean"}),
         "schemaValidationEnforced": _nullable({"type": "boolean"}),
+        "table": _nullable({"type": "boolean"}),
     },
 }
 SCHEMA_PATCHES: dict[str, dict[str, Any]] = {

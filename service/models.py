@@ -237,6 +237,8 @@ class Policy(Base):
     schema_compatibility_strategy: Mapped[str | None] = mapped_column(String(32), nullable=True)
     is_allow_auto_update_schema: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     schema_validation_enforced: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # Whether compaction rounds commit the topic's Iceberg table (the API's ``table``).
+    table_enabled: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 class BacklogQuota(Base):
@@ -352,3 +354,40 @@ class WalChunk(Base):
     byte_offset: Mapped[int] = mapped_column(BigInteger)
     byte_length: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class TopicTable(Base):
+    """The Iceberg table of a compacted topic (``service.tables``): the catalog's row.
+
+    One per table: a non-partitioned topic's, or a partitioned topic's (``name`` is then the
+    partitioned topic's; its partitions' rounds commit into it). ``metadata_location`` names the
+    table's current metadata file; a commit replaces it only if ``version`` is still the one it
+    read (compare-and-swap: rounds of several partitions, or several instances, commit one
+    after the other, never over each other).
+    """
+
+    __tablename__ = "topic_tables"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    metadata_location: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class TableCommitState(Base):
+    """How a topic's (a partition's) table commits fare: rounds compacted since its last
+    committed snapshot (the table's lag) and the last commit's error, for the compaction status,
+    the metrics and the dashboard. A row only for topics whose rounds commit a table."""
+
+    __tablename__ = "table_commit_states"
+
+    topic_id: Mapped[int] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"), primary_key=True)
+    lag_rounds: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The snapshot the topic's last committed round made, and that round's compacted ledger.
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    ledger_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[int] = mapped_column(BigInteger, default=0)

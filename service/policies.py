@@ -40,6 +40,7 @@ class Policy:
     schemaCompatibilityStrategy: str | None = None
     isAllowAutoUpdateSchema: bool | None = None
     schemaValidationEnforced: bool | None = None
+    table: bool | None = None
 
 
 FIELDS = [f.name for f in fields(Policy)]
@@ -57,8 +58,9 @@ COLUMN = {
     "schemaCompatibilityStrategy": "schema_compatibility_strategy",
     "isAllowAutoUpdateSchema": "is_allow_auto_update_schema",
     "schemaValidationEnforced": "schema_validation_enforced",
+    "table": "table_enabled",
 }
-_BOOLEANS = ("retainNullKey", "deduplicationEnabled", "isAllowAutoUpdateSchema", "schemaValidationEnforced")
+_BOOLEANS = ("retainNullKey", "deduplicationEnabled", "isAllowAutoUpdateSchema", "schemaValidationEnforced", "table")
 
 
 def validate(field: str, value: Any) -> Any:
@@ -187,6 +189,7 @@ class PolicyStore:
             schemaCompatibilityStrategy=s.schema_compatibility_strategy,
             isAllowAutoUpdateSchema=s.is_allow_auto_update_schema_enabled,
             schemaValidationEnforced=s.is_schema_validation_enforced,
+            table=s.table_default,
         )
 
     @staticmethod

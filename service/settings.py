@@ -302,6 +302,22 @@ class Settings(BaseSettings):
     )
     retain_null_key: bool = False
 
+    # Compacted topics as Iceberg tables (README, "Query compacted topics as tables").
+    table_default: bool = Field(
+        default=False,
+        description="Whether a topic's compaction rounds commit its Iceberg table when neither its "
+        "policy nor its namespace's sets `table`.",
+    )
+    table_snapshots_kept: int = Field(
+        default=10, ge=1, description="Table snapshots kept per table (the current one always is)."
+    )
+    table_snapshot_max_age_seconds: float = Field(
+        default=5 * 24 * 60 * 60.0,
+        gt=0,
+        description="A table snapshot older than this is expired (the current one never is), as "
+        "Iceberg's history.expire.max-snapshot-age-ms.",
+    )
+
     # Integrity (README, "Integrity and repair"): the background scrubber verifies every file
     # against its recorded checksum once per interval, reading at most this many bytes/s.
     scrub_interval_seconds: float = Field(
