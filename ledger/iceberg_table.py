@@ -270,7 +270,11 @@ def _new_table(table_dir: StoragePath, schema: Schema, last_column_id: int, now_
             "partition-specs": [SPEC],
             "default-spec-id": SPEC.spec_id,
             "last-partition-id": max(f.field_id for f in SPEC.fields),
-            "properties": {NAME_MAPPING: name_mapping_json(schema)},
+            # The metadata log names only the previous metadata file, the one garbage() keeps.
+            "properties": {
+                NAME_MAPPING: name_mapping_json(schema),
+                "write.metadata.previous-versions-max": "1",
+            },
             "sort-orders": [UNSORTED_SORT_ORDER],
             "default-sort-order-id": UNSORTED_SORT_ORDER.order_id,
             "last-sequence-number": 0,
