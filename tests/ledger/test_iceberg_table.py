@@ -327,6 +327,25 @@ def test_a_partitioned_topic_is_one_table_partitioned_by_index(
     assert pinned(storage, third.metadata_location) == {0: {10, 11}, 1: {20}}
 
 
+def test_a_round_that_deletes_every_key_leaves_an_empty_table(
+    storage: Storage, compactor: TwoPhaseCompactor
+) -> None:
+    topic = Topic(storage, "t")
+    topic.seal(1, [("a", b"1"), ("b", b"1")])
+    topic.compact(compactor, 10)
+    first = commit(topic, None)
+    topic.seal(2, [("a", None), ("b", b"")])
+    assert topic.compact(compactor, 11).manifest.layers == ()
+    second = commit(topic, first.metadata_location)
+    assert (
+        pyiceberg_rows(storage, second.metadata_location)
+        == duckdb_rows(storage, second.metadata_location)
+        == []
+    )
+    assert pyiceberg_rows(storage, second.metadata_location, first.snapshot_id) == view(topic.rounds[0])
+    assert second.pinned == {-1: {10, 11}}
+
+
 # ------------------------------------------------------------------ expiry, pins and garbage
 
 
