@@ -278,7 +278,18 @@ def test_a_delete_file_is_written_once_per_layer_and_vector(
     second = commit(topic, first.metadata_location)
     topic.seal(3, [("k20", b"3")])  # a delta without deletes: the base's vector stays
     topic.compact(compactor, 13, consolidation_ratio=1.0)
-    third = commit(topic, second.metadata_location)
+    # Layers already in the table are not read again: their parts made unreadable, it commits.
+    base = topic.rounds[0].directory
+    away = [base / p.name for p in topic.rounds[0].manifest.parts]
+    for p in away:
+        p.with_name(p.name + ".away").write_bytes(p.read_bytes())
+        p.unlink()
+    try:
+        third = commit(topic, second.metadata_location)
+    finally:
+        for p in away:
+            p.write_bytes(p.with_name(p.name + ".away").read_bytes())
+            p.with_name(p.name + ".away").unlink()
     deletes = [f.key for f in storage.list(topic.table.key + "/deletes")]
     assert len(deletes) == 1 and deletes[0].endswith(".parquet")
     topic.seal(4, [("k2", b"4")])  # the vector grows: a new file, the old one still named by snapshot 2
