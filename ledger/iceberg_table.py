@@ -182,26 +182,15 @@ def commit_round(
     topic_root = state.ledger_dir.parent
     data = [_data_entry(topic_root, layer, state.partition, mine) for layer in ledger.layers]
     deletes = [_delete_entry(table_dir, topic_root, layer, state.partition, mine) for layer in ledger.layers]
-    written: list[ManifestFile] = []
     metadata_dir = table_dir / METADATA_DIR
-    for content, entries in (
-        (ManifestContent.DATA, [e for layer_entries in data for e in layer_entries]),
-        (ManifestContent.DELETES, [e for e in deletes if e is not None]),
-    ):
-        if not entries:
-            continue
-        kind = "data" if content == ManifestContent.DATA else "deletes"
-        out = fio.new_output(location(metadata_dir / f"{token}-p{state.partition}-{kind}.avro"))
-        writer_type = ManifestWriterV2 if content == ManifestContent.DATA else _DeleteManifestWriter
-        writer: ManifestWriter = writer_type(SPEC, schema, out, snapshot_id, _AVRO_CODEC)
-        with writer:
-            for entry in entries:
-                if entry.status == ManifestEntryStatus.ADDED:
-                    writer.add(entry)
-                else:
-                    writer.existing(entry)
-        written.append(writer.to_manifest_file())
-
+    written = _write_manifests(
+        fio,
+        metadata_dir / f"{token}-p{state.partition}",
+        schema,
+        snapshot_id,
+        data=[e for layer_entries in data for e in layer_entries],
+        deletes=[e for e in deletes if e is not None],
+    )
     manifests = written + others
     list_location = location(metadata_dir / f"snap-{snapshot_id}-{token}.avro")
     parent = previous.snapshot_id if previous is not None else None
@@ -258,6 +247,37 @@ def commit_round(
     with out.create() as f:
         f.write(metadata.model_dump_json().encode("utf-8"))
     return Committed(location(path), snapshot_id, _pinned(metadata))
+
+
+def _write_manifests(
+    fio: StorageFileIO,
+    prefix: StoragePath,
+    schema: Schema,
+    snapshot_id: int,
+    *,
+    data: list[ManifestEntry],
+    deletes: list[ManifestEntry],
+) -> list[ManifestFile]:
+    """One partition's data manifest and delete manifest (each only if it has entries), at
+    ``{prefix}-data.avro`` and ``{prefix}-deletes.avro``: entries new in this snapshot ADDED
+    (their sequence number is the snapshot's), the others EXISTING with theirs."""
+    out: list[ManifestFile] = []
+    for kind, entries, writer_type in (
+        ("data", data, ManifestWriterV2),
+        ("deletes", deletes, _DeleteManifestWriter),
+    ):
+        if not entries:
+            continue
+        target = fio.new_output(location(prefix.with_name(f"{prefix.name}-{kind}.avro")))
+        writer: ManifestWriter = writer_type(SPEC, schema, target, snapshot_id, _AVRO_CODEC)
+        with writer:
+            for entry in entries:
+                if entry.status == ManifestEntryStatus.ADDED:
+                    writer.add(entry)
+                else:
+                    writer.existing(entry)
+        out.append(writer.to_manifest_file())
+    return out
 
 
 def _new_table(table_dir: StoragePath, schema: Schema, last_column_id: int, now_ms: int) -> TableMetadataV2:
