@@ -39,6 +39,7 @@ from compactor.progress import COMMIT, RoundProgress
 from ledger.checksums import IntegrityError, crc32c_bytes
 from ledger.compacted_store import MANIFEST_NAME
 from ledger.storage import StoragePath
+from ledger.value_columns import TYPED_SCHEMAS, ValueSchema
 from service import compacted_cleanup, models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
@@ -50,7 +51,8 @@ from service.errors import CompactionUnavailable, Conflict, NotOwner
 from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName
-from service.policies import PolicyStore
+from service.policies import Policy, PolicyStore
+from service.schemas import SchemaRegistry
 from service.topics import Broker
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,7 @@ class CompactionService:
         self._runs = CompactionRuns(broker=broker, metrics=metrics)
         self._damage = RoundDamage(broker=broker, metrics=metrics)
         self._inputs = RoundInputs(broker=broker, damage=self._damage, metrics=metrics)
+        self._schemas = SchemaRegistry(self.db, policies=self.policies)
 
     # ---------------------------------------------------------------- start-up
 
@@ -377,6 +380,7 @@ class CompactionService:
                 local_copies=layer_copies,
                 previous_manifest=previous.ledger.manifest if previous else None,
                 input_checksums=checksums,
+                value_schema=self._value_schema(topic.name, policy),
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
             self._inputs.release_copies(copies)
@@ -384,6 +388,17 @@ class CompactionService:
             return None
         progress = self._runs.progress(topic.name, run_id)
         return _Pending(topic, run_id, started, previous, job, progress, rolled, time.monotonic(), copies)
+
+    def _value_schema(self, name: TopicName, policy: Policy) -> ValueSchema | None:
+        """A table topic's JSON or Avro schema (its latest version), whose fields the round
+        writes as typed columns (``ledger.value_columns``); None for any other topic."""
+        if not policy.table:
+            return None
+        latest = self._schemas.latest(name)
+        if latest is None or latest.info.type not in TYPED_SCHEMAS:
+            return None
+        schema = ValueSchema(latest.info.type, latest.info.data)
+        return schema if schema.columns() is not None else None
 
     def _complete(self, p: _Pending, outcome: CompactionResult | Exception) -> None:
         """Commit a round's result (or record how it failed), then swap the topic's view."""
