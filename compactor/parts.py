@@ -45,7 +45,7 @@ from ledger.schema import (
     still_null,
 )
 from ledger.storage import StoragePath, unstage
-from ledger.value_columns import ValueSchema
+from ledger.value_columns import VALUE_SCHEMA_KEY, ValueSchema
 
 # Below this many ids per row of a chunk's id span, a kept-row mask is a bitmap over the span
 # (original ledgers: consecutive entry ids); sparser ids are matched by binary search.
@@ -249,6 +249,8 @@ class _PartWriter:
             for pending in in_flight:  # done: this thread ran them first
                 pending.result()  # raises what the encoder raised
             writer.add_key_value_metadata(null_columns_metadata(self._null))
+            if self.value_schema is not None:
+                writer.add_key_value_metadata({VALUE_SCHEMA_KEY: self.value_schema.digest.encode()})
             writer.close()
             staged = self._staged_part()  # before the upload, which removes the staging file
             local = self.path.local

@@ -14,7 +14,7 @@ from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String
 
 from ledger.entry import Record as Message
 from ledger.schema import COLUMNS
-from ledger.value_columns import DECODE_FAILED
+from ledger.value_columns import DECODE_FAILED, VALUE_SCHEMA_KEY, ValueSchema
 from service.compaction import CompactionService
 from service.names import TopicName
 from service.policies import Scope
@@ -99,6 +99,8 @@ def test_a_table_topic_with_a_schema_gets_typed_columns_in_every_round_s_parts(
 
     parts = _parts(broker, topic)
     assert parts and all(p.schema_arrow.names == TYPED for p in parts)
+    digest = ValueSchema(schema, str(codec.schema_info().schema()).encode()).digest
+    assert all(p.metadata.metadata[VALUE_SCHEMA_KEY] == digest.encode() for p in parts)
     rows = _rows(broker, topic)
     assert {k: (r["owner"], r["value_key"], r["balance"], r[DECODE_FAILED]) for k, r in rows.items()} == {
         **{f"k{i}": (f"owner-{i}", f"inner-{i}", i, False) for i in range(6)},
@@ -141,4 +143,5 @@ def test_other_topics_parts_keep_the_ledger_s_columns(
     _round(compaction, topic)
     parts = _parts(broker, topic)
     assert parts and all(p.schema_arrow.names == list(COLUMNS) for p in parts)
+    assert not any(VALUE_SCHEMA_KEY in p.metadata.metadata for p in parts)
     assert _compacted(broker, topic) == [(f"k{i}", v) for i, v in enumerate(values)]
