@@ -51,6 +51,7 @@ from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName
 from service.policies import PolicyStore
+from service.tables import TopicTables
 from service.topics import Broker
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class CompactionService:
         self._runs = CompactionRuns(broker=broker, metrics=metrics)
         self._damage = RoundDamage(broker=broker, metrics=metrics)
         self._inputs = RoundInputs(broker=broker, damage=self._damage, metrics=metrics)
+        self.tables = TopicTables(broker=broker, policies=self.policies, metrics=metrics)
 
     # ---------------------------------------------------------------- start-up
 
@@ -130,6 +132,7 @@ class CompactionService:
         self.broker.on_compacted_damage = self.compacted_damaged
         self.broker.sweep_orphans = self.sweep_orphans
         self.broker.on_load(self._load_topic)
+        self.broker.on_delete(self.tables.deleted)
 
     def _load_topic(self, topic: ManagedTopic) -> None:
         self._runs.interrupt(topic)
@@ -137,11 +140,24 @@ class CompactionService:
             referenced = load_view(db=self.db, topic=topic)
         except IntegrityError as e:
             self._damage.drop_damaged_view(topic, e, ledger_id=referenced_id(db=self.db, topic=topic))
-            compacted_cleanup.remove_unreferenced(db=self.db, topic=topic, referenced=None)
+            compacted_cleanup.remove_unreferenced(
+                db=self.db, topic=topic, referenced=None, pinned=self._table_pins(topic)
+            )
             # The broker serves the topic only once every load listener has run: rebuild then.
             self._pool.submit(self._repair_once_served, topic)
             return
-        compacted_cleanup.remove_unreferenced(db=self.db, topic=topic, referenced=referenced)
+        compacted_cleanup.remove_unreferenced(
+            db=self.db, topic=topic, referenced=referenced, pinned=self._table_pins(topic)
+        )
+
+    def _table_pins(self, topic: ManagedTopic) -> set[StoragePath]:
+        """The files of the compacted ledgers the topic's table's kept snapshots name (pinned in
+        its ``LayerFiles``, so the load's clean-up and the scrub's sweep keep them)."""
+        try:
+            return self.tables.load(topic)
+        except Exception:  # noqa: BLE001 - the topic loads; its table's older snapshots may not read
+            log.exception("pinning the table snapshots' ledgers of %s failed", topic.name)
+            return set()
 
     # ---------------------------------------------------------------- repair
 
@@ -350,6 +366,8 @@ class CompactionService:
             if horizon is None or (previous is not None and horizon <= previous.horizon):
                 # Nothing new since the last horizon (or nothing old enough): a quick success.
                 self._runs.finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
+                if previous is not None:  # a table behind the view (or just turned on) catches up
+                    self.tables.catch_up(topic, previous, run_id)
                 self._runs.observe(topic, started)
                 return None
             previous_horizon = previous.horizon if previous else None
@@ -434,6 +452,9 @@ class CompactionService:
         )
         if self.fault_hook is not None:
             self.fault_hook("after_commit")  # tests see the files between commit and clean-up
+        # Before the previous view retires: a kept snapshot may pin its files. While the topic is
+        # still the round's: the next round of it commits after this one.
+        self.tables.after_round(topic, view, p.run_id)
         self._runs.observe(topic, p.started, result)
         if previous is not None:
             topic.retiring.append(previous)  # retired once the topic is let go
