@@ -45,7 +45,14 @@ from service.compacted_view import CompactedView
 from service.compaction_cursor import allocate_ledger, commit_round, load_view, referenced_id
 from service.compaction_damage import RoundDamage, RoundDamaged
 from service.compaction_inputs import RoundInputs
-from service.compaction_runs import ERROR, SUCCESS, CompactionRecord, CompactionRuns, CompactionStatus
+from service.compaction_runs import (
+    ERROR,
+    RUNNING,
+    SUCCESS,
+    CompactionRecord,
+    CompactionRuns,
+    CompactionStatus,
+)
 from service.errors import CompactionUnavailable, Conflict, NotOwner
 from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
@@ -270,8 +277,12 @@ class CompactionService:
             future.result(timeout)
 
     def status(self, name: TopicName) -> CompactionStatus:
-        """The topic's latest run (``CompactionRuns.status``)."""
-        return self._runs.status(name)
+        """The topic's latest run (``CompactionRuns.status``); RUNNING while the run, committed,
+        commits the topic's Iceberg table (``service.tables``)."""
+        st = self._runs.status(name)
+        if st.status == SUCCESS and st.run_id is not None and self.tables.committing(name) == st.run_id:
+            return CompactionStatus(RUNNING, None, st.run_id)
+        return st
 
     def record(self, name: TopicName) -> CompactionRecord:
         """The topic's :class:`CompactionRecord`, from its run history."""
@@ -365,6 +376,8 @@ class CompactionService:
             rolled = time.monotonic()
             if horizon is None or (previous is not None and horizon <= previous.horizon):
                 # Nothing new since the last horizon (or nothing old enough): a quick success.
+                if previous is not None:
+                    self.tables.begin(topic.name, run_id)
                 self._runs.finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
                 if previous is not None:  # a table behind the view (or just turned on) catches up
                     self.tables.catch_up(topic, previous, run_id)
@@ -432,10 +445,13 @@ class CompactionService:
                 checksum=checksum,
                 files=topic.layer_files,
             )
+            # The run reports RUNNING from its commit until its table's (``self.tables``) is done.
+            self.tables.begin(topic.name, p.run_id)
             commit_round(
                 db=self.db, topic=topic, run_id=p.run_id, result=result, previous=previous, checksum=checksum
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
+            self.tables.end(topic.name)
             ledger_id = p.job.output_ledger_id
             self._failed(topic, p.run_id, e, p.started, previous=previous, new_ledger_id=ledger_id, view=view)
             return

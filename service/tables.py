@@ -96,6 +96,8 @@ class TopicTables:
         self._table_locks: dict[TopicName, threading.Lock] = {}
         # topic id -> (the topic, ledger id -> the files its pin holds).
         self._pins: dict[int, tuple[ManagedTopic, dict[int, set[StoragePath]]]] = {}
+        # The run whose table commit is under way, by topic (its round reports RUNNING until then).
+        self._committing: dict[TopicName, int] = {}
 
     def table_dir(self, table: TopicName) -> StoragePath:
         return paths.table_dir(self.broker.storage.at(), table.tenant, table.namespace, table.topic)
@@ -109,6 +111,30 @@ class TopicTables:
     def after_round(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
         """Commit the round's view as the table's new snapshot when the topic's policy asks for
         a table; drop the table when it no longer does. Never raises."""
+        self.begin(topic.name, run_id)
+        try:
+            self._after_round(topic, view, run_id)
+        finally:
+            self.end(topic.name)
+
+    def begin(self, name: TopicName, run_id: int) -> None:
+        """Run ``run_id`` of topic ``name`` is about to be recorded SUCCESS: it reports RUNNING
+        until :meth:`end`, after its table commit (:meth:`committing`)."""
+        with self._lock:
+            self._committing[name] = run_id
+
+    def end(self, name: TopicName) -> None:
+        with self._lock:
+            self._committing.pop(name, None)
+
+    def committing(self, name: TopicName) -> int | None:
+        """The run whose table commit is under way for topic ``name``, if one is: the round
+        reports RUNNING until its snapshot is committed (or its failure recorded), so that a
+        client that waited for SUCCESS finds the round's snapshot in the table."""
+        with self._lock:
+            return self._committing.get(name)
+
+    def _after_round(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
         table, _ = table_of(topic.name)
         try:
             if not self._enabled(topic.name):
@@ -126,12 +152,13 @@ class TopicTables:
     def catch_up(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
         """A round with nothing new to compact: commit the current view if the table does not
         have it yet (a failed commit before, or ``table`` just turned on), or drop the table
-        ``table`` was turned off for. Never raises."""
+        ``table`` was turned off for (ends what :meth:`begin` began). Never raises."""
         try:
             with self.db.session() as s:
                 state = s.get(models.TableCommitState, topic.topic_id)
                 current = state is not None and state.lag_rounds == 0 and state.ledger_id == view.ledger_id
             if current and self._row(table_of(topic.name)[0]) is not None and self._enabled(topic.name):
+                self.end(topic.name)
                 return
         except Exception:  # noqa: BLE001 - after_round records what fails
             log.debug("checking the table of %s failed", topic.name, exc_info=True)
@@ -240,7 +267,14 @@ class TopicTables:
         snapshots name, and unpin the others (another instance's partitions catch up at their
         next round or load)."""
         with self._lock:
-            mine = {topic.name: topic for topic, _ in self._pins.values() if table_of(topic.name)[0] == table}
+            held = [topic for topic, _ in self._pins.values() if table_of(topic.name)[0] == table]
+        mine: dict[TopicName, ManagedTopic] = {}
+        for topic in held:
+            if self.broker.served(topic.name) is topic:
+                mine[topic.name] = topic
+            else:  # unloaded (another instance took it): its files are no longer this one's to free
+                with self._lock:
+                    self._pins.pop(topic.topic_id, None)
         for index in by_partition:
             name = table if index < 0 else partition(table, index)
             served = self.broker.served(name)
@@ -279,11 +313,12 @@ class TopicTables:
         """At a topic's load (after its view is loaded): pin the ledgers its table's kept
         snapshots name. Returns their files, for the load's clean-up to keep."""
         table, index = table_of(topic.name)
-        row = self._row(table)
-        if row is None:
-            return set()
-        ids = pinned(self.broker.storage, row.metadata_location).get(index, set())
-        self._pin(topic, ids)
+        with self._table_lock(table):  # not while a commit of another partition repins
+            row = self._row(table)
+            if row is None:
+                return set()
+            ids = pinned(self.broker.storage, row.metadata_location).get(index, set())
+            self._pin(topic, ids)
         with self.db.session() as s:
             state = s.get(models.TableCommitState, topic.topic_id)
             lag = state.lag_rounds if state is not None else 0
