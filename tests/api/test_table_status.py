@@ -84,4 +84,19 @@ def test_table_status_and_metrics(server: Server) -> None:
         # Deleted with its topic.
         assert http.delete(ADMIN).status_code == 204
         assert not table_dir.exists()
+
+        # A partitioned topic: one table, its status over the partitions, dropped with it.
+        orders = "/admin/v2/persistent/public/default/orders"
+        assert http.put(f"{orders}/partitions", json=2).status_code == 204
+        for i in range(2):
+            c.create_producer(f"persistent://public/default/orders-partition-{i}").send_many(
+                [(f"k{i}", b"v")]
+            )
+        body = compacted(c, http, "persistent://public/default/orders", orders)
+        assert body["partitions"] == {"orders-partition-0": "SUCCESS", "orders-partition-1": "SUCCESS"}
+        assert body["table"]["lagRounds"] == 0 and isinstance(body["table"]["snapshotId"], int)
+        orders_dir = server.data_dir / "tables" / "public" / "default" / "orders"
+        assert orders_dir.is_dir()
+        assert http.delete(f"{orders}/partitions").status_code == 204
+        assert not orders_dir.exists()
     shutil.rmtree(aside, ignore_errors=True)
