@@ -108,12 +108,15 @@ class TopicTables:
 
     # ---------------------------------------------------------------- a round
 
-    def after_round(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
+    def after_round(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None = None
+    ) -> None:
         """Commit the round's view as the table's new snapshot when the topic's policy asks for
-        a table; drop the table when it no longer does. Never raises."""
+        a table (``value_columns``: the typed columns the round wrote into its parts,
+        ``ledger.value_columns``); drop the table when it no longer does. Never raises."""
         self.begin(topic.name, run_id)
         try:
-            self._after_round(topic, view, run_id)
+            self._after_round(topic, view, run_id, value_columns)
         finally:
             self.end(topic.name)
 
@@ -134,7 +137,9 @@ class TopicTables:
         with self._lock:
             return self._committing.get(name)
 
-    def _after_round(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
+    def _after_round(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None
+    ) -> None:
         table, _ = table_of(topic.name)
         try:
             if not self._enabled(topic.name):
@@ -142,14 +147,16 @@ class TopicTables:
                     log.info("dropping the table of %s: its policy no longer asks for one", table)
                     self.drop(table)
                 return
-            committed = self._commit(topic, view, run_id)
+            committed = self._commit(topic, view, run_id, value_columns)
         except Exception as e:  # noqa: BLE001 - the round stays successful; the next one retries
             log.warning("the table commit of %s (round %d) failed", topic.name, run_id, exc_info=True)
             self._record(topic, failed=_one_line(e))
             return
         self._record(topic, committed=committed, ledger_id=view.ledger_id)
 
-    def catch_up(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
+    def catch_up(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None = None
+    ) -> None:
         """A round with nothing new to compact: commit the current view if the table does not
         have it yet (a failed commit before, or ``table`` just turned on), or drop the table
         ``table`` was turned off for (ends what :meth:`begin` began). Never raises."""
@@ -162,12 +169,14 @@ class TopicTables:
                 return
         except Exception:  # noqa: BLE001 - after_round records what fails
             log.debug("checking the table of %s failed", topic.name, exc_info=True)
-        self.after_round(topic, view, run_id)
+        self.after_round(topic, view, run_id, value_columns)
 
     def _enabled(self, name: TopicName) -> bool:
         return bool(self.policies.effective(name).table)
 
-    def _commit(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> Committed:
+    def _commit(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None
+    ) -> Committed:
         table, index = table_of(topic.name)
         state = RoundState(
             partition=index,
@@ -175,7 +184,7 @@ class TopicTables:
             ledger_id=view.ledger_id,
             horizon=view.horizon,
             round=run_id,
-            value_columns=self._value_columns(topic.name),
+            value_columns=value_columns,
         )
         settings = self.broker.settings
         directory = self.table_dir(table)
@@ -199,16 +208,6 @@ class TopicTables:
             self._repin(table, committed.pinned)
             self._collect_garbage(directory, committed.metadata_location)
         return committed
-
-    def _value_columns(self, name: TopicName) -> pa.Schema | None:
-        """The typed value columns of the topic's latest JSON or Avro schema.
-
-        TODO(lead, issue 52): ``ledger.value_columns`` (branch i52-typed) is not merged yet;
-        when it is, return ``ledger.value_columns.columns(...)`` of the latest version in the
-        schema registry (``service.schemas.SchemaRegistry.latest`` of the partitioned topic for
-        a partition) when its type is JSON or AVRO, else None.
-        """
-        return None
 
     def _row(self, table: TopicName) -> models.TopicTable | None:
         with self.db.session() as s:

@@ -16,15 +16,18 @@ from sqlalchemy import select
 from compactor import TwoPhaseCompactor
 from ledger import paths
 from ledger.entry import Record
+from ledger.value_columns import DECODE_FAILED
 from service import models
 from service.compaction import CompactionService
 from service.db import Database
 from service.metrics import ServiceMetrics
 from service.names import TopicName, partition
 from service.policies import Scope
+from service.schemas import SchemaInfo, SchemaRegistry
 from service.settings import Settings
 from service.topics import Broker
 from tests.service.test_compaction import NAME, compacted_files, produce
+from tests.service.test_typed_columns import JSON_CODEC, _account
 
 pytestmark = pytest.mark.spark
 
@@ -296,3 +299,27 @@ def test_a_partitioned_topic_s_partitions_commit_into_one_table(broker, compacti
     assert table_rows(row.metadata_location, where="partition == 1") == view_rows(broker, parts[1])
     status = compaction.tables.status(base, parts)
     assert status is not None and status.lag_rounds == 0
+
+
+def test_a_json_schema_topic_s_fields_are_table_columns(broker, compaction, topic) -> None:
+    definition = str(JSON_CODEC.schema_info().schema()).encode()
+    SchemaRegistry(broker.db, policies=compaction.policies).put(NAME, SchemaInfo("JSON", definition))
+    broker.produce(
+        NAME,
+        [
+            Record(key="a", value=JSON_CODEC.encode(_account(1, 10))),
+            Record(key="b", value=b"not json"),
+            Record(key="a", value=JSON_CODEC.encode(_account(2, 20))),
+        ],
+    )
+    round_ok(compaction)
+    row = table_row(broker)
+    assert row is not None
+    t = StaticTable.from_metadata(row.metadata_location).scan().to_arrow().sort_by("key")
+    assert t.column("key").to_pylist() == ["a", "b"]
+    assert t.column("owner").to_pylist() == ["owner-2", None]
+    assert t.column("balance").to_pylist() == [20, None]
+    assert t.column(DECODE_FAILED).to_pylist() == [False, True]
+    # A SQL-style filter on a typed column.
+    hit = StaticTable.from_metadata(row.metadata_location).scan(row_filter="balance == 20").to_arrow()
+    assert hit.column("key").to_pylist() == ["a"]
