@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -147,11 +148,20 @@ class TopicTables:
                     log.info("dropping the table of %s: its policy no longer asks for one", table)
                     self.drop(table)
                 return
+            started = time.monotonic()
             committed = self._commit(topic, view, run_id, value_columns)
         except Exception as e:  # noqa: BLE001 - the round stays successful; the next one retries
             log.warning("the table commit of %s (round %d) failed", topic.name, run_id, exc_info=True)
             self._record(topic, failed=_one_line(e))
             return
+        log.info(
+            "committed snapshot %d of table %s (ledger %d of %s) in %d ms",
+            committed.snapshot_id,
+            table,
+            view.ledger_id,
+            topic.name,
+            int((time.monotonic() - started) * 1000),
+        )
         self._record(topic, committed=committed, ledger_id=view.ledger_id)
 
     def catch_up(
