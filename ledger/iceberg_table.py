@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.manifest import (
@@ -92,6 +92,9 @@ LEDGERS = "compactor.ledgers"
 METADATA_DIR = "metadata"
 _AVRO_CODEC: AvroCompressionCodec = "deflate"  # Iceberg's default for manifests ("gzip")
 _MAIN = "main"
+# How old a file the table does not name must be to be garbage: younger, it may belong to a
+# commit still in progress (another partition's, another instance's), not yet swapped in.
+GRACE_MS = 10 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -270,7 +273,11 @@ def _new_table(table_dir: StoragePath, schema: Schema, last_column_id: int, now_
             "partition-specs": [SPEC],
             "default-spec-id": SPEC.spec_id,
             "last-partition-id": max(f.field_id for f in SPEC.fields),
-            "properties": {NAME_MAPPING: name_mapping_json(schema)},
+            # The metadata log names only the previous metadata file, the one garbage() keeps.
+            "properties": {
+                NAME_MAPPING: name_mapping_json(schema),
+                "write.metadata.previous-versions-max": "1",
+            },
             "sort-orders": [UNSORTED_SORT_ORDER],
             "default-sort-order-id": UNSORTED_SORT_ORDER.order_id,
             "last-sequence-number": 0,
@@ -320,11 +327,9 @@ def _delete_entry(
     previous: dict[str, ManifestEntry],
 ) -> ManifestEntry | None:
     """The manifest entry of ``layer``'s position-delete file (None: it hides no row): the
-    previous snapshot's if it named the same file, else the file written now (or found, when
-    a commit that failed wrote it)."""
+    previous snapshot's if it named the same file, else a file written now."""
     path = table_dir / position_deletes.file_key(partition, layer)
-    where = location(path)
-    old = previous.get(where)
+    old = previous.get(location(path))
     if old is not None:
         return old
     if (
@@ -335,24 +340,15 @@ def _delete_entry(
         # The layer was in the table already, with no file of its tombstones: it has none
         # (a vector would be new, and tombstones do not change).
         return None
+    hidden = position_deletes.hidden(topic_root, layer)
+    if not hidden:
+        return None
     if path.is_file():
-        rows = _read_deletes(path)
-    else:
-        hidden = position_deletes.hidden(topic_root, layer)
-        if not hidden:
-            return None
-        rows = position_deletes.write(path, hidden)
-    return _added(rows.data_file(partition, SPEC.spec_id))
-
-
-def _read_deletes(path: StoragePath) -> position_deletes.DeleteFile:
-    """A delete file written before (by a commit that did not publish), as written."""
-    with path.open() as f:
-        table = pq.read_table(f)
-    paths, positions = table.column("file_path").to_pylist(), table.column("pos").to_pylist()
-    return position_deletes.DeleteFile(
-        path, table.num_rows, path.size(), (paths[0], positions[0]), (paths[-1], positions[-1])
-    )
+        # Left by a commit that did not publish: garbage, which a collection running now may
+        # be deleting. A name of this commit's own instead.
+        path = table_dir / position_deletes.file_key(partition, layer, unique=uuid.uuid4().hex[:12])
+    written = position_deletes.write(path, hidden)
+    return _added(written.data_file(partition, SPEC.spec_id))
 
 
 def _added(data_file: DataFile) -> ManifestEntry:
@@ -432,11 +428,15 @@ def pinned(storage: Storage, metadata_location: str) -> dict[int, set[int]]:
     return _pinned(read_metadata(storage, metadata_location))
 
 
-def garbage(table_dir: StoragePath, metadata_location: str) -> list[StoragePath]:
+def garbage(
+    table_dir: StoragePath, metadata_location: str, *, now_ms: int | None = None, grace_ms: int = GRACE_MS
+) -> list[StoragePath]:
     """The files under ``table_dir`` that the table at ``metadata_location`` no longer names:
     not that metadata file nor the one before it (a reader may have just loaded it), nor a
     kept snapshot's manifest list, manifests and delete files. What a failed commit left is
-    among them."""
+    among them, once older than ``grace_ms``: a file written since then (``now_ms``: the
+    current time) may be a commit's in progress, of another partition or instance, whose
+    metadata is not yet the table's."""
     storage = table_dir.storage
     fio = StorageFileIO(storage)
     metadata = read_metadata(storage, metadata_location)
@@ -453,11 +453,13 @@ def garbage(table_dir: StoragePath, metadata_location: str) -> list[StoragePath]
             seen.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(fio, discard_deleted=True):
                 named.add(entry.data_file.file_path)
+    young = (now_ms if now_ms is not None else int(time.time() * 1000)) - grace_ms
     out = []
     for found in storage.list(table_dir.key):
         path = storage.at(found.key)
-        if location(path) not in named:
-            out.append(path)
+        if location(path) in named or found.mtime_ms is None or found.mtime_ms > young:
+            continue
+        out.append(path)
     return out
 
 

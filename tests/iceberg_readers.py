@@ -14,6 +14,8 @@ from types import ModuleType
 
 import duckdb
 
+from ledger.storage import S3Settings
+
 # avro: manifests; httpfs: the REST catalog and S3 (ATTACH tries to install it when absent).
 EXTENSIONS = ("httpfs", "avro", "iceberg")
 
@@ -27,8 +29,10 @@ def _extension_file(package: ModuleType, name: str) -> str:
     return found[0]
 
 
-def duckdb_connection() -> duckdb.DuckDBPyConnection:
-    """A fresh in-memory DuckDB connection with httpfs, avro and iceberg loaded."""
+def duckdb_connection(s3: S3Settings | None = None) -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory DuckDB connection with httpfs, avro and iceberg loaded; with ``s3``,
+    it reads ``s3://`` locations from that endpoint (path-style, as ``.ci/s3``'s gateway wants),
+    with its keys or else the ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` of the tests."""
     import duckdb_extension_avro
     import duckdb_extension_httpfs
     import duckdb_extension_iceberg
@@ -41,4 +45,19 @@ def duckdb_connection() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     for name in EXTENSIONS:
         con.execute(f"LOAD '{_extension_file(packages[name], name)}'")
+    if s3 is not None:
+        # Explicit keys: a credential-chain secret needs DuckDB's aws extension too (another
+        # package, duckdb-extension-aws, that the tests do without).
+        options = {
+            "KEY_ID": s3.access_key or os.environ.get("AWS_ACCESS_KEY_ID", ""),
+            "SECRET": s3.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+            "REGION": s3.region or "us-east-1",
+        }
+        if s3.endpoint_url:
+            scheme, _, host = s3.endpoint_url.partition("://")
+            options.update(ENDPOINT=host, URL_STYLE="path", USE_SSL=str(scheme == "https").lower())
+        names = ", ".join(
+            f"{name} ?" if name != "USE_SSL" else f"{name} {value}" for name, value in options.items()
+        )
+        con.execute(f"CREATE SECRET s3 (TYPE s3, {names})", [v for k, v in options.items() if k != "USE_SSL"])
     return con

@@ -9,7 +9,9 @@ the snapshot before it the previous round's view."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -23,7 +25,10 @@ from ledger import iceberg_table
 from ledger.compacted_store import CompactedLedger
 from ledger.entry import Position, is_delete
 from ledger.iceberg_io import location, path_at
-from ledger.iceberg_table import Committed, RoundState, commit_round, garbage, pinned, read_metadata
+from ledger.iceberg_schema import MESSAGE_FIELDS, MESSAGE_LAST_COLUMN_ID, table_schema
+from ledger.iceberg_table import GRACE_MS, Committed, RoundState, commit_round, garbage, pinned, read_metadata
+from ledger.layers import Manifest
+from ledger.manifest_writer import describe_parts
 from ledger.paths import sealed_path, table_dir
 from ledger.schema import ARROW_SCHEMA
 from ledger.storage import Storage, StoragePath
@@ -163,17 +168,14 @@ def pyiceberg_rows(
     return _normal(got.to_pylist())
 
 
-def duckdb_rows(metadata: str, *, s3: Storage | None = None) -> list[Row]:
-    con = duckdb_connection()
-    if s3 is not None and s3.s3 is not None:
-        endpoint = (s3.s3.endpoint_url or "").split("://", 1)
-        con.execute(
-            "CREATE SECRET s3 (TYPE s3, PROVIDER credential_chain, ENDPOINT ?, URL_STYLE 'path', "
-            "USE_SSL ?, REGION ?)",
-            [endpoint[-1], endpoint[0] == "https", s3.s3.region or "us-east-1"],
-        )
+def duckdb_for(storage: Storage) -> Any:
+    """A DuckDB connection that reaches the storage's files."""
+    return duckdb_connection(storage.s3 if not storage.local else None)
+
+
+def duckdb_rows(storage: Storage, metadata: str) -> list[Row]:
     cols = ", ".join(f'"{c}"' for c in COLUMNS)
-    cur = con.execute(
+    cur = duckdb_for(storage).execute(
         f"SELECT {cols} FROM iceberg_scan(?) ORDER BY partition, ledger_id, entry_id", [metadata]
     )
     names = [d[0] for d in cur.description]
@@ -207,7 +209,6 @@ def test_every_round_is_a_snapshot_equal_to_the_compacted_view(
     deltas whose deletion vectors grow, and a consolidation that replaces the base: after each,
     pyiceberg and DuckDB read the view, and the previous snapshot the previous view."""
     topic = Topic(storage, "t")
-    s3 = None if storage.local else storage
     kw = {"retain_null_key": True, "delete_retention_ms": 1500, "max_deltas": 3, "consolidation_ratio": 1.0}
     rounds: list[tuple[list[Msg], int | None]] = [
         (
@@ -227,7 +228,7 @@ def test_every_round_is_a_snapshot_equal_to_the_compacted_view(
         current = committed.metadata_location
         expected = view(result)
         assert pyiceberg_rows(storage, current) == expected, f"round {i}"
-        assert duckdb_rows(current, s3=s3) == expected, f"round {i}"
+        assert duckdb_rows(storage, current) == expected, f"round {i}"
         if previous_view is not None:
             assert pyiceberg_rows(storage, current, previous_snapshot) == previous_view
         previous_view, previous_snapshot = expected, committed.snapshot_id
@@ -260,7 +261,7 @@ def test_every_round_is_a_snapshot_equal_to_the_compacted_view(
     assert [layer.kind for layer in result.manifest.layers] == ["base"]
     committed = commit(topic, current, now_ms=1_000_004)
     assert pyiceberg_rows(storage, committed.metadata_location) == view(result)
-    assert duckdb_rows(committed.metadata_location, s3=s3) == view(result)
+    assert duckdb_rows(storage, committed.metadata_location) == view(result)
     assert pyiceberg_rows(storage, committed.metadata_location, previous_snapshot) == previous_view
     assert committed.pinned == {-1: {101, 102, 103, 104}}
 
@@ -277,7 +278,18 @@ def test_a_delete_file_is_written_once_per_layer_and_vector(
     second = commit(topic, first.metadata_location)
     topic.seal(3, [("k20", b"3")])  # a delta without deletes: the base's vector stays
     topic.compact(compactor, 13, consolidation_ratio=1.0)
-    third = commit(topic, second.metadata_location)
+    # Layers already in the table are not read again: their parts made unreadable, it commits.
+    base = topic.rounds[0].directory
+    away = [base / p.name for p in topic.rounds[0].manifest.parts]
+    for p in away:
+        p.with_name(p.name + ".away").write_bytes(p.read_bytes())
+        p.unlink()
+    try:
+        third = commit(topic, second.metadata_location)
+    finally:
+        for p in away:
+            p.write_bytes(p.with_name(p.name + ".away").read_bytes())
+            p.with_name(p.name + ".away").unlink()
     deletes = [f.key for f in storage.list(topic.table.key + "/deletes")]
     assert len(deletes) == 1 and deletes[0].endswith(".parquet")
     topic.seal(4, [("k2", b"4")])  # the vector grows: a new file, the old one still named by snapshot 2
@@ -286,6 +298,11 @@ def test_a_delete_file_is_written_once_per_layer_and_vector(
     assert len(storage.list(topic.table.key + "/deletes")) == 2
     assert pyiceberg_rows(storage, fourth.metadata_location) == view(topic.rounds[-1])
     assert pyiceberg_rows(storage, fourth.metadata_location, third.snapshot_id) == view(topic.rounds[-2])
+    # A commit on the same state again (as after a lost compare-and-swap) does not take up the
+    # file the first one wrote: no snapshot of its table names it, garbage being collected.
+    retry = commit(topic, third.metadata_location)
+    assert len(storage.list(topic.table.key + "/deletes")) == 3
+    assert pyiceberg_rows(storage, retry.metadata_location) == view(topic.rounds[-1])
     # A table's files are written under new names only: nothing of an older commit changed.
     assert first.metadata_location != second.metadata_location
     assert read_metadata(storage, second.metadata_location).current_snapshot_id == second.snapshot_id
@@ -309,7 +326,7 @@ def test_a_partitioned_topic_is_one_table_partitioned_by_index(
     third = commit(p0, second.metadata_location)
     expected = view(p0.rounds[-1], 0) + view(p1.rounds[-1], 1)
     assert pyiceberg_rows(storage, third.metadata_location) == expected
-    assert duckdb_rows(third.metadata_location, s3=None if storage.local else storage) == expected
+    assert duckdb_rows(storage, third.metadata_location) == expected
     assert pyiceberg_rows(storage, third.metadata_location, where="partition = 1") == view(p1.rounds[-1], 1)
     # Partition 1's files keep their entries (and sequence numbers) when partition 0 commits.
     table = StaticTable.from_metadata(third.metadata_location, properties=io_properties(storage))
@@ -325,6 +342,25 @@ def test_a_partitioned_topic_is_one_table_partitioned_by_index(
     summary = snapshots(storage, third.metadata_location)[-1].summary
     assert summary is not None and json.loads(summary["compactor.ledgers"]) == {"0": 11, "1": 20}
     assert pinned(storage, third.metadata_location) == {0: {10, 11}, 1: {20}}
+
+
+def test_a_round_that_deletes_every_key_leaves_an_empty_table(
+    storage: Storage, compactor: TwoPhaseCompactor
+) -> None:
+    topic = Topic(storage, "t")
+    topic.seal(1, [("a", b"1"), ("b", b"1")])
+    topic.compact(compactor, 10)
+    first = commit(topic, None)
+    topic.seal(2, [("a", None), ("b", b"")])
+    assert topic.compact(compactor, 11).manifest.layers == ()
+    second = commit(topic, first.metadata_location)
+    assert (
+        pyiceberg_rows(storage, second.metadata_location)
+        == duckdb_rows(storage, second.metadata_location)
+        == []
+    )
+    assert pyiceberg_rows(storage, second.metadata_location, first.snapshot_id) == view(topic.rounds[0])
+    assert second.pinned == {-1: {10, 11}}
 
 
 # ------------------------------------------------------------------ expiry, pins and garbage
@@ -395,26 +431,30 @@ def test_garbage_is_what_the_kept_snapshots_no_longer_name(
     done = rounds_of(one_ledger, compactor, 4, kept=2, step_ms=1)
     last = done[-1].metadata_location
     table = one_ledger.table
-    found = {location(p) for p in garbage(table, last)}
+    found = {location(p) for p in garbage(table, last, grace_ms=0)}
     # The two older metadata files go; the current one and the one before it stay.
     assert done[0].metadata_location in found and done[1].metadata_location in found
     assert last not in found and done[2].metadata_location not in found
+    assert [e.metadata_file for e in read_metadata(storage, last).metadata_log] == [done[2].metadata_location]
     expired = snapshots(storage, done[1].metadata_location)
     assert all(
         s.manifest_list in found
         for s in expired
         if s.snapshot_id in (done[0].snapshot_id, done[1].snapshot_id)
     )
-    # A failed commit's files (written, never swapped in) are garbage too.
+    # A failed commit's files (written, never swapped in) are garbage too, once older than a
+    # commit in progress could be; younger, they may be another partition's commit's.
     failed = commit(one_ledger, last, now_ms=2_000_000, kept=2)
-    found = {location(p) for p in garbage(table, last)}
+    assert failed.metadata_location not in {location(p) for p in garbage(table, last)}
+    later = int(time.time() * 1000) + GRACE_MS + 1
+    found = {location(p) for p in garbage(table, last, now_ms=later)}
     assert failed.metadata_location in found
-    for p in garbage(table, last):
+    for p in garbage(table, last, now_ms=later):
         p.unlink()
-    assert garbage(table, last) == []
+    assert garbage(table, last, now_ms=later) == []
     assert pyiceberg_rows(storage, last) == view(one_ledger.rounds[-1])
     assert pyiceberg_rows(storage, last, done[2].snapshot_id) == view(one_ledger.rounds[2])
-    assert duckdb_rows(last, s3=None if storage.local else storage) == view(one_ledger.rounds[-1])
+    assert duckdb_rows(storage, last) == view(one_ledger.rounds[-1])
     assert path_at(storage, last).is_file()
 
 
@@ -424,3 +464,98 @@ def test_locations_name_files_of_the_storage(storage: Storage) -> None:
     with pytest.raises(ValueError):
         path_at(storage, "/elsewhere/x.json" if storage.local else "s3://other-bucket/x.json")
     assert iceberg_table.LEDGERS == "compactor.ledgers"
+
+
+# ------------------------------------------------------------------ typed value columns
+
+
+def test_a_typed_column_keeps_its_id_while_its_name_and_type_stay() -> None:
+    first, last = table_schema(
+        pa.schema([("name", pa.string()), ("age", pa.int64())]), None, MESSAGE_LAST_COLUMN_ID
+    )
+    assert [f.name for f in first.fields][-2:] == ["name", "age"] and first.schema_id == 0
+    ids = {f.name: f.field_id for f in first.fields}
+    assert last == max(ids.values()) > MESSAGE_LAST_COLUMN_ID
+    same, again = table_schema(pa.schema([("name", pa.string()), ("age", pa.int64())]), first, last)
+    assert same is first and again == last
+    nested = pa.struct([("city", pa.string()), ("zip", pa.int32())])
+    changed, newest = table_schema(
+        pa.schema([("name", pa.string()), ("age", pa.string()), ("home", nested)]), first, last
+    )
+    new_ids = {f.name: f.field_id for f in changed.fields}
+    assert changed.schema_id == 1
+    assert new_ids["name"] == ids["name"] and new_ids["age"] > last and new_ids["home"] > last
+    assert newest == changed.highest_field_id
+    # The message columns never change.
+    assert all(new_ids[f.name] == ids[f.name] for f in MESSAGE_FIELDS)
+    with pytest.raises(ValueError, match="key"):
+        table_schema(pa.schema([("key", pa.string())]), None, MESSAGE_LAST_COLUMN_ID)
+
+
+def typed_ledger(topic: Topic, source: CompactionResult, ledger_id: int, columns: pa.Schema) -> StoragePath:
+    """A compacted ledger like ``source`` whose one part also holds typed value columns (as
+    the compactor writes them for a topic with a JSON schema): ``name`` and ``age`` from the
+    value ``name:age``, null where the value is not of that form."""
+    directory = topic.root / f"compacted-{ledger_id:020d}"
+    table = pa.concat_tables(pq.read_table(p.open()) for p in CompactedLedger(source.directory).part_paths())
+    values = [v.decode() if v else "" for v in table.column("value").to_pylist()]
+    parsed = [v.split(":") if v.count(":") == 1 else [None, None] for v in values]
+    table = table.append_column("name", pa.array([p[0] for p in parsed], pa.string()))
+    table = table.append_column("age", pa.array([int(p[1]) if p[1] else None for p in parsed], pa.int64()))
+    part = directory / "part-00000.parquet"
+    staged = part.staging()
+    pq.write_table(
+        table.select([*ARROW_SCHEMA.names, *[n for n in columns.names if n in table.column_names]]), staged
+    )
+    part.publish(staged)
+    Manifest(layers=(describe_parts(directory),)).write(directory)
+    return directory
+
+
+def test_typed_value_columns_read_by_name_and_null_in_parts_without_them(
+    storage: Storage, compactor: TwoPhaseCompactor
+) -> None:
+    topic = Topic(storage, "typed")
+    topic.seal(1, [("a", b"ann:31"), ("b", b"bob:42"), ("c", b"not json"), (None, b"eve:7")])
+    result = topic.compact(compactor, 10, retain_null_key=True)
+    columns = pa.schema([("name", pa.string()), ("age", pa.int64())])
+    directory = typed_ledger(topic, result, 11, columns)
+    state = RoundState(-1, directory, 11, result.horizon, 1, value_columns=columns)
+    first = commit_round(topic.table, None, state, now_ms=1, snapshots_kept=5, max_age_ms=DAY_MS)
+    expected = [("ann", 31), ("bob", 42), (None, None), ("eve", 7)]
+    table = StaticTable.from_metadata(first.metadata_location, properties=io_properties(storage))
+    got = table.scan(selected_fields=("entry_id", "name", "age")).to_arrow().sort_by("entry_id")
+    assert list(zip(got.column("name").to_pylist(), got.column("age").to_pylist(), strict=True)) == expected
+    rows = duckdb_for(storage).execute(
+        "SELECT name, age FROM iceberg_scan(?) ORDER BY entry_id", [first.metadata_location]
+    )
+    assert rows.fetchall() == expected
+    # A later schema adds a column: the others keep their ids, the new one reads null in
+    # parts written before it; a round of parts without typed columns reads nulls throughout.
+    wider = columns.append(pa.field("city", pa.string()))
+    second = commit_round(
+        topic.table,
+        first.metadata_location,
+        replace(state, value_columns=wider, round=2),
+        now_ms=2,
+        snapshots_kept=5,
+        max_age_ms=DAY_MS,
+    )
+    before, after = (read_metadata(storage, c.metadata_location).schema() for c in (first, second))
+    assert after.schema_id == before.schema_id + 1
+    assert after.find_field("age").field_id == before.find_field("age").field_id
+    table = StaticTable.from_metadata(second.metadata_location, properties=io_properties(storage))
+    got = table.scan(selected_fields=("entry_id", "name", "city")).to_arrow().sort_by("entry_id")
+    assert got.column("name").to_pylist() == ["ann", "bob", None, "eve"]
+    assert got.column("city").to_pylist() == [None] * 4
+    plain = commit_round(
+        topic.table,
+        second.metadata_location,
+        replace(topic.state(), value_columns=wider),
+        now_ms=3,
+        snapshots_kept=5,
+        max_age_ms=DAY_MS,
+    )
+    table = StaticTable.from_metadata(plain.metadata_location, properties=io_properties(storage))
+    got = table.scan(selected_fields=("key", "name", "age")).to_arrow()
+    assert got.column("name").null_count == got.num_rows == len(view(result))
