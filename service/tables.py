@@ -24,6 +24,7 @@ partitioned topic) drops it at once.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 # Commits of one table by other partitions or instances that a round may lose to in a row
 # before it gives up (the next round tries again).
 SWAP_ATTEMPTS = 5
+SWAP_BACKOFF_S = 0.05
 
 
 class TableSwapLost(Exception):
@@ -213,6 +215,8 @@ class TopicTables:
                 if self._swap(table, committed.metadata_location, version):
                     break
                 log.info("the table commit of %s lost a swap; retrying on the new metadata", topic.name)
+                # A random pause, so that two instances' commits that keep meeting drift apart.
+                time.sleep(random.uniform(0, SWAP_BACKOFF_S))
             else:
                 raise TableSwapLost(f"{SWAP_ATTEMPTS} commits of table {table} lost to other commits")
             self._repin(table, committed.pinned)
