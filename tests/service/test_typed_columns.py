@@ -2,25 +2,32 @@
 compaction rounds against real Spark: a topic with the ``table`` policy and a JSON or Avro
 schema gets its value's fields as columns of every part its rounds write (full, delta and
 consolidating rounds); any other topic's parts keep the ledger's columns alone; readers of
-the compacted view and the scrubber see no difference."""
+the compacted view and the scrubber see no difference; the columns' types are ones the
+table's readers (pyiceberg, DuckDB) take."""
 
 from __future__ import annotations
 
+import datetime as dt
+import io
 import json
 
+import fastavro
 import pyarrow.parquet as pq
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String
+from pyiceberg.table import StaticTable
 
 from ledger.entry import Record as Message
 from ledger.schema import COLUMNS
 from ledger.value_columns import DECODE_FAILED, VALUE_SCHEMA_KEY, ValueSchema
+from service import models
 from service.compaction import CompactionService
 from service.names import TopicName
 from service.policies import Scope
 from service.schemas import SchemaInfo, SchemaRegistry
 from service.scrubber import Scrubber
 from service.topics import Broker
+from tests.iceberg_readers import duckdb_connection
 
 pytestmark = pytest.mark.spark
 
@@ -145,3 +152,78 @@ def test_other_topics_parts_keep_the_ledger_s_columns(
     assert parts and all(p.schema_arrow.names == list(COLUMNS) for p in parts)
     assert not any(VALUE_SCHEMA_KEY in p.metadata.metadata for p in parts)
     assert _compacted(broker, topic) == [(f"k{i}", v) for i, v in enumerate(values)]
+
+
+RICH = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "placed", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [
+            {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
+        {"name": "attrs", "type": {"type": "map", "values": "string"}},
+        {"name": "ship_to", "type": ["null", {"type": "record", "name": "Address", "fields": [
+            {"name": "city", "type": "string"}]}]},
+        {"name": "value", "type": "double"},
+    ],
+}  # fmt: skip
+
+
+def _order(i: int) -> dict[str, object]:
+    return {
+        "placed": 1_767_225_600_000 + i,
+        "day": 20_454 + i,
+        "status": "PAID" if i % 2 else "NEW",
+        "lines": [{"sku": f"sku-{i}", "qty": i}],
+        "attrs": {"channel": "web"},
+        "ship_to": {"city": f"city-{i}"} if i % 2 else None,
+        "value": i / 4,
+    }
+
+
+def test_an_avro_topic_s_typed_columns_read_through_its_iceberg_table(
+    broker: Broker, compaction: CompactionService
+) -> None:
+    """The columns' types are ones Iceberg's readers take: pyiceberg and DuckDB read every
+    row of the table as the values were produced (timestamps in microseconds, UTC)."""
+    topic = TopicName("t", "ns", "orders")
+    broker.create_topic(topic)
+    compaction.policies.set(Scope.topic_of(topic), table=True)
+    SchemaRegistry(broker.db, policies=compaction.policies).put(
+        topic, SchemaInfo("AVRO", json.dumps(RICH).encode())
+    )
+    parsed = fastavro.parse_schema(RICH)
+
+    def encode(row: dict[str, object]) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, row)
+        return out.getvalue()
+
+    broker.produce(topic, [Message(key=f"o{i}", value=encode(_order(i))) for i in range(4)])
+    _round(compaction, topic)
+    with broker.db.session() as s:
+        row = s.get(models.TopicTable, (topic.tenant, topic.namespace, topic.topic))
+        assert row is not None
+        location = row.metadata_location
+    table = StaticTable.from_metadata(location).scan().to_arrow().sort_by("key")
+    assert table.column("value_value").to_pylist() == [0.0, 0.25, 0.5, 0.75]  # renamed: not the value
+    assert table.column("placed").to_pylist()[1] == dt.datetime(2026, 1, 1, 0, 0, 0, 1000, tzinfo=dt.UTC)
+    assert table.column("day").to_pylist()[0] == dt.date(2026, 1, 1)
+    assert table.column("status").to_pylist() == ["NEW", "PAID", "NEW", "PAID"]
+    assert table.column("lines").to_pylist()[2] == [{"sku": "sku-2", "qty": 2}]
+    assert table.column("attrs").to_pylist()[3] == [("channel", "web")]
+    assert table.column("ship_to").to_pylist() == [None, {"city": "city-1"}, None, {"city": "city-3"}]
+    assert table.column(DECODE_FAILED).to_pylist() == [False] * 4
+
+    db = duckdb_connection()
+    got = db.execute(
+        "SELECT key, epoch_ms(placed), day, status, lines[1].sku, attrs['channel'], ship_to.city, "
+        f"value_value FROM iceberg_scan('{location}') WHERE lines[1].qty >= 2 ORDER BY key"
+    ).fetchall()
+    assert got == [
+        ("o2", 1_767_225_600_002, dt.date(2026, 1, 3), "NEW", "sku-2", "web", None, 0.5),
+        ("o3", 1_767_225_600_003, dt.date(2026, 1, 4), "PAID", "sku-3", "web", "city-3", 0.75),
+    ]
