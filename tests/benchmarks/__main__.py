@@ -40,6 +40,10 @@ Sections (``--only`` takes a comma-separated subset; default all):
   producers, consume from earliest, publish latency at 10,000 and 50,000 msg/s, each broker's CPU
   per million messages; durable and not (``--vs-pulsar-durability``), ``--vs-pulsar-seconds`` a
   run (default 30; quick 10) (``tests/benchmarks/vs_pulsar.py``); only when named in ``--only``.
+- ``tables``: compacted topics as Iceberg tables (issue 52) through a real ``compactor serve``:
+  the table commit's share of a full and of a +1% round (5M/500k; quick: 500k/50k), the latest
+  state read by DuckDB over the table against a readCompacted consumer over the wire, and a
+  point lookup by SQL (``tests/benchmarks/tables.py``).
 - ``soak``: a real ``compactor serve`` for 3 minutes of produce, a full and a readCompacted
   consumer and a compaction every 5 s: its descriptors and RSS over time (with ``--quick``
   only when named in ``--only``, then 90 s).
@@ -90,6 +94,7 @@ SECTIONS = (
     "scrape",
     "soak",
     "vs-pulsar",
+    "tables",
 )
 # Sections that run only when named in --only (minutes each, or a yardstick rather than a figure).
 ON_REQUEST = {"scrape", "vs-pulsar"}
@@ -462,6 +467,16 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other figures are still worth writing down
                 traceback.print_exc()
                 failures.append(f"storage benchmark failed: {type(e).__name__}: {e}")
+        if "tables" in args.sections:
+            from tests.benchmarks.tables import TableBench, TableParams, tables_table
+
+            log("tables: `compactor serve` with a table topic, DuckDB and pulsar-client")
+            try:
+                tparams = TableParams.quick() if args.quick else TableParams(runs=args.runs)
+                emit(tables_table(TableBench(work_dir, tparams, log=log).run()), tables, "tables")
+            except Exception as e:  # the other figures are still worth writing down
+                traceback.print_exc()
+                failures.append(f"tables benchmark failed: {type(e).__name__}: {e}")
         if "cluster" in args.sections:
             from tests.benchmarks import cluster
 

@@ -45,7 +45,8 @@ STORAGE = "Object storage"
 INSTANCES = "Several instances and a Spark cluster"
 INTEGRITY = "Integrity"
 PULSAR = "Beside Apache Pulsar"
-AREAS = (COMPACTION, SCALE, SHAPES, INCREMENTAL, SERVING, STORAGE, INSTANCES, INTEGRITY, PULSAR)
+TABLES = "Compacted topics as tables"
+AREAS = (COMPACTION, SCALE, SHAPES, INCREMENTAL, SERVING, STORAGE, INSTANCES, INTEGRITY, PULSAR, TABLES)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ BLOCKS = (
     Block("instances", INSTANCES, ("instances",)),
     Block("cluster", INSTANCES, ("cluster",)),
     Block("vs-pulsar", PULSAR, ("vs-pulsar",)),
+    Block("tables", TABLES, ("tables",)),
     # Written by hand from ``python -m tests.benchmarks.integrity`` (an A/B of two commits): no run
     # of this suite replaces it.
     Block("integrity", INTEGRITY, ()),
