@@ -143,6 +143,11 @@ class CompactionService:
         self.broker.sweep_orphans = self.sweep_orphans
         self.broker.on_load(self._load_topic)
         self.broker.on_delete(self.tables.deleted)
+        if self.broker.ownership is None:  # with several instances, another may be committing
+            try:
+                self.tables.remove_orphans()
+            except Exception:  # noqa: BLE001 - they are removed at the next start
+                log.exception("removing orphan table directories failed")
 
     def _load_topic(self, topic: ManagedTopic) -> None:
         self._runs.interrupt(topic)

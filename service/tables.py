@@ -445,6 +445,22 @@ class TopicTables:
                     self.metrics.compaction.table_lag(topic.topic_id, None)
             self.table_dir(table).delete_tree()
 
+    def remove_orphans(self) -> int:
+        """Remove the table directories no table row names: what a drop, or a table's first
+        commit, left when the process stopped in between (a single instance's start-up: no
+        round commits meanwhile). Returns how many went."""
+        with self.db.session() as s:
+            named = {(r.tenant, r.namespace, r.name) for r in s.scalars(select(models.TopicTable))}
+        removed = 0
+        for tenant in self.broker.storage.at("tables").dirs():
+            for namespace in tenant.dirs():
+                for table in namespace.dirs():
+                    if (tenant.name, namespace.name, table.name) not in named:
+                        log.warning("removing table directory %s, which no table names", table)
+                        table.delete_tree()
+                        removed += 1
+        return removed
+
     def deleted(self, name: TopicName) -> None:
         """A topic (or a partitioned topic) was deleted: forget its pins (its files are gone)
         and drop its table, unless it is one partition of a partitioned topic (whose table

@@ -364,3 +364,20 @@ def test_commits_of_two_instances_into_one_table_never_overwrite_each_other(
     assert row.version == version + 8  # each commit swapped once, after the other's
     for i, p in enumerate(parts):
         assert table_rows(row.metadata_location, where=f"partition == {i}") == view_rows(broker, p)
+
+
+def test_a_start_removes_table_directories_no_table_names(broker, compaction, topic, spark) -> None:
+    produce(broker, ("a", b"1"))
+    round_ok(compaction)
+    # What a drop that a crash interrupted leaves: the row gone, the files not.
+    ghost = paths.table_dir(broker.settings.data_dir, "t", "ns", "gone") / "metadata"
+    ghost.mkdir(parents=True)
+    (ghost / "00001-x.metadata.json").write_text("{}")
+    broker, compaction = restart(broker, compaction, spark)
+    try:
+        assert not ghost.parent.exists()
+        row = table_row(broker)
+        assert row is not None and table_rows(row.metadata_location) == view_rows(broker)
+    finally:
+        compaction.stop()
+        broker.stop()
