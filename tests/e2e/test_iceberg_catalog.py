@@ -18,32 +18,16 @@ import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
-from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, UnauthorizedError
 
-from service.db import Database
-from service.models import TopicTable
 from service.table_catalog import file_io_properties
 from tests.conftest import SUPERUSER, SecureServer
+from tests.e2e.iceberg_tables import MORE, ROWS, make_table
 from tests.iceberg_readers import duckdb_connection
 
 pytestmark = pytest.mark.e2e
 
 CONSUMER, PRODUCER, NOBODY = "ice-consumer", "ice-producer", "ice-nobody"
-ROWS = pa.table(
-    {
-        "key": pa.array(["a", "b", None], pa.string()),
-        "value": pa.array([b"1", b"2", b"x"], pa.binary()),
-        "entry_id": pa.array([0, 1, 2], pa.int64()),
-    }
-)
-MORE = pa.table(
-    {
-        "key": pa.array(["c"], pa.string()),
-        "value": pa.array([b"3"], pa.binary()),
-        "entry_id": pa.array([3], pa.int64()),
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -66,46 +50,6 @@ class World:
         return httpx.get(f"{self.uri}{path}", headers=headers, params=params)
 
 
-def _database(server: SecureServer) -> Database:
-    s = server.server
-    url = s.extra_env.get("COMPACTOR_DATABASE_URL") or f"sqlite:///{s.data_dir / 'metadata.db'}"
-    return Database(url)
-
-
-def make_table(server: SecureServer, tenant: str, namespace: str, name: str) -> tuple[int, int]:
-    """A table of two snapshots (ROWS, then MORE appended) where the service keeps its
-    tables, and its catalog row; the two snapshots' ids."""
-    root = server.server.ledger_root()
-    location = str(root / "tables" / tenant / namespace / name)
-    props = file_io_properties(root.storage)
-    scratch = SqlCatalog("scratch", uri="sqlite:///:memory:", warehouse=location, **props)
-    scratch.create_namespace("n")
-    table = scratch.create_table(("n", name), ROWS.schema, location=location)
-    table.append(ROWS)
-    first = table.current_snapshot()
-    table.append(MORE)
-    table = scratch.load_table(("n", name))
-    last = table.current_snapshot()
-    assert first is not None and last is not None
-    db = _database(server)
-    try:
-        with db.session() as s:
-            s.add(
-                TopicTable(
-                    tenant=tenant,
-                    namespace=namespace,
-                    name=name,
-                    metadata_location=table.metadata_location.removeprefix("file://"),
-                    version=1,
-                    created_at=0,
-                    updated_at=0,
-                )
-            )
-    finally:
-        db.dispose()
-    return first.snapshot_id, last.snapshot_id
-
-
 @pytest.fixture(scope="module")
 def world(secure_server: SecureServer) -> Iterator[World]:
     tenant, namespace = f"ice{uuid.uuid4().hex[:6]}", "ns"
@@ -118,7 +62,7 @@ def world(secure_server: SecureServer) -> Iterator[World]:
         assert http.post(grant, json=["consume"]).status_code == 204
         grant = f"/admin/v2/namespaces/{tenant}/{namespace}/permissions/{PRODUCER}"
         assert http.post(grant, json=["produce"]).status_code == 204
-    first, last = make_table(secure_server, tenant, namespace, "orders")
+    first, last = make_table(secure_server.server, tenant, namespace, "orders")
     yield World(secure_server, tenant, namespace, first, last)
 
 
