@@ -88,7 +88,8 @@ def install(app: FastAPI) -> None:
     async def _os_error(request: Request, exc: OSError) -> JSONResponse:
         if is_unavailable(exc):  # object storage does not answer: retry once it does
             first = str(exc).strip().splitlines()[0][:300]
-            return _error_response(StorageUnavailable(f"the ledger storage does not answer: {first}"))
+            unavailable = StorageUnavailable(f"the ledger storage does not answer: {first}")
+            return _error_response(unavailable, iceberg=_iceberg(request))
         if not is_descriptor_exhaustion(exc):
             raise exc  # a 500: not the client's doing, nor a resource to wait for
         broker = getattr(request.app.state, "broker", None)

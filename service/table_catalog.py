@@ -178,9 +178,9 @@ def file_io_properties(storage: Storage) -> dict[str, str]:
         props["s3.path-style-access"] = "true"
     # The service's own chain where its settings leave a value out (AWS_REGION, AWS_ACCESS_KEY_ID
     # / AWS_SECRET_ACCESS_KEY): an engine outside it has no other way to the same bucket.
-    props["s3.region"] = (
-        (s3.region if s3 is not None else None) or os.environ.get("AWS_REGION") or "us-east-1"
-    )
+    region = (s3.region if s3 is not None else None) or os.environ.get("AWS_REGION") or "us-east-1"
+    # Java's S3FileIO takes its region from client.region only; pyiceberg and DuckDB from s3.region.
+    props["s3.region"] = props["client.region"] = region
     access = (s3.access_key if s3 is not None else None) or os.environ.get("AWS_ACCESS_KEY_ID")
     secret = (s3.secret_key if s3 is not None else None) or os.environ.get("AWS_SECRET_ACCESS_KEY")
     if access and secret:
