@@ -8,6 +8,7 @@ Layout (``root`` is the configured data dir)::
     root/ledgers/{tenant}/{namespace}/{topic}/{ledger_id:020d}.e{epoch}.parquet  sealed by an owner's epoch
     root/wal/{writer}/{sequence:016d}.wal      write-ahead objects (COMPACTOR_WAL=object)
     root/ledgers/{tenant}/{namespace}/{topic}/compacted-{ledger_id:020d}/ compacted ledger (part files)
+    root/tables/{tenant}/{namespace}/{name}/   a compacted topic's Iceberg table (metadata, delete files)
 
 Zero-padded ids keep a directory listing in ledger order. Topic name parts are validated by
 the service before they reach here (no separators, never ``.`` or ``..``).
@@ -54,3 +55,11 @@ def salvage_path(topic_root: P, ledger_id: int) -> P:
     """The verified copy of a damaged sealed ledger's intact rows (``ledger.salvage``); not
     ``*.parquet``, so that recovery's sweep of stale sealed files leaves it alone."""
     return topic_root / f"{ledger_id:020d}.salvage"
+
+
+def table_dir(storage_root: P, tenant: str, namespace: str, name: str) -> P:
+    """The directory of a topic's Iceberg table (``ledger.iceberg_table``): its metadata files,
+    manifests and position-delete files; its data files are the compacted ledgers' parts,
+    where they are. ``name`` is the topic's local name, or the partitioned topic's (one table
+    for all its partitions)."""
+    return storage_root / "tables" / tenant / namespace / name
