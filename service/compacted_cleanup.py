@@ -14,6 +14,7 @@ import re
 from sqlalchemy import select
 
 from ledger import files, paths
+from ledger.storage import StoragePath
 from service import models
 from service.db import Database
 from service.managed_topic import ManagedTopic
@@ -56,11 +57,14 @@ def sweep_orphans(*, db: Database, topic: ManagedTopic) -> int:
     return removed
 
 
-def remove_unreferenced(*, db: Database, topic: ManagedTopic, referenced: int | None) -> None:
+def remove_unreferenced(
+    *, db: Database, topic: ManagedTopic, referenced: int | None, pinned: set[StoragePath] | None = None
+) -> None:
     """Mark compacted ledgers other than ``referenced`` deleted, and remove every file under
-    the topic's ``compacted-*`` directories that the current view does not name: ledgers a
-    crash left half-built or uncommitted, and layers, deletion vectors and manifests of
-    replaced ledgers whose removal a stop interrupted."""
+    the topic's ``compacted-*`` directories that the current view does not name (nor
+    ``pinned``: the files of older ledgers its Iceberg table's kept snapshots name,
+    ``service.tables``): ledgers a crash left half-built or uncommitted, and layers, deletion
+    vectors and manifests of replaced ledgers whose removal a stop interrupted."""
     with db.session() as s:
         for row in s.scalars(
             select(models.Ledger).where(
@@ -71,7 +75,7 @@ def remove_unreferenced(*, db: Database, topic: ManagedTopic, referenced: int | 
         ):
             if row.id != referenced:
                 row.state = models.DELETED
-    keep = topic.view.files if topic.view is not None else set()
+    keep = (topic.view.files if topic.view is not None else set()) | (pinned or set())
     for d in topic.ledger.store.dirs():
         if not d.name.startswith("compacted-"):
             continue

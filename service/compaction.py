@@ -45,12 +45,20 @@ from service.compacted_view import CompactedView
 from service.compaction_cursor import allocate_ledger, commit_round, load_view, referenced_id
 from service.compaction_damage import RoundDamage, RoundDamaged
 from service.compaction_inputs import RoundInputs
-from service.compaction_runs import ERROR, SUCCESS, CompactionRecord, CompactionRuns, CompactionStatus
+from service.compaction_runs import (
+    ERROR,
+    RUNNING,
+    SUCCESS,
+    CompactionRecord,
+    CompactionRuns,
+    CompactionStatus,
+)
 from service.errors import CompactionUnavailable, Conflict, NotOwner
 from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName
 from service.policies import PolicyStore
+from service.tables import TopicTables
 from service.topics import Broker
 
 log = logging.getLogger(__name__)
@@ -120,6 +128,7 @@ class CompactionService:
         self._runs = CompactionRuns(broker=broker, metrics=metrics)
         self._damage = RoundDamage(broker=broker, metrics=metrics)
         self._inputs = RoundInputs(broker=broker, damage=self._damage, metrics=metrics)
+        self.tables = TopicTables(broker=broker, policies=self.policies, metrics=metrics)
 
     # ---------------------------------------------------------------- start-up
 
@@ -130,6 +139,7 @@ class CompactionService:
         self.broker.on_compacted_damage = self.compacted_damaged
         self.broker.sweep_orphans = self.sweep_orphans
         self.broker.on_load(self._load_topic)
+        self.broker.on_delete(self.tables.deleted)
 
     def _load_topic(self, topic: ManagedTopic) -> None:
         self._runs.interrupt(topic)
@@ -137,11 +147,24 @@ class CompactionService:
             referenced = load_view(db=self.db, topic=topic)
         except IntegrityError as e:
             self._damage.drop_damaged_view(topic, e, ledger_id=referenced_id(db=self.db, topic=topic))
-            compacted_cleanup.remove_unreferenced(db=self.db, topic=topic, referenced=None)
+            compacted_cleanup.remove_unreferenced(
+                db=self.db, topic=topic, referenced=None, pinned=self._table_pins(topic)
+            )
             # The broker serves the topic only once every load listener has run: rebuild then.
             self._pool.submit(self._repair_once_served, topic)
             return
-        compacted_cleanup.remove_unreferenced(db=self.db, topic=topic, referenced=referenced)
+        compacted_cleanup.remove_unreferenced(
+            db=self.db, topic=topic, referenced=referenced, pinned=self._table_pins(topic)
+        )
+
+    def _table_pins(self, topic: ManagedTopic) -> set[StoragePath]:
+        """The files of the compacted ledgers the topic's table's kept snapshots name (pinned in
+        its ``LayerFiles``, so the load's clean-up and the scrub's sweep keep them)."""
+        try:
+            return self.tables.load(topic)
+        except Exception:  # noqa: BLE001 - the topic loads; its table's older snapshots may not read
+            log.exception("pinning the table snapshots' ledgers of %s failed", topic.name)
+            return set()
 
     # ---------------------------------------------------------------- repair
 
@@ -254,8 +277,12 @@ class CompactionService:
             future.result(timeout)
 
     def status(self, name: TopicName) -> CompactionStatus:
-        """The topic's latest run (``CompactionRuns.status``)."""
-        return self._runs.status(name)
+        """The topic's latest run (``CompactionRuns.status``); RUNNING while the run, committed,
+        commits the topic's Iceberg table (``service.tables``)."""
+        st = self._runs.status(name)
+        if st.status == SUCCESS and st.run_id is not None and self.tables.committing(name) == st.run_id:
+            return CompactionStatus(RUNNING, None, st.run_id)
+        return st
 
     def record(self, name: TopicName) -> CompactionRecord:
         """The topic's :class:`CompactionRecord`, from its run history."""
@@ -349,7 +376,11 @@ class CompactionService:
             rolled = time.monotonic()
             if horizon is None or (previous is not None and horizon <= previous.horizon):
                 # Nothing new since the last horizon (or nothing old enough): a quick success.
+                if previous is not None:
+                    self.tables.begin(topic.name, run_id)
                 self._runs.finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
+                if previous is not None:  # a table behind the view (or just turned on) catches up
+                    self.tables.catch_up(topic, previous, run_id)
                 self._runs.observe(topic, started)
                 return None
             previous_horizon = previous.horizon if previous else None
@@ -414,10 +445,13 @@ class CompactionService:
                 checksum=checksum,
                 files=topic.layer_files,
             )
+            # The run reports RUNNING from its commit until its table's (``self.tables``) is done.
+            self.tables.begin(topic.name, p.run_id)
             commit_round(
                 db=self.db, topic=topic, run_id=p.run_id, result=result, previous=previous, checksum=checksum
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
+            self.tables.end(topic.name)
             ledger_id = p.job.output_ledger_id
             self._failed(topic, p.run_id, e, p.started, previous=previous, new_ledger_id=ledger_id, view=view)
             return
@@ -434,6 +468,9 @@ class CompactionService:
         )
         if self.fault_hook is not None:
             self.fault_hook("after_commit")  # tests see the files between commit and clean-up
+        # Before the previous view retires: a kept snapshot may pin its files. While the topic is
+        # still the round's: the next round of it commits after this one.
+        self.tables.after_round(topic, view, p.run_id)
         self._runs.observe(topic, p.started, result)
         if previous is not None:
             topic.retiring.append(previous)  # retired once the topic is let go

@@ -54,6 +54,10 @@ class CompactionTotals:
     latency_buckets: list[int] = field(default_factory=lambda: [0] * len(COMPACTION_LATENCY_BUCKETS_MS))
     latency_count: int = 0
     latency_sum_ms: int = 0
+    # Its Iceberg table (``service.tables``): rounds since the last committed snapshot (None:
+    # no table), and the table commits that failed.
+    table_lag: int | None = None
+    table_failed: int = 0
 
     def observe(self, duration_ms: int) -> None:
         for i, le in enumerate(COMPACTION_LATENCY_BUCKETS_MS):
@@ -89,6 +93,14 @@ class CompactionMetrics:
             t = self._totals.setdefault(topic_id, CompactionTotals())
             t.failed += 1
             t.observe(duration_ms)
+
+    def table_lag(self, topic_id: int, lag: int | None, *, failed: bool = False) -> None:
+        """The topic's table lag after a commit (``failed``: one that failed), or at its load;
+        None once its table is dropped."""
+        with self._lock:
+            t = self._totals.setdefault(topic_id, CompactionTotals())
+            t.table_lag = lag
+            t.table_failed += failed
 
     def snapshot(self, live_topic_ids: Iterable[int]) -> dict[int, CompactionTotals]:
         """The totals of the live topics (copies), forgetting those of deleted ones."""
@@ -177,6 +189,15 @@ class TopicCollector(Collector):
         c_latency = HistogramMetricFamily(
             "pulsar_compaction_latency_ms", "Duration of compaction rounds, milliseconds.", labels=labels
         )
+        t_lag = gauge(
+            "pulsar_compaction_table_lag_rounds",
+            "Compaction rounds since the topic's last committed Iceberg table snapshot.",
+        )
+        t_failed = CounterMetricFamily(
+            "pulsar_compaction_table_commit_failed",
+            "Iceberg table commits of the topic's rounds that failed since start.",
+            labels=labels,
+        )
 
         for topic in topics:
             name = topic.name
@@ -221,10 +242,14 @@ class TopicCollector(Collector):
                 (str(le), n) for le, n in zip(COMPACTION_LATENCY_BUCKETS_MS, t.latency_buckets, strict=True)
             ]
             c_latency.add_metric(lv, [*buckets, ("+Inf", t.latency_count)], t.latency_sum_ms)
+            if t.table_lag is not None:
+                t_lag.add_metric(lv, t.table_lag)
+                t_failed.add_metric(lv, t.table_failed)
         yield from (
             storage, backlog, in_msgs, in_bytes, out_msgs, subs_count, consumers,
             sub_backlog, sub_unacked, sub_consumers,
             c_succeed, c_failed, c_removed, c_duration, c_read, c_write, c_entries, c_size, c_latency,
+            t_lag, t_failed,
         )  # fmt: skip
 
 

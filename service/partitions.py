@@ -219,6 +219,7 @@ class PartitionedTopics:
             row = s.get(models.PartitionedTopic, (name.tenant, name.namespace, name.topic))
             if row is not None:
                 s.delete(row)
+        self.broker.deleted(name)
 
     def _create_partitions(self, topic: PartitionedTopic, start: int) -> None:
         for i in range(start, topic.partitions):

@@ -60,7 +60,13 @@ COLUMN = {
     "schemaValidationEnforced": "schema_validation_enforced",
     "table": "table_enabled",
 }
-_BOOLEANS = ("retainNullKey", "deduplicationEnabled", "isAllowAutoUpdateSchema", "schemaValidationEnforced", "table")
+_BOOLEANS = (
+    "retainNullKey",
+    "deduplicationEnabled",
+    "isAllowAutoUpdateSchema",
+    "schemaValidationEnforced",
+    "table",
+)
 
 
 def validate(field: str, value: Any) -> Any:

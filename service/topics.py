@@ -68,6 +68,8 @@ class Broker:
         self._lock = threading.Lock()
         # Called with each topic as it is loaded (subscriptions, the compacted view).
         self._load_listeners: list[Callable[[ManagedTopic], None]] = []
+        # Called with the name of each topic (or partitioned topic) deleted (its Iceberg table).
+        self._delete_listeners: list[Callable[[TopicName], None]] = []
         self._claim_locks: dict[TopicName, threading.Lock] = {}
         self._owner_thread: threading.Thread | None = None
         # Seals rolled-over ledgers to Parquet off the produce path, one at a time.
@@ -144,6 +146,20 @@ class Broker:
             loaded = list(self._topics.values())
         for topic in loaded:
             listener(topic)
+
+    def on_delete(self, listener: Callable[[TopicName], None]) -> None:
+        """Call ``listener`` with the name of each topic, and of each partitioned topic, deleted
+        from now on (once its rows and files are gone)."""
+        with self._lock:
+            self._delete_listeners.append(listener)
+
+    def deleted(self, name: TopicName) -> None:
+        """Tell the delete listeners that ``name`` is gone (``delete_topic`` and the deletion
+        of a partitioned topic call it)."""
+        with self._lock:
+            listeners = list(self._delete_listeners)
+        for listener in listeners:
+            listener(name)
 
     def _load(self, topic_id: int, name: TopicName, lease: Lease) -> ManagedTopic:
         fence = self.ownership.fence(topic_id, lease.epoch) if self.ownership is not None else None
@@ -375,6 +391,7 @@ class Broker:
             self._remove_files(name)
             if self.object_wal is not None:  # its chunks went with its ledgers' rows
                 self.object_wal.remove_unnamed(wal_objects)
+            self.deleted(name)
         finally:
             topic.admin_lock.release()
 

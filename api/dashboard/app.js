@@ -168,6 +168,7 @@ async function topicView(tenant, namespace, topic) {
         <div id="progress-text" class="muted"></div>
       </div>
     </div>
+    <p id="table" hidden></p>
     <p id="compaction-error" class="denied" hidden></p>`;
   const button = document.getElementById("compact-now");
   const statusEl = document.getElementById("compaction-status");
@@ -189,6 +190,20 @@ async function topicView(tenant, namespace, topic) {
         `${bytes(p.bytesRead)} / ${bytes(p.bytesTotal)} · ${(p.elapsedMs / 1000).toFixed(1)} s`;
     }
     if (st.status === "ERROR") showError(st.lastError || "the compaction failed");
+    showTable(st.table);
+  }
+
+  // The topic's Iceberg table (docs/tables.md): its snapshot and how many rounds it lags.
+  function showTable(t) {
+    const el = document.getElementById("table");
+    el.hidden = !t;
+    if (!t) return;
+    const lag = `lag ${num(t.lagRounds)} round${t.lagRounds === 1 ? "" : "s"}`;
+    el.className = t.lagRounds ? "denied" : "muted";
+    el.textContent = `Iceberg table: ${t.enabled ? "on" : "off (dropped at the next round)"} · ` +
+      // Not the snapshot's id: a 64-bit id loses digits as a JavaScript number.
+      `${t.snapshotId == null ? "no snapshot yet" : "snapshot committed"} · ${lag}` +
+      (t.lastError ? ` · last commit failed: ${t.lastError}` : "");
   }
 
   async function poll() {

@@ -40,6 +40,16 @@ class CompactionProgressOut(BaseModel):
     elapsedMs: int
 
 
+class TableStatusOut(BaseModel):
+    """The topic's Iceberg table (docs/tables.md): whether its policy asks for one, the snapshot
+    its last committed round made, the rounds compacted since then, the last failed commit's error."""
+
+    enabled: bool
+    snapshotId: int | None = None
+    lagRounds: int = 0
+    lastError: str | None = None
+
+
 class CompactionStatusOut(BaseModel):
     status: str
     lastError: str | None = None
@@ -47,6 +57,8 @@ class CompactionStatusOut(BaseModel):
     progress: CompactionProgressOut | None = None
     # A partitioned topic's: each partition's status, by partition name.
     partitions: dict[str, str] | None = None
+    # Only for a topic with an Iceberg table, or whose policy asks for one.
+    table: TableStatusOut | None = None
 
 
 def progress_out(p: ProgressSnapshot) -> CompactionProgressOut:
@@ -124,13 +136,22 @@ def compaction_status(
     (a partition another instance owns, as its owner tells; 503 when it cannot be asked)."""
     found = partitioned.get(name)
     if found is not None:
-        return _partitioned_status(
+        out = _partitioned_status(
             {p.topic: _status_anywhere(p, compaction, peers, auth) for p in found.partition_names()}
         )
-    st = compaction.status(name)
-    out = CompactionStatusOut(status=st.status, lastError=st.last_error)
-    if st.progress is not None:
-        out.progress = progress_out(st.progress)
+    else:
+        st = compaction.status(name)
+        out = CompactionStatusOut(status=st.status, lastError=st.last_error)
+        if st.progress is not None:
+            out.progress = progress_out(st.progress)
+    table = compaction.tables.status(name, found.partition_names() if found is not None else None)
+    if table is not None:
+        out.table = TableStatusOut(
+            enabled=table.enabled,
+            snapshotId=table.snapshot_id,
+            lagRounds=table.lag_rounds,
+            lastError=table.last_error,
+        )
     return out
 
 

@@ -37,7 +37,8 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # A policy at each level, so that the page shows every source.
     assert http.post(f"{ADMIN}/compactionThreshold", json=1_000_000).status_code == 204
     ns = "/admin/v2/namespaces/public/default/compactionPolicy"
-    assert http.post(ns, json={"minCompactionLagMs": 0, "deleteRetentionMs": 60_000}).status_code == 200
+    policy = {"minCompactionLagMs": 0, "deleteRetentionMs": 60_000, "table": True}
+    assert http.post(ns, json=policy).status_code == 200
     yield s
     s.stop()
 
@@ -67,6 +68,8 @@ def test_topic_page_compact_now_shows_progress_then_success(page, srv: Server) -
         "document.getElementById('compaction-status').innerText === 'SUCCESS'", timeout=180_000
     )
     assert page.locator("#progress").is_hidden()
+    # The topic's Iceberg table (its namespace's policy asks for one): committed, no lag.
+    expect(page.locator("#table")).to_contain_text("Iceberg table: on · snapshot committed · lag 0 rounds")
     # The page refreshed itself: the compacted ledger, its horizon, the run in the history chart.
     page.wait_for_selector("#history svg.chart rect")
     ledgers = page.locator("#ledgers")
