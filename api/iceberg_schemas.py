@@ -62,14 +62,25 @@ class TablesOut(_Kebab):
     next_page_token: str | None = Field(default=None, serialization_alias="next-page-token")
 
 
+class StorageCredentialOut(_Kebab):
+    """FileIO properties for the files under ``prefix``."""
+
+    prefix: str
+    config: dict[str, str]
+
+
 class LoadTableOut(_Kebab):
     """``GET /v1/namespaces/{namespace}/tables/{table}``: Iceberg's LoadTableResult. ``metadata``
     is the table's metadata file as stored; ``config`` the FileIO properties an engine reads
-    the files with (the bucket's endpoint and keys when the ledgers are in one)."""
+    the files with (the bucket's endpoint and keys when the ledgers are in one), and the same
+    per directory of the bucket as ``storage-credentials``."""
 
     metadata_location: str = Field(alias="metadata-location")
     metadata: dict[str, Any]
     config: dict[str, str] = {}
+    storage_credentials: list[StorageCredentialOut] | None = Field(
+        default=None, serialization_alias="storage-credentials"
+    )
 
 
 class IcebergErrorModel(BaseModel):

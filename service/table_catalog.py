@@ -20,12 +20,16 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
-from ledger.storage import Storage, StoragePath
+from ledger.iceberg_io import path_at
+from ledger.storage import Storage
 from service.db import Database
 from service.errors import InvalidInput, NoSuchNamespace, NoSuchTable
 from service.models import TopicTable
 from service.names import TopicName, check_part
 
+#: The top directories of the ledger storage a table's files are in (``ledger.paths``): its
+#: data files are compacted ledgers' parts, its metadata and delete files the table's own.
+LEDGERS, TABLES = "ledgers", "tables"
 #: What a role may see: the catalog's callers pass the authorizer's answer for the role.
 Visible = Callable[[TopicName], bool]
 Namespace = tuple[str, ...]
@@ -44,6 +48,10 @@ class LoadedTable:
     metadata_location: str
     metadata: bytes
     config: dict[str, str] = field(repr=False)
+    # Where ``config`` holds, for engines that scope it (DuckDB scopes a table's ``config`` to
+    # the table's location, where a compacted topic's data files are not: they are its compacted
+    # ledgers' parts): the ledgers' and the tables' directories of the bucket; none on a disk.
+    storage_prefixes: tuple[str, ...] = ()
 
 
 class TableCatalog:
@@ -53,6 +61,8 @@ class TableCatalog:
         self.db = db
         self.storage = storage
         self.file_io = file_io_properties(storage)
+        root = f"s3://{storage.root}/" if storage.root else "s3://"
+        self._prefixes = (f"{root}{LEDGERS}/", f"{root}{TABLES}/")
 
     # ------------------------------------------------------------------ namespaces
 
@@ -106,7 +116,12 @@ class TableCatalog:
                 continue
             if data[:2] == b"\x1f\x8b":  # a gzip-compressed metadata file (.gz.metadata.json)
                 data = gzip.decompress(data)
-            return LoadedTable(metadata_location=row.metadata_location, metadata=data, config=self.file_io)
+            return LoadedTable(
+                metadata_location=row.metadata_location,
+                metadata=data,
+                config=self.file_io,
+                storage_prefixes=() if self.storage.local else self._prefixes,
+            )
         raise NoSuchTable(f"table {_dotted((*namespace, name))} is being replaced: try again")
 
     # ------------------------------------------------------------------ rows
@@ -152,16 +167,6 @@ def parse_namespace(text: str) -> Namespace:
     """A namespace as a path or a ``parent`` query names it: levels joined by the unit
     separator (``%1F`` in a URL, as Iceberg's REST protocol joins them)."""
     return tuple(text.split("\x1f")) if text else ()
-
-
-def path_at(storage: Storage, location: str) -> StoragePath:
-    """The file of ``storage`` a metadata location names: an absolute local path, or
-    ``s3://bucket/key`` (``str()`` of a ``StoragePath``). ``ledger.iceberg_io.path_at`` does
-    this for the writer; until that lands, this is its one copy here."""
-    prefix = storage.root + "/" if storage.local else f"s3://{storage.root}/" if storage.root else "s3://"
-    if not location.startswith(prefix):
-        raise ValueError(f"metadata location {location!r} is not in the ledger storage {storage.url!r}")
-    return storage.at(location[len(prefix) :])
 
 
 def file_io_properties(storage: Storage) -> dict[str, str]:

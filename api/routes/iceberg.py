@@ -28,6 +28,7 @@ from api.iceberg_schemas import (
 from service.authorization import Authorizer, Rule
 from service.errors import InvalidInput, NoSuchNamespace, NoSuchTable
 from service.table_catalog import (
+    LoadedTable,
     Namespace,
     TableCatalog,
     Visible,
@@ -178,6 +179,7 @@ def load_table(
             loaded.metadata,
             b',"config":',
             _json(loaded.config),
+            _credentials(loaded),
             b"}",
         )
     )
@@ -217,6 +219,15 @@ def _page(items: list[Any], token: str | None, size: int | None) -> tuple[list[A
         return items[start:], None
     end = start + size
     return items[start:end], (str(end) if end < len(items) else None)
+
+
+def _credentials(loaded: LoadedTable) -> bytes:
+    """``config`` again as ``storage-credentials``, one per directory of the bucket a table's
+    files are in (see ``LoadedTable.storage_prefixes``); nothing for a local disk."""
+    if not loaded.storage_prefixes or not loaded.config:
+        return b""
+    found = [{"prefix": prefix, "config": loaded.config} for prefix in loaded.storage_prefixes]
+    return b',"storage-credentials":' + _json(found)
 
 
 def _json(value: object) -> bytes:

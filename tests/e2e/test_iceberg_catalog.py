@@ -10,11 +10,13 @@ stored, the bucket's FileIO properties, time travel through it, and who may see 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
+import pulsar
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
@@ -152,6 +154,12 @@ def test_load_table_answers_the_metadata_file_as_stored(world: World) -> None:
     assert body["metadata"]["current-snapshot-id"] == world.last_snapshot
     # The bucket's endpoint and keys when the tables are in one; nothing for a local disk.
     assert body["config"] == file_io_properties(stored)
+    if not stored.local:  # the same for each directory a table's files are in
+        prefixes = [c["prefix"] for c in body["storage-credentials"]]
+        assert prefixes == [f"s3://{stored.root}/ledgers/", f"s3://{stored.root}/tables/"]
+        assert all(c["config"] == body["config"] for c in body["storage-credentials"])
+    else:
+        assert "storage-credentials" not in body
 
 
 def test_namespaces_tables_and_paging(world: World) -> None:
@@ -208,3 +216,164 @@ def test_pyiceberg_names_a_missing_table(world: World) -> None:
     with pytest.raises(NoSuchTableError):
         catalog.load_table(f"{world.tenant}.{world.namespace}.plain")
     assert not catalog.table_exists(f"{world.tenant}.{world.namespace}.plain")
+
+
+# ------------------------------------------------------------------ tables of real rounds
+
+
+def _view(server: SecureServer, topic: str) -> list[tuple[object, ...]]:
+    """The readCompacted view as the official client reads it: (ledger, entry, batch index,
+    key, value) per message, batch members with their batch's entry and their index."""
+    client = pulsar.Client(
+        server.server.pulsar_url, authentication=pulsar.AuthenticationToken(server.token(SUPERUSER))
+    )
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        rows = []
+        while reader.has_message_available():
+            m = reader.read_next(timeout_millis=10_000)
+            mid = m.message_id()
+            key = m.partition_key() or None  # the client gives "" for a keyless message
+            rows.append((mid.ledger_id(), mid.entry_id(), mid.batch_index(), key, m.data()))
+        return sorted(rows, key=lambda r: (r[0], r[1], r[2]))
+    finally:
+        client.close()
+
+
+def _table_rows(table: pa.Table) -> list[tuple[object, ...]]:
+    """A table's rows as :func:`_view` gives messages: a batch member's ``entry_id`` in a part
+    file is its batch's entry plus its index (``ledger.schema``), the client's id is the batch's."""
+    out = []
+    for r in table.select(["ledger_id", "entry_id", "batch_index", "key", "value"]).to_pylist():
+        index = r["batch_index"]
+        entry = r["entry_id"] - index if index is not None and index >= 0 else r["entry_id"]
+        out.append((r["ledger_id"], entry, -1 if index is None else index, r["key"], r["value"]))
+    return sorted(out, key=lambda r: (r[0], r[1], r[2]))
+
+
+def _produce(
+    server: SecureServer, topic: str, messages: list[tuple[str | None, bytes]], *, batched: bool
+) -> None:
+    client = pulsar.Client(
+        server.server.pulsar_url, authentication=pulsar.AuthenticationToken(server.token(SUPERUSER))
+    )
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=batched, batching_max_messages=100, batching_max_publish_delay_ms=50
+        )
+        for key, value in messages:
+            if key is None:
+                producer.send_async(value, None)
+            else:
+                producer.send_async(value, None, partition_key=key)
+        producer.flush()
+        producer.close()
+    finally:
+        client.close()
+
+
+def _compact(server: SecureServer, path: str) -> None:
+    headers = server.headers(SUPERUSER)
+    assert (
+        httpx.put(f"{server.url}/admin/v2/persistent/{path}/compaction", headers=headers).status_code == 204
+    )
+    deadline = time.monotonic() + 240
+    while (
+        status := httpx.get(f"{server.url}/admin/v2/persistent/{path}/compaction", headers=headers).json()
+    )["status"] == "RUNNING":
+        assert time.monotonic() < deadline, status
+        time.sleep(0.3)
+    assert status["status"] == "SUCCESS", status
+    assert status["table"]["lagRounds"] == 0, status
+
+
+def test_a_topics_rounds_read_through_the_catalog_equal_its_compacted_views(
+    secure_server: SecureServer,
+) -> None:
+    """Keys, updates, tombstones, keyless messages and a batch; two rounds (full, then a delta
+    with deletes): each engine's current snapshot is the readCompacted view, the previous
+    snapshot the previous round's, and a role without consume cannot load the table."""
+    s = secure_server
+    tenant = f"rounds{uuid.uuid4().hex[:6]}"
+    path = f"{tenant}/ns/orders"
+    topic = f"persistent://{path}"
+    with httpx.Client(base_url=s.url, headers=s.headers(SUPERUSER)) as http:
+        assert http.put(f"/admin/v2/tenants/{tenant}", json={"adminRoles": []}).status_code == 204
+        assert http.put(f"/admin/v2/namespaces/{tenant}/ns").status_code == 204
+        policy = {"table": True, "retainNullKey": True}
+        assert http.post(f"/admin/v2/namespaces/{tenant}/ns/compactionPolicy", json=policy).status_code in (
+            200,
+            204,
+        )
+        assert http.put(f"/admin/v2/persistent/{path}").status_code == 204
+        grant = f"/admin/v2/persistent/{path}/permissions/{CONSUMER}"
+        assert http.post(grant, json=["consume"]).status_code == 204
+
+    _produce(
+        s,
+        topic,
+        [("a", b"a1"), ("b", b"b1"), ("c", b"c1"), (None, b"keyless-1"), ("a", b"a2")],
+        batched=False,
+    )
+    _produce(s, topic, [(f"k{i}", b"batch-%d" % i) for i in range(5)], batched=True)
+    _compact(s, path)
+    first_view = _view(s, topic)
+    assert any(r[2] >= 0 for r in first_view)  # batch members, each with its index
+    _produce(
+        s, topic, [("b", b""), ("k1", b""), ("c", b"c2"), ("d", b"d1"), (None, b"keyless-2")], batched=False
+    )
+    _produce(s, topic, [("k2", b"batch-again"), ("e", b"e1")], batched=True)
+    _compact(s, path)
+    view = _view(s, topic)
+    assert {r[3] for r in view} >= {"a", "c", "d", "e", "k2", None} and not {"b", "k1"} & {r[3] for r in view}
+
+    catalog = load_catalog("svc", type="rest", uri=f"{s.url}/iceberg", token=s.token(CONSUMER))
+    table = catalog.load_table(f"{tenant}.ns.orders")
+    assert _table_rows(table.scan().to_arrow()) == view
+    snapshots = [e.snapshot_id for e in table.history()]
+    previous = snapshots[-2]
+    assert _table_rows(table.scan(snapshot_id=previous).to_arrow()) == first_view
+
+    con = duckdb_connection()
+    con.execute(f"ATTACH '' AS svc (TYPE iceberg, ENDPOINT '{s.url}/iceberg', TOKEN '{s.token(CONSUMER)}')")
+    name = f'svc."{tenant}.ns".orders'
+    assert _table_rows(con.execute(f"SELECT * FROM {name}").to_arrow_table()) == view
+    assert (
+        _table_rows(con.execute(f"SELECT * FROM {name} AT (VERSION => {previous})").to_arrow_table())
+        == first_view
+    )
+
+    stranger = load_catalog("svc", type="rest", uri=f"{s.url}/iceberg", token=s.token(NOBODY))
+    with pytest.raises(ForbiddenError):
+        stranger.load_table(f"{tenant}.ns.orders")
+
+
+def test_a_partitioned_topic_is_one_table_partitioned_by_partition(secure_server: SecureServer) -> None:
+    """Each partition's round commits into the partitioned topic's one table: its rows are the
+    partitions' readCompacted views, each with its partition's index."""
+    s = secure_server
+    tenant = f"parts{uuid.uuid4().hex[:6]}"
+    path = f"{tenant}/ns/prices"
+    with httpx.Client(base_url=s.url, headers=s.headers(SUPERUSER)) as http:
+        assert http.put(f"/admin/v2/tenants/{tenant}", json={"adminRoles": []}).status_code == 204
+        assert http.put(f"/admin/v2/namespaces/{tenant}/ns").status_code == 204
+        assert http.post(
+            f"/admin/v2/namespaces/{tenant}/ns/compactionPolicy", json={"table": True}
+        ).status_code in (
+            200,
+            204,
+        )
+        assert http.put(f"/admin/v2/persistent/{path}/partitions", json=2).status_code == 204
+    _produce(
+        s, f"persistent://{path}", [(f"k{i}", b"v%d" % i) for i in range(20)] + [("k3", b"")], batched=False
+    )
+    _compact(s, path)
+    views = {p: _view(s, f"persistent://{path}-partition-{p}") for p in (0, 1)}
+    assert views[0] and views[1]  # keys of both partitions
+
+    catalog = load_catalog("svc", type="rest", uri=f"{s.url}/iceberg", token=s.token(SUPERUSER))
+    assert catalog.list_tables(f"{tenant}.ns") == [(tenant, "ns", "prices")]
+    table = catalog.load_table(f"{tenant}.ns.prices")
+    for p, view in views.items():
+        rows = table.scan(row_filter=f"partition = {p}").to_arrow()
+        assert _table_rows(rows) == view
