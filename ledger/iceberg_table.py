@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.manifest import (
@@ -92,6 +92,9 @@ LEDGERS = "compactor.ledgers"
 METADATA_DIR = "metadata"
 _AVRO_CODEC: AvroCompressionCodec = "deflate"  # Iceberg's default for manifests ("gzip")
 _MAIN = "main"
+# How old a file the table does not name must be to be garbage: younger, it may belong to a
+# commit still in progress (another partition's, another instance's), not yet swapped in.
+GRACE_MS = 10 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -179,26 +182,15 @@ def commit_round(
     topic_root = state.ledger_dir.parent
     data = [_data_entry(topic_root, layer, state.partition, mine) for layer in ledger.layers]
     deletes = [_delete_entry(table_dir, topic_root, layer, state.partition, mine) for layer in ledger.layers]
-    written: list[ManifestFile] = []
     metadata_dir = table_dir / METADATA_DIR
-    for content, entries in (
-        (ManifestContent.DATA, [e for layer_entries in data for e in layer_entries]),
-        (ManifestContent.DELETES, [e for e in deletes if e is not None]),
-    ):
-        if not entries:
-            continue
-        kind = "data" if content == ManifestContent.DATA else "deletes"
-        out = fio.new_output(location(metadata_dir / f"{token}-p{state.partition}-{kind}.avro"))
-        writer_type = ManifestWriterV2 if content == ManifestContent.DATA else _DeleteManifestWriter
-        writer: ManifestWriter = writer_type(SPEC, schema, out, snapshot_id, _AVRO_CODEC)
-        with writer:
-            for entry in entries:
-                if entry.status == ManifestEntryStatus.ADDED:
-                    writer.add(entry)
-                else:
-                    writer.existing(entry)
-        written.append(writer.to_manifest_file())
-
+    written = _write_manifests(
+        fio,
+        metadata_dir / f"{token}-p{state.partition}",
+        schema,
+        snapshot_id,
+        data=[e for layer_entries in data for e in layer_entries],
+        deletes=[e for e in deletes if e is not None],
+    )
     manifests = written + others
     list_location = location(metadata_dir / f"snap-{snapshot_id}-{token}.avro")
     parent = previous.snapshot_id if previous is not None else None
@@ -255,6 +247,37 @@ def commit_round(
     with out.create() as f:
         f.write(metadata.model_dump_json().encode("utf-8"))
     return Committed(location(path), snapshot_id, _pinned(metadata))
+
+
+def _write_manifests(
+    fio: StorageFileIO,
+    prefix: StoragePath,
+    schema: Schema,
+    snapshot_id: int,
+    *,
+    data: list[ManifestEntry],
+    deletes: list[ManifestEntry],
+) -> list[ManifestFile]:
+    """One partition's data manifest and delete manifest (each only if it has entries), at
+    ``{prefix}-data.avro`` and ``{prefix}-deletes.avro``: entries new in this snapshot ADDED
+    (their sequence number is the snapshot's), the others EXISTING with theirs."""
+    out: list[ManifestFile] = []
+    for kind, entries, writer_type in (
+        ("data", data, ManifestWriterV2),
+        ("deletes", deletes, _DeleteManifestWriter),
+    ):
+        if not entries:
+            continue
+        target = fio.new_output(location(prefix.with_name(f"{prefix.name}-{kind}.avro")))
+        writer: ManifestWriter = writer_type(SPEC, schema, target, snapshot_id, _AVRO_CODEC)
+        with writer:
+            for entry in entries:
+                if entry.status == ManifestEntryStatus.ADDED:
+                    writer.add(entry)
+                else:
+                    writer.existing(entry)
+        out.append(writer.to_manifest_file())
+    return out
 
 
 def _new_table(table_dir: StoragePath, schema: Schema, last_column_id: int, now_ms: int) -> TableMetadataV2:
@@ -324,11 +347,9 @@ def _delete_entry(
     previous: dict[str, ManifestEntry],
 ) -> ManifestEntry | None:
     """The manifest entry of ``layer``'s position-delete file (None: it hides no row): the
-    previous snapshot's if it named the same file, else the file written now (or found, when
-    a commit that failed wrote it)."""
+    previous snapshot's if it named the same file, else a file written now."""
     path = table_dir / position_deletes.file_key(partition, layer)
-    where = location(path)
-    old = previous.get(where)
+    old = previous.get(location(path))
     if old is not None:
         return old
     if (
@@ -339,24 +360,15 @@ def _delete_entry(
         # The layer was in the table already, with no file of its tombstones: it has none
         # (a vector would be new, and tombstones do not change).
         return None
+    hidden = position_deletes.hidden(topic_root, layer)
+    if not hidden:
+        return None
     if path.is_file():
-        rows = _read_deletes(path)
-    else:
-        hidden = position_deletes.hidden(topic_root, layer)
-        if not hidden:
-            return None
-        rows = position_deletes.write(path, hidden)
-    return _added(rows.data_file(partition, SPEC.spec_id))
-
-
-def _read_deletes(path: StoragePath) -> position_deletes.DeleteFile:
-    """A delete file written before (by a commit that did not publish), as written."""
-    with path.open() as f:
-        table = pq.read_table(f)
-    paths, positions = table.column("file_path").to_pylist(), table.column("pos").to_pylist()
-    return position_deletes.DeleteFile(
-        path, table.num_rows, path.size(), (paths[0], positions[0]), (paths[-1], positions[-1])
-    )
+        # Left by a commit that did not publish: garbage, which a collection running now may
+        # be deleting. A name of this commit's own instead.
+        path = table_dir / position_deletes.file_key(partition, layer, unique=uuid.uuid4().hex[:12])
+    written = position_deletes.write(path, hidden)
+    return _added(written.data_file(partition, SPEC.spec_id))
 
 
 def _added(data_file: DataFile) -> ManifestEntry:
@@ -436,11 +448,15 @@ def pinned(storage: Storage, metadata_location: str) -> dict[int, set[int]]:
     return _pinned(read_metadata(storage, metadata_location))
 
 
-def garbage(table_dir: StoragePath, metadata_location: str) -> list[StoragePath]:
+def garbage(
+    table_dir: StoragePath, metadata_location: str, *, now_ms: int | None = None, grace_ms: int = GRACE_MS
+) -> list[StoragePath]:
     """The files under ``table_dir`` that the table at ``metadata_location`` no longer names:
     not that metadata file nor the one before it (a reader may have just loaded it), nor a
     kept snapshot's manifest list, manifests and delete files. What a failed commit left is
-    among them."""
+    among them, once older than ``grace_ms``: a file written since then (``now_ms``: the
+    current time) may be a commit's in progress, of another partition or instance, whose
+    metadata is not yet the table's."""
     storage = table_dir.storage
     fio = StorageFileIO(storage)
     metadata = read_metadata(storage, metadata_location)
@@ -457,11 +473,13 @@ def garbage(table_dir: StoragePath, metadata_location: str) -> list[StoragePath]
             seen.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(fio, discard_deleted=True):
                 named.add(entry.data_file.file_path)
+    young = (now_ms if now_ms is not None else int(time.time() * 1000)) - grace_ms
     out = []
     for found in storage.list(table_dir.key):
         path = storage.at(found.key)
-        if location(path) not in named:
-            out.append(path)
+        if location(path) in named or found.mtime_ms is None or found.mtime_ms > young:
+            continue
+        out.append(path)
     return out
 
 

@@ -11,9 +11,10 @@ of the compacted view does not see must be deleted by position for the table's r
 One file per (layer, deletion vector): a later round that leaves the layer's vector unchanged
 names the same file again; a round that writes the layer a new vector (old bits plus new ones)
 gets a new file, and the old one leaves the table with the snapshots naming it. Its name comes
-from the layer's directory and the vector's (``file_key``), so a retried commit finds the file
-it wrote before. The file's columns are Iceberg's ``file_path`` (field id 2147483546) and
-``pos`` (2147483545), rows sorted by both.
+from the layer's directory and the vector's (``file_key``); a commit that finds that name taken
+by a file no snapshot names (a failed commit's, garbage) writes under a name of its own. The
+file's columns are Iceberg's ``file_path`` (field id 2147483546) and ``pos`` (2147483545), rows
+sorted by both.
 """
 
 from __future__ import annotations
@@ -52,16 +53,17 @@ ARROW_SCHEMA = pa.schema(
 DELETES_DIR = "deletes"
 
 
-def file_key(partition: int, layer: Layer) -> str:
+def file_key(partition: int, layer: Layer, unique: str | None = None) -> str:
     """The delete file of ``layer`` (with its current vector) of ``partition``, relative to the
     table's directory: ``deletes/p{partition}/{layer dir}/{vector dir}-{vector}.parquet``
-    (``tombstones.parquet`` for a layer without a vector, whose tombstones are all it hides)."""
-    vector = (
-        "tombstones"
-        if layer.deletes is None
-        else f"{layer.deletes.dir}-{layer.deletes.name.rsplit('.', 1)[0]}"
-    )
-    return f"{DELETES_DIR}/p{partition}/{layer.dir}/{vector}.parquet"
+    (``tombstones.parquet`` for a layer without a vector, whose tombstones are all it hides);
+    with ``unique``, ``...{vector}.{unique}.parquet`` (for a file that may not reuse the name)."""
+    if layer.deletes is None:
+        vector = "tombstones"
+    else:
+        vector = f"{layer.deletes.dir}-{layer.deletes.name.rsplit('.', 1)[0]}"
+    suffix = f".{unique}" if unique else ""
+    return f"{DELETES_DIR}/p{partition}/{layer.dir}/{vector}{suffix}.parquet"
 
 
 def tombstones(part: StoragePath) -> np.ndarray:

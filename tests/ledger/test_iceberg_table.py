@@ -9,6 +9,7 @@ the snapshot before it the previous round's view."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -25,7 +26,7 @@ from ledger.compacted_store import CompactedLedger
 from ledger.entry import Position, is_delete
 from ledger.iceberg_io import location, path_at
 from ledger.iceberg_schema import MESSAGE_FIELDS, MESSAGE_LAST_COLUMN_ID, table_schema
-from ledger.iceberg_table import Committed, RoundState, commit_round, garbage, pinned, read_metadata
+from ledger.iceberg_table import GRACE_MS, Committed, RoundState, commit_round, garbage, pinned, read_metadata
 from ledger.layers import Manifest
 from ledger.manifest_writer import describe_parts
 from ledger.paths import sealed_path, table_dir
@@ -277,7 +278,18 @@ def test_a_delete_file_is_written_once_per_layer_and_vector(
     second = commit(topic, first.metadata_location)
     topic.seal(3, [("k20", b"3")])  # a delta without deletes: the base's vector stays
     topic.compact(compactor, 13, consolidation_ratio=1.0)
-    third = commit(topic, second.metadata_location)
+    # Layers already in the table are not read again: their parts made unreadable, it commits.
+    base = topic.rounds[0].directory
+    away = [base / p.name for p in topic.rounds[0].manifest.parts]
+    for p in away:
+        p.with_name(p.name + ".away").write_bytes(p.read_bytes())
+        p.unlink()
+    try:
+        third = commit(topic, second.metadata_location)
+    finally:
+        for p in away:
+            p.write_bytes(p.with_name(p.name + ".away").read_bytes())
+            p.with_name(p.name + ".away").unlink()
     deletes = [f.key for f in storage.list(topic.table.key + "/deletes")]
     assert len(deletes) == 1 and deletes[0].endswith(".parquet")
     topic.seal(4, [("k2", b"4")])  # the vector grows: a new file, the old one still named by snapshot 2
@@ -286,6 +298,11 @@ def test_a_delete_file_is_written_once_per_layer_and_vector(
     assert len(storage.list(topic.table.key + "/deletes")) == 2
     assert pyiceberg_rows(storage, fourth.metadata_location) == view(topic.rounds[-1])
     assert pyiceberg_rows(storage, fourth.metadata_location, third.snapshot_id) == view(topic.rounds[-2])
+    # A commit on the same state again (as after a lost compare-and-swap) does not take up the
+    # file the first one wrote: no snapshot of its table names it, garbage being collected.
+    retry = commit(topic, third.metadata_location)
+    assert len(storage.list(topic.table.key + "/deletes")) == 3
+    assert pyiceberg_rows(storage, retry.metadata_location) == view(topic.rounds[-1])
     # A table's files are written under new names only: nothing of an older commit changed.
     assert first.metadata_location != second.metadata_location
     assert read_metadata(storage, second.metadata_location).current_snapshot_id == second.snapshot_id
@@ -414,7 +431,7 @@ def test_garbage_is_what_the_kept_snapshots_no_longer_name(
     done = rounds_of(one_ledger, compactor, 4, kept=2, step_ms=1)
     last = done[-1].metadata_location
     table = one_ledger.table
-    found = {location(p) for p in garbage(table, last)}
+    found = {location(p) for p in garbage(table, last, grace_ms=0)}
     # The two older metadata files go; the current one and the one before it stay.
     assert done[0].metadata_location in found and done[1].metadata_location in found
     assert last not in found and done[2].metadata_location not in found
@@ -425,13 +442,16 @@ def test_garbage_is_what_the_kept_snapshots_no_longer_name(
         for s in expired
         if s.snapshot_id in (done[0].snapshot_id, done[1].snapshot_id)
     )
-    # A failed commit's files (written, never swapped in) are garbage too.
+    # A failed commit's files (written, never swapped in) are garbage too, once older than a
+    # commit in progress could be; younger, they may be another partition's commit's.
     failed = commit(one_ledger, last, now_ms=2_000_000, kept=2)
-    found = {location(p) for p in garbage(table, last)}
+    assert failed.metadata_location not in {location(p) for p in garbage(table, last)}
+    later = int(time.time() * 1000) + GRACE_MS + 1
+    found = {location(p) for p in garbage(table, last, now_ms=later)}
     assert failed.metadata_location in found
-    for p in garbage(table, last):
+    for p in garbage(table, last, now_ms=later):
         p.unlink()
-    assert garbage(table, last) == []
+    assert garbage(table, last, now_ms=later) == []
     assert pyiceberg_rows(storage, last) == view(one_ledger.rounds[-1])
     assert pyiceberg_rows(storage, last, done[2].snapshot_id) == view(one_ledger.rounds[2])
     assert duckdb_rows(storage, last) == view(one_ledger.rounds[-1])
