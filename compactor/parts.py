@@ -4,7 +4,11 @@ How a part is encoded (:data:`PART_WRITER_OPTIONS`: LZ4; values their sealed led
 compress are left uncompressed), how it is put in place (:class:`_PartWriter`: on a local disk
 written under the attempt's own name, fsynced and renamed; on object storage staged in a local
 file and uploaded, whole or not at all), and which rows go in (:func:`write_part`: the wanted ids
-of the group's segments, after the previous compacted ledger's rows kept by key).
+of the group's segments, after the previous compacted ledger's rows kept by key). A table topic
+with a JSON or Avro schema (``RoundPlan.value_schema``) gets its value's fields as typed columns
+after the ledger's own (:func:`part_schema`, ``ledger.value_columns``), decoded from the values
+of every part written: a previous part's typed columns are not copied, since the schema may
+have changed since it was written.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ledger.schema import (
     still_null,
 )
 from ledger.storage import StoragePath, unstage
+from ledger.value_columns import ValueSchema
 
 # Below this many ids per row of a chunk's id span, a kept-row mask is a bitmap over the span
 # (original ledgers: consecutive entry ids); sparser ids are matched by binary search.
@@ -60,21 +65,41 @@ INCOMPRESSIBLE_RATIO = 0.9
 
 
 def _leaf_paths(schema: pa.Schema) -> list[str]:
-    """The Parquet column paths of ``schema`` (a map's are ``name.key_value.key`` / ``.value``)."""
-    out: list[str] = []
-    for f in schema:
-        out += (
-            [f"{f.name}.key_value.key", f"{f.name}.key_value.value"] if pa.types.is_map(f.type) else [f.name]
+    """The Parquet column paths of ``schema`` (a map's are ``name.key_value.key`` / ``.value``,
+    a list's ``name.list.element``, a struct's ``name.child``)."""
+    return [path for f in schema for path in _paths(f.name, f.type)]
+
+
+def _paths(prefix: str, kind: pa.DataType) -> list[str]:
+    if pa.types.is_map(kind):
+        return _paths(f"{prefix}.key_value.key", kind.key_type) + _paths(
+            f"{prefix}.key_value.value", kind.item_type
         )
-    return out
+    if pa.types.is_list(kind):
+        return _paths(f"{prefix}.list.element", kind.value_type)
+    if pa.types.is_struct(kind):
+        return [path for f in kind for path in _paths(f"{prefix}.{f.name}", f.type)]
+    return [prefix]
 
 
-def part_writer_options(*, compress_values: bool = True) -> dict[str, object]:
-    """How a compacted part is written; ``compress_values=False`` leaves its value column
-    uncompressed (see ``INCOMPRESSIBLE_RATIO``), every other column as ``PART_WRITER_OPTIONS``."""
+def part_schema(value_schema: ValueSchema | None) -> pa.Schema:
+    """The columns of a round's parts: the ledger's, and a table topic's typed value columns
+    after them (``ledger.value_columns``; none without such a schema)."""
+    typed = value_schema.columns() if value_schema is not None else None
+    if typed is None:
+        return ARROW_SCHEMA
+    return pa.schema([*ARROW_SCHEMA, *typed], metadata=ARROW_SCHEMA.metadata)
+
+
+def part_writer_options(
+    *, compress_values: bool = True, schema: pa.Schema = ARROW_SCHEMA
+) -> dict[str, object]:
+    """How a compacted part with columns ``schema`` is written; ``compress_values=False``
+    leaves its value column uncompressed (see ``INCOMPRESSIBLE_RATIO``), every other column
+    as ``PART_WRITER_OPTIONS`` (a column a codec map leaves out would not be compressed)."""
     if compress_values:
         return PART_WRITER_OPTIONS
-    codecs = {path: ("none" if path == VALUE else PART_CODEC) for path in _leaf_paths(ARROW_SCHEMA)}
+    codecs = {path: ("none" if path == VALUE else PART_CODEC) for path in _leaf_paths(schema)}
     return {**PART_WRITER_OPTIONS, "compression": codecs}
 
 
@@ -134,9 +159,13 @@ class _PartWriter:
         scratch_dir: StoragePath,
         row_group_bytes: int,
         options: dict[str, object] = PART_WRITER_OPTIONS,
+        value_schema: ValueSchema | None = None,
     ) -> None:
         self.path = path
         self.options = options
+        # The part's columns: the ledger's, and a table topic's typed value columns.
+        self.schema = part_schema(value_schema)
+        self.value_schema = value_schema if self.schema is not ARROW_SCHEMA else None
         self.scratch_dir = scratch_dir
         self.row_group_bytes = row_group_bytes
         self.rows = 0
@@ -169,6 +198,9 @@ class _PartWriter:
         self._last = Position(table.column(LEDGER_ID)[-1].as_py(), table.column(ENTRY_ID)[-1].as_py())
         self._publish_times.append(np.asarray(table.column(PUBLISH_TIME).to_numpy(), dtype=np.int64))
         self._null = still_null(self._null, table)
+        if self.value_schema is not None:
+            typed = self.value_schema.decode(table.column(VALUE))
+            table = pa.Table.from_arrays([*table.columns, *typed.columns], schema=self.schema)
         self._pending.append(table)
         self._pending_bytes += table.nbytes
         self.rows += table.num_rows
@@ -184,7 +216,7 @@ class _PartWriter:
         now = table.num_rows if final else table.num_rows // per_group * per_group
         if self._writer is None:
             self._tmp = self._staging(self.path)
-            self._writer = pq.ParquetWriter(self._tmp, ARROW_SCHEMA, **self.options)  # type: ignore[arg-type]
+            self._writer = pq.ParquetWriter(self._tmp, self.schema, **self.options)  # type: ignore[arg-type]
         while len(self._in_flight) >= self._IN_FLIGHT:
             self._in_flight.popleft().result()  # raises what the encoder raised
         self._in_flight.append(
@@ -352,7 +384,8 @@ def write_part(
         plan.part_path(group),
         plan.scratch_dir,
         plan.row_group_bytes,
-        part_writer_options(compress_values=plan.compress_values),
+        part_writer_options(compress_values=plan.compress_values, schema=part_schema(plan.value_schema)),
+        plan.value_schema,
     )
     segments = plan.groups[group]
     try:

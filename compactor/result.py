@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ledger.compacted_store import Manifest
 from ledger.entry import Position
 from ledger.storage import StoragePath, as_storage_path
+from ledger.value_columns import ValueSchema
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class CompactionJob:
     # caller knows it (recorded at sealing): a task that decodes most of such a file checks the
     # whole file against it rather than every page it decodes (``ledger.prefetch``).
     input_checksums: Mapping[int, str] = field(default_factory=dict)
+    # A table topic's JSON or Avro schema (its latest version): the value's fields become
+    # typed columns of the parts the round writes (``ledger.value_columns``). None otherwise.
+    value_schema: ValueSchema | None = None
 
     def __post_init__(self) -> None:
         # Frozen: the coerced values are set as the dataclass's own __init__ sets them.

@@ -22,6 +22,7 @@ import pyarrow as pa
 from compactor.segments import Segment
 from ledger.layers import PartInfo
 from ledger.storage import StoragePath
+from ledger.value_columns import ValueSchema
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class RoundPlan:
     # Whether part files compress their value column (not when the input's values do not
     # compress: see ``parts.INCOMPRESSIBLE_RATIO``).
     compress_values: bool = True
+    # A table topic's JSON or Avro schema: its parts get the value's typed columns
+    # (``ledger.value_columns``). None for every other topic: parts as ever.
+    value_schema: ValueSchema | None = None
 
     @property
     def tasks(self) -> int:

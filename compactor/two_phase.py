@@ -311,6 +311,7 @@ class TwoPhaseCompactor:
                 indexed=indexed,
                 probe_tasks=probe_tasks(indexed, cores, self.probe_rows),
                 compress_values=inputs.values_compress,
+                value_schema=job.value_schema,
             )
         one_job = plan is not None and job.strategy == OFFSET and arrow_phases.fits_one_job(plan)
         return _Round(

@@ -39,6 +39,7 @@ from compactor.progress import COMMIT, RoundProgress
 from ledger.checksums import IntegrityError, crc32c_bytes
 from ledger.compacted_store import MANIFEST_NAME
 from ledger.storage import StoragePath
+from ledger.value_columns import TYPED_SCHEMAS, ValueSchema
 from service import compacted_cleanup, models
 from service.clock import now_ms
 from service.compacted_view import CompactedView
@@ -57,7 +58,8 @@ from service.errors import CompactionUnavailable, Conflict, NotOwner
 from service.managed_topic import ManagedTopic
 from service.metrics import ServiceMetrics
 from service.names import TopicName
-from service.policies import PolicyStore
+from service.policies import Policy, PolicyStore
+from service.schemas import SchemaRegistry
 from service.tables import TopicTables
 from service.topics import Broker
 
@@ -129,6 +131,7 @@ class CompactionService:
         self._damage = RoundDamage(broker=broker, metrics=metrics)
         self._inputs = RoundInputs(broker=broker, damage=self._damage, metrics=metrics)
         self.tables = TopicTables(broker=broker, policies=self.policies, metrics=metrics)
+        self._schemas = SchemaRegistry(self.db, policies=self.policies)
 
     # ---------------------------------------------------------------- start-up
 
@@ -140,6 +143,11 @@ class CompactionService:
         self.broker.sweep_orphans = self.sweep_orphans
         self.broker.on_load(self._load_topic)
         self.broker.on_delete(self.tables.deleted)
+        if self.broker.ownership is None:  # with several instances, another may be committing
+            try:
+                self.tables.remove_orphans()
+            except Exception:  # noqa: BLE001 - they are removed at the next start
+                log.exception("removing orphan table directories failed")
 
     def _load_topic(self, topic: ManagedTopic) -> None:
         self._runs.interrupt(topic)
@@ -380,7 +388,8 @@ class CompactionService:
                     self.tables.begin(topic.name, run_id)
                 self._runs.finish(run_id, SUCCESS, horizon=previous.horizon if previous else None)
                 if previous is not None:  # a table behind the view (or just turned on) catches up
-                    self.tables.catch_up(topic, previous, run_id)
+                    schema = self._value_schema(topic.name, policy)
+                    self.tables.catch_up(topic, previous, run_id, schema.columns() if schema else None)
                 self._runs.observe(topic, started)
                 return None
             previous_horizon = previous.horizon if previous else None
@@ -408,6 +417,7 @@ class CompactionService:
                 local_copies=layer_copies,
                 previous_manifest=previous.ledger.manifest if previous else None,
                 input_checksums=checksums,
+                value_schema=self._value_schema(topic.name, policy),
             )
         except Exception as e:  # noqa: BLE001 - recorded as the round's error
             self._inputs.release_copies(copies)
@@ -415,6 +425,17 @@ class CompactionService:
             return None
         progress = self._runs.progress(topic.name, run_id)
         return _Pending(topic, run_id, started, previous, job, progress, rolled, time.monotonic(), copies)
+
+    def _value_schema(self, name: TopicName, policy: Policy) -> ValueSchema | None:
+        """A table topic's JSON or Avro schema (its latest version), whose fields the round
+        writes as typed columns (``ledger.value_columns``); None for any other topic."""
+        if not policy.table:
+            return None
+        latest = self._schemas.latest(name)
+        if latest is None or latest.info.type not in TYPED_SCHEMAS:
+            return None
+        schema = ValueSchema(latest.info.type, latest.info.data)
+        return schema if schema.columns() is not None else None
 
     def _complete(self, p: _Pending, outcome: CompactionResult | Exception) -> None:
         """Commit a round's result (or record how it failed), then swap the topic's view."""
@@ -470,7 +491,8 @@ class CompactionService:
             self.fault_hook("after_commit")  # tests see the files between commit and clean-up
         # Before the previous view retires: a kept snapshot may pin its files. While the topic is
         # still the round's: the next round of it commits after this one.
-        self.tables.after_round(topic, view, p.run_id)
+        schema = p.job.value_schema
+        self.tables.after_round(topic, view, p.run_id, schema.columns() if schema is not None else None)
         self._runs.observe(topic, p.started, result)
         if previous is not None:
             topic.retiring.append(previous)  # retired once the topic is let go

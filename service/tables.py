@@ -24,7 +24,9 @@ partitioned topic) drops it at once.
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 # Commits of one table by other partitions or instances that a round may lose to in a row
 # before it gives up (the next round tries again).
 SWAP_ATTEMPTS = 5
+SWAP_BACKOFF_S = 0.05
 
 
 class TableSwapLost(Exception):
@@ -108,12 +111,15 @@ class TopicTables:
 
     # ---------------------------------------------------------------- a round
 
-    def after_round(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
+    def after_round(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None = None
+    ) -> None:
         """Commit the round's view as the table's new snapshot when the topic's policy asks for
-        a table; drop the table when it no longer does. Never raises."""
+        a table (``value_columns``: the typed columns the round wrote into its parts,
+        ``ledger.value_columns``); drop the table when it no longer does. Never raises."""
         self.begin(topic.name, run_id)
         try:
-            self._after_round(topic, view, run_id)
+            self._after_round(topic, view, run_id, value_columns)
         finally:
             self.end(topic.name)
 
@@ -134,7 +140,9 @@ class TopicTables:
         with self._lock:
             return self._committing.get(name)
 
-    def _after_round(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
+    def _after_round(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None
+    ) -> None:
         table, _ = table_of(topic.name)
         try:
             if not self._enabled(topic.name):
@@ -142,14 +150,25 @@ class TopicTables:
                     log.info("dropping the table of %s: its policy no longer asks for one", table)
                     self.drop(table)
                 return
-            committed = self._commit(topic, view, run_id)
+            started = time.monotonic()
+            committed = self._commit(topic, view, run_id, value_columns)
         except Exception as e:  # noqa: BLE001 - the round stays successful; the next one retries
             log.warning("the table commit of %s (round %d) failed", topic.name, run_id, exc_info=True)
             self._record(topic, failed=_one_line(e))
             return
+        log.info(
+            "committed snapshot %d of table %s (ledger %d of %s) in %d ms",
+            committed.snapshot_id,
+            table,
+            view.ledger_id,
+            topic.name,
+            int((time.monotonic() - started) * 1000),
+        )
         self._record(topic, committed=committed, ledger_id=view.ledger_id)
 
-    def catch_up(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> None:
+    def catch_up(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None = None
+    ) -> None:
         """A round with nothing new to compact: commit the current view if the table does not
         have it yet (a failed commit before, or ``table`` just turned on), or drop the table
         ``table`` was turned off for (ends what :meth:`begin` began). Never raises."""
@@ -162,12 +181,14 @@ class TopicTables:
                 return
         except Exception:  # noqa: BLE001 - after_round records what fails
             log.debug("checking the table of %s failed", topic.name, exc_info=True)
-        self.after_round(topic, view, run_id)
+        self.after_round(topic, view, run_id, value_columns)
 
     def _enabled(self, name: TopicName) -> bool:
         return bool(self.policies.effective(name).table)
 
-    def _commit(self, topic: ManagedTopic, view: CompactedView, run_id: int) -> Committed:
+    def _commit(
+        self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None
+    ) -> Committed:
         table, index = table_of(topic.name)
         state = RoundState(
             partition=index,
@@ -175,7 +196,7 @@ class TopicTables:
             ledger_id=view.ledger_id,
             horizon=view.horizon,
             round=run_id,
-            value_columns=self._value_columns(topic.name),
+            value_columns=value_columns,
         )
         settings = self.broker.settings
         directory = self.table_dir(table)
@@ -194,21 +215,13 @@ class TopicTables:
                 if self._swap(table, committed.metadata_location, version):
                     break
                 log.info("the table commit of %s lost a swap; retrying on the new metadata", topic.name)
+                # A random pause, so that two instances' commits that keep meeting drift apart.
+                time.sleep(random.uniform(0, SWAP_BACKOFF_S))
             else:
                 raise TableSwapLost(f"{SWAP_ATTEMPTS} commits of table {table} lost to other commits")
             self._repin(table, committed.pinned)
             self._collect_garbage(directory, committed.metadata_location)
         return committed
-
-    def _value_columns(self, name: TopicName) -> pa.Schema | None:
-        """The typed value columns of the topic's latest JSON or Avro schema.
-
-        TODO(lead, issue 52): ``ledger.value_columns`` (branch i52-typed) is not merged yet;
-        when it is, return ``ledger.value_columns.columns(...)`` of the latest version in the
-        schema registry (``service.schemas.SchemaRegistry.latest`` of the partitioned topic for
-        a partition) when its type is JSON or AVRO, else None.
-        """
-        return None
 
     def _row(self, table: TopicName) -> models.TopicTable | None:
         with self.db.session() as s:
@@ -431,6 +444,22 @@ class TopicTables:
                 if self.metrics is not None:
                     self.metrics.compaction.table_lag(topic.topic_id, None)
             self.table_dir(table).delete_tree()
+
+    def remove_orphans(self) -> int:
+        """Remove the table directories no table row names: what a drop, or a table's first
+        commit, left when the process stopped in between (a single instance's start-up: no
+        round commits meanwhile). Returns how many went."""
+        with self.db.session() as s:
+            named = {(r.tenant, r.namespace, r.name) for r in s.scalars(select(models.TopicTable))}
+        removed = 0
+        for tenant in self.broker.storage.at("tables").dirs():
+            for namespace in tenant.dirs():
+                for table in namespace.dirs():
+                    if (tenant.name, namespace.name, table.name) not in named:
+                        log.warning("removing table directory %s, which no table names", table)
+                        table.delete_tree()
+                        removed += 1
+        return removed
 
     def deleted(self, name: TopicName) -> None:
         """A topic (or a partitioned topic) was deleted: forget its pins (its files are gone)

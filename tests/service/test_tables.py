@@ -6,6 +6,7 @@ expire; deleting the topic drops its table; a partitioned topic's partitions sha
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,15 +17,19 @@ from sqlalchemy import select
 from compactor import TwoPhaseCompactor
 from ledger import paths
 from ledger.entry import Record
+from ledger.value_columns import DECODE_FAILED
 from service import models
 from service.compaction import CompactionService
 from service.db import Database
 from service.metrics import ServiceMetrics
 from service.names import TopicName, partition
 from service.policies import Scope
+from service.schemas import SchemaInfo, SchemaRegistry
 from service.settings import Settings
+from service.tables import TopicTables
 from service.topics import Broker
 from tests.service.test_compaction import NAME, compacted_files, produce
+from tests.service.test_typed_columns import JSON_CODEC, _account
 
 pytestmark = pytest.mark.spark
 
@@ -296,3 +301,83 @@ def test_a_partitioned_topic_s_partitions_commit_into_one_table(broker, compacti
     assert table_rows(row.metadata_location, where="partition == 1") == view_rows(broker, parts[1])
     status = compaction.tables.status(base, parts)
     assert status is not None and status.lag_rounds == 0
+
+
+def test_a_json_schema_topic_s_fields_are_table_columns(broker, compaction, topic) -> None:
+    definition = str(JSON_CODEC.schema_info().schema()).encode()
+    SchemaRegistry(broker.db, policies=compaction.policies).put(NAME, SchemaInfo("JSON", definition))
+    broker.produce(
+        NAME,
+        [
+            Record(key="a", value=JSON_CODEC.encode(_account(1, 10))),
+            Record(key="b", value=b"not json"),
+            Record(key="a", value=JSON_CODEC.encode(_account(2, 20))),
+        ],
+    )
+    round_ok(compaction)
+    row = table_row(broker)
+    assert row is not None
+    t = StaticTable.from_metadata(row.metadata_location).scan().to_arrow().sort_by("key")
+    assert t.column("key").to_pylist() == ["a", "b"]
+    assert t.column("owner").to_pylist() == ["owner-2", None]
+    assert t.column("balance").to_pylist() == [20, None]
+    assert t.column(DECODE_FAILED).to_pylist() == [False, True]
+    # A SQL-style filter on a typed column.
+    hit = StaticTable.from_metadata(row.metadata_location).scan(row_filter="balance == 20").to_arrow()
+    assert hit.column("key").to_pylist() == ["a"]
+
+
+def test_commits_of_two_instances_into_one_table_never_overwrite_each_other(
+    broker, compaction, topic
+) -> None:
+    """Two instances' commits of one partitioned topic's table (each with its own locks, as
+    two processes): every commit lands, none replaces the other's partition."""
+    base = TopicName(NAME.tenant, NAME.namespace, "orders")
+    parts = [partition(base, i) for i in range(2)]
+    for i, p in enumerate(parts):
+        broker.create_topic(p)
+        broker.produce(p, [Record(key=f"k{i}", value=b"v")])
+        round_ok(compaction, p)
+    version = table_row(broker, base).version
+    other = TopicTables(broker=broker, policies=compaction.policies)  # the second instance
+    errors: list[BaseException] = []
+
+    def commit(tables: TopicTables, name: TopicName) -> None:
+        topic_ = broker.topic(name)
+        try:
+            for run in range(4):
+                tables.after_round(topic_, topic_.view, 1000 + run)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=commit, args=(compaction.tables, parts[0])),
+        threading.Thread(target=commit, args=(other, parts[1])),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [commit_state(broker, p).lag_rounds for p in parts] == [0, 0]
+    row = table_row(broker, base)
+    assert row.version == version + 8  # each commit swapped once, after the other's
+    for i, p in enumerate(parts):
+        assert table_rows(row.metadata_location, where=f"partition == {i}") == view_rows(broker, p)
+
+
+def test_a_start_removes_table_directories_no_table_names(broker, compaction, topic, spark) -> None:
+    produce(broker, ("a", b"1"))
+    round_ok(compaction)
+    # What a drop that a crash interrupted leaves: the row gone, the files not.
+    ghost = paths.table_dir(broker.settings.data_dir, "t", "ns", "gone") / "metadata"
+    ghost.mkdir(parents=True)
+    (ghost / "00001-x.metadata.json").write_text("{}")
+    broker, compaction = restart(broker, compaction, spark)
+    try:
+        assert not ghost.parent.exists()
+        row = table_row(broker)
+        assert row is not None and table_rows(row.metadata_location) == view_rows(broker)
+    finally:
+        compaction.stop()
+        broker.stop()
