@@ -19,6 +19,7 @@ import httpx
 import pulsar
 import pyarrow as pa
 import pytest
+from pulsar.schema import Integer, JsonSchema, Record, String
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, UnauthorizedError
 
@@ -377,3 +378,43 @@ def test_a_partitioned_topic_is_one_table_partitioned_by_partition(secure_server
     for p, view in views.items():
         rows = table.scan(row_filter=f"partition = {p}").to_arrow()
         assert _table_rows(rows) == view
+
+
+class Account(Record):
+    owner = String()
+    balance = Integer()
+
+
+def test_a_json_schema_topics_fields_are_columns_through_the_catalog(secure_server: SecureServer) -> None:
+    """A topic with a JSON schema: its value's fields are columns an engine selects and filters
+    on, as the latest value of each key has them."""
+    s = secure_server
+    tenant = f"typed{uuid.uuid4().hex[:6]}"
+    path = f"{tenant}/ns/accounts"
+    with httpx.Client(base_url=s.url, headers=s.headers(SUPERUSER)) as http:
+        assert http.put(f"/admin/v2/tenants/{tenant}", json={"adminRoles": []}).status_code == 204
+        assert http.put(f"/admin/v2/namespaces/{tenant}/ns").status_code == 204
+        policy = f"/admin/v2/namespaces/{tenant}/ns/compactionPolicy"
+        assert http.post(policy, json={"table": True}).status_code in (200, 204)
+    client = pulsar.Client(s.server.pulsar_url, authentication=pulsar.AuthenticationToken(s.token(SUPERUSER)))
+    try:
+        producer = client.create_producer(f"persistent://{path}", schema=JsonSchema(Account))
+        for key, owner, balance in (("x", "ann", 1), ("y", "bob", 2), ("x", "ann", 5)):
+            producer.send(Account(owner=owner, balance=balance), partition_key=key)
+        producer.close()
+    finally:
+        client.close()
+    _compact(s, path)
+
+    catalog = load_catalog("svc", type="rest", uri=f"{s.url}/iceberg", token=s.token(SUPERUSER))
+    table = catalog.load_table(f"{tenant}.ns.accounts")
+    rows = table.scan(selected_fields=("key", "owner", "balance")).to_arrow().to_pylist()
+    assert sorted(rows, key=lambda r: r["key"]) == [
+        {"key": "x", "owner": "ann", "balance": 5},
+        {"key": "y", "owner": "bob", "balance": 2},
+    ]
+    con = duckdb_connection()
+    con.execute(f"ATTACH '' AS svc (TYPE iceberg, ENDPOINT '{s.url}/iceberg', TOKEN '{s.token(SUPERUSER)}')")
+    assert con.execute(f'SELECT owner FROM svc."{tenant}.ns".accounts WHERE balance > 3').fetchall() == [
+        ("ann",)
+    ]
