@@ -25,6 +25,7 @@ from api.routes import (
     dashboard,
     fallback,
     health,
+    iceberg,
     integrity,
     lookup,
     message_by_id,
@@ -62,6 +63,7 @@ from service.schemas import SchemaRegistry
 from service.scrubber import Scrubber
 from service.settings import Settings
 from service.subscription_service import SubscriptionService
+from service.table_catalog import TableCatalog
 from service.tenants import TenantService
 from service.tokens import TokenVerifier, read_key
 from service.topics import Broker
@@ -152,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.broker = broker
         app.state.compaction = compaction
         app.state.peers = peers = Peers(settings)
+        app.state.table_catalog = TableCatalog(db=db, storage=settings.ledger_storage())
         # Spark takes seconds to start: check Java (and with warm-up, start Spark and run a
         # throw-away round) now, in the background, so the first compaction does not wait.
         engine.start_in_background()
@@ -230,6 +233,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(lookup.router)
     app.include_router(non_persistent.router)
     app.include_router(message_by_id.router)
+    app.include_router(iceberg.router)
     app.include_router(fallback.router)
     install_openapi(
         app,

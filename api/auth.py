@@ -86,7 +86,18 @@ def authenticate(request: Request) -> str:
     return role
 
 
-def require(rule: Rule) -> Callable[[Request], Awaitable[None]]:
+#: Where a route's path names its resource other than by ``tenant``, ``namespace`` and ``topic``
+#: parameters (the table catalog's ``tenant%1Fnamespace``): those three, or None for a path
+#: that names none (the route answers 404 then; the request is still authenticated).
+Resource = Callable[[Request], tuple[str | None, str | None, str | None] | None]
+
+
+def _path_resource(request: Request) -> tuple[str | None, str | None, str | None]:
+    params = request.path_params
+    return params.get("tenant"), params.get("namespace"), params.get("topic")
+
+
+def require(rule: Rule, resource: Resource = _path_resource) -> Callable[[Request], Awaitable[None]]:
     """The dependency a route declares for its rule (``rule`` is kept on it, so a test can
     find every route's rule and fail on a route that has none)."""
 
@@ -98,14 +109,11 @@ def require(rule: Rule) -> Callable[[Request], Awaitable[None]]:
         authorizer: Authorizer | None = state.authorizer
         if authorizer is None:
             return
-        params = request.path_params
-        authorizer.check(
-            role=role,
-            rule=rule,
-            tenant=params.get("tenant"),
-            namespace=params.get("namespace"),
-            topic=params.get("topic"),
-        )
+        named = resource(request)
+        if named is None:
+            return
+        tenant, namespace, topic = named
+        authorizer.check(role=role, rule=rule, tenant=tenant, namespace=namespace, topic=topic)
 
     check.rule = rule  # type: ignore[attr-defined]
     check.__name__ = f"require_{rule.name.lower()}"

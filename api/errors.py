@@ -7,6 +7,10 @@ compacted ledger being rebuilt, a lease lost) is 503 with ``Retry-After``. An ``
 is the process running out of descriptors, wherever it is raised, becomes the same 503 (and is
 noted for ``/health``); one that is object storage not answering is a 503 too
 (``StorageUnavailable``); any other ``OSError`` stays a 500, as a bug should.
+
+Under ``/iceberg`` (the table catalog) every error is in Iceberg's shape as well
+(``api.iceberg_schemas.iceberg_error``), and a request of the wrong shape is its 400
+``BadRequestException`` (the protocol has no 422).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.iceberg_schemas import iceberg_error
 from api.redirects import redirect_to_owner
 from ledger.storage import is_unavailable
 from service.errors import (
@@ -24,6 +29,8 @@ from service.errors import (
     DamagedData,
     Forbidden,
     InvalidInput,
+    NoSuchNamespace,
+    NoSuchTable,
     NotAllowed,
     NotFound,
     NotOwner,
@@ -67,7 +74,7 @@ def _describe(errors: list[dict]) -> str:  # type: ignore[type-arg]
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        response = _error_response(exc, challenge=_challenge(request))
+        response = _error_response(exc, challenge=_challenge(request), iceberg=_iceberg(request))
         if response.status_code == 405:
             # RFC 9110: a 405 names what the path does allow (none, for a path only refused).
             response.headers["Allow"] = ", ".join(_allowed(request))
@@ -81,7 +88,8 @@ def install(app: FastAPI) -> None:
     async def _os_error(request: Request, exc: OSError) -> JSONResponse:
         if is_unavailable(exc):  # object storage does not answer: retry once it does
             first = str(exc).strip().splitlines()[0][:300]
-            return _error_response(StorageUnavailable(f"the ledger storage does not answer: {first}"))
+            unavailable = StorageUnavailable(f"the ledger storage does not answer: {first}")
+            return _error_response(unavailable, iceberg=_iceberg(request))
         if not is_descriptor_exhaustion(exc):
             raise exc  # a 500: not the client's doing, nor a resource to wait for
         broker = getattr(request.app.state, "broker", None)
@@ -91,8 +99,10 @@ def install(app: FastAPI) -> None:
         return _error_response(broker.resources.exhaustion.note(where, exc))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
+        if _iceberg(request):
+            return JSONResponse(iceberg_error(400, _describe(list(errors))), status_code=400)
         return JSONResponse({"reason": _describe(list(errors)), "detail": _jsonable(errors)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
@@ -102,7 +112,22 @@ def install(app: FastAPI) -> None:
             # Starlette names the methods of the first route that matched the path; a path
             # served by several routes (PUT and DELETE of a topic) allows all of theirs.
             headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
+        if _iceberg(request):
+            body = iceberg_error(exc.status_code, str(exc.detail))
+            return JSONResponse(body, status_code=exc.status_code, headers=headers)
         return JSONResponse({"reason": str(exc.detail)}, status_code=exc.status_code, headers=headers)
+
+
+def _iceberg(request: Request) -> bool:
+    """Whether the request is the table catalog's (its errors in Iceberg's shape)."""
+    return request.url.path.startswith("/iceberg/")
+
+
+#: Iceberg's exception types of the catalog's own errors (the rest: by status).
+_ICEBERG_TYPES: dict[type[ServiceError], str] = {
+    NoSuchNamespace: "NoSuchNamespaceException",
+    NoSuchTable: "NoSuchTableException",
+}
 
 
 def _allowed(request: Request) -> list[str]:
@@ -131,7 +156,9 @@ def _challenge(request: Request) -> str:
 _SCHEMES = {"token": "Bearer", "basic": "Basic"}
 
 
-def _error_response(exc: ServiceError, *, challenge: str = 'Bearer realm="compactor"') -> JSONResponse:
+def _error_response(
+    exc: ServiceError, *, challenge: str = 'Bearer realm="compactor"', iceberg: bool = False
+) -> JSONResponse:
     status = _status(exc)
     headers: dict[str, str] | None = None
     if isinstance(exc, Unavailable):
@@ -139,6 +166,9 @@ def _error_response(exc: ServiceError, *, challenge: str = 'Bearer realm="compac
     elif status == 401:
         # RFC 6750 / 7235: a 401 names the schemes the client may use.
         headers = {"WWW-Authenticate": challenge}
+    if iceberg:
+        body = iceberg_error(status, exc.reason, _ICEBERG_TYPES.get(type(exc)))
+        return JSONResponse(body, status_code=status, headers=headers)
     return JSONResponse({"reason": exc.reason}, status_code=status, headers=headers)
 
 

@@ -108,6 +108,7 @@ SCHEMA_PATCHES: dict[str, dict[str, Any]] = {
 }
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
 _VALIDATION_REF = {"$ref": "#/components/schemas/ValidationErrorOut"}
+_ICEBERG_ERROR_REF = {"$ref": "#/components/schemas/IcebergErrorOut"}
 _DESCRIPTIONS = {
     400: "Invalid name, value or request",
     401: "No token, or a token that is malformed, wrongly signed, expired or not yet valid",
@@ -265,12 +266,16 @@ def _complete_operation(
         elif param.get("name") == "startMessageId":
             param["schema"] = {**param["schema"], **_POSITION}
     responses = op.setdefault("responses", {})
+    # The table catalog answers Iceberg's ErrorModel, and a malformed query is its 400.
+    iceberg = path.startswith("/iceberg/")
     statuses = {400, 413}
     if "{" in path:
         statuses.add(404)
-    if method != "GET":
+    if method != "GET" and not iceberg:
         statuses.add(409)
-    if op.get("parameters") or "requestBody" in op:
+    if iceberg:
+        responses.pop("422", None)  # FastAPI's own: a malformed query is the catalog's 400
+    elif op.get("parameters") or "requestBody" in op:
         statuses.add(422)
     if secured:
         statuses |= {401, 403}
@@ -280,9 +285,10 @@ def _complete_operation(
         if not path.startswith("/lookup/"):  # a lookup answers the owner instead
             responses.setdefault("307", _REDIRECT)
     for status in sorted(statuses):
-        ref = _VALIDATION_REF if status == 422 else _ERROR_REF
+        ref = _VALIDATION_REF if status == 422 else _ICEBERG_ERROR_REF if iceberg else _ERROR_REF
+        described = responses.get(str(status), {}).get("description") if iceberg else None
         responses[str(status)] = {
-            "description": _DESCRIPTIONS[status],
+            "description": described or _DESCRIPTIONS[status],
             "content": {"application/json": {"schema": ref}},
         }
         if status == 401:

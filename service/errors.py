@@ -5,7 +5,9 @@ ServiceError
 ├── Unauthenticated       (401) no token, or one that is malformed, wrongly signed or expired
 ├── Forbidden             (403) the role may not do this
 ├── NotFound              (404) topic, subscription, ledger
-│   └── UnknownListener         a lookup names an advertised listener the service does not have
+│   ├── UnknownListener         a lookup names an advertised listener the service does not have
+│   ├── NoSuchNamespace         the table catalog (``/iceberg``) has no such namespace
+│   └── NoSuchTable             the table catalog has no such table
 ├── NotAllowed            (405) not done for this kind of topic (compacting a non-persistent one)
 ├── Conflict              (409) exists already, compaction running, consumer active
 │   ├── IncompatibleSchema      a schema the topic's compatibility strategy refuses
@@ -55,6 +57,16 @@ class NotFound(ServiceError):
 class UnknownListener(NotFound):
     """A lookup asked for an advertised listener the service does not have (Pulsar refuses
     it with ServiceNotReady over the binary protocol)."""
+
+
+class NoSuchNamespace(NotFound):
+    """The table catalog (``service.table_catalog``) has no namespace of that name, or none
+    the role may see (Iceberg's ``NoSuchNamespaceException``)."""
+
+
+class NoSuchTable(NotFound):
+    """The table catalog has no table of that name (Iceberg's ``NoSuchTableException``): no
+    topic of that name publishes a table, or the namespace is not a ``tenant.namespace``."""
 
 
 class NotAllowed(ServiceError):

@@ -165,10 +165,13 @@ def _path(template: str, rule: Rule) -> str:
     # Changes only a tenant admin may make (deleting, triggering compaction) act on a topic of
     # their own, so that the table leaves rt/ns/t as the others need it.
     topic = OTHER_TOPIC if rule in (Rule.TENANT_ADMIN, Rule.SUPERUSER) else TOPIC
+    # The table catalog's namespaces are the tenant and namespace, joined by the unit separator.
+    namespace = f"{TENANT}%1F{NAMESPACE}" if template.startswith("/iceberg/") else NAMESPACE
     return template.format(
         domain="persistent",
         tenant=TENANT,
-        namespace=NAMESPACE,
+        namespace=namespace,
+        table=topic,
         topic=topic,
         sub="s",
         consumer_id="no-such-consumer",
