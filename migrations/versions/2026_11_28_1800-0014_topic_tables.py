@@ -33,8 +33,10 @@ def upgrade() -> None:
     op.create_table(
         "table_commit_states",
         sa.Column(
-            "topic_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.ForeignKey("topics.id", ondelete="CASCADE"), primary_key=True,
+            "topic_id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            sa.ForeignKey("topics.id", ondelete="CASCADE"),
+            primary_key=True,
         ),
         sa.Column("lag_rounds", sa.Integer(), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
