@@ -141,7 +141,7 @@ class TableBench:
         for _ in range(self.params.runs):
             con = duckdb_connection()
             t0 = time.perf_counter()
-            table = con.sql(f"SELECT * FROM iceberg_scan('{location}')").arrow()
+            table = con.sql(f"SELECT * FROM iceberg_scan('{location}')").fetch_arrow_table()
             result.duckdb_read_s.append(time.perf_counter() - t0)
             result.rows = table.num_rows
             con.close()
