@@ -154,7 +154,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.broker = broker
         app.state.compaction = compaction
         app.state.peers = peers = Peers(settings)
-        app.state.table_catalog = TableCatalog(db=db, storage=settings.ledger_storage())
+        app.state.table_catalog = TableCatalog(
+            db=db,
+            storage=settings.ledger_storage(),
+            keys=(settings.table_s3_access_key_id, settings.table_s3_secret_access_key.get_secret_value()),
+        )
         # Spark takes seconds to start: check Java (and with warm-up, start Spark and run a
         # throw-away round) now, in the background, so the first compaction does not wait.
         engine.start_in_background()

@@ -19,6 +19,7 @@ sorted by both.
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from ledger.storage import StoragePath
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
+FILE_PATH, POS = "file_path", "pos"
 ARROW_SCHEMA = pa.schema(
     [
         pa.field(
@@ -79,6 +81,16 @@ def tombstones(part: StoragePath) -> np.ndarray:
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=bool)
 
 
+@functools.lru_cache(maxsize=4096)
+def _tombstone_rows(part: StoragePath) -> np.ndarray:
+    # Parts are immutable and a layer's stay for many rounds (each new vector of the base
+    # re-reads them otherwise): their tombstones' positions, read once a process. Few or none
+    # (tombstones stay only while deleteRetentionMs holds), so the cache stays small.
+    rows = np.flatnonzero(tombstones(part)).astype(np.int64)
+    rows.setflags(write=False)
+    return rows
+
+
 def hidden(topic_root: StoragePath, layer: Layer) -> list[tuple[StoragePath, np.ndarray]]:
     """Per part of ``layer`` (whose directory is under ``topic_root``) with rows to hide: the
     part and the sorted positions of those rows. Reads the layer's vector, verified against
@@ -90,12 +102,15 @@ def hidden(topic_root: StoragePath, layer: Layer) -> list[tuple[StoragePath, np.
     out: list[tuple[StoragePath, np.ndarray]] = []
     for part, start in zip(layer.parts, layer.part_starts(), strict=True):
         path = topic_root / layer.dir / part.name
-        hide = tombstones(path)
-        if len(hide) != part.rows:
-            raise ValueError(f"{path}: {len(hide)} rows, the manifest says {part.rows}")
-        if dead is not None:
-            hide = hide | dead[start : start + part.rows]
-        positions = np.flatnonzero(hide).astype(np.int64)
+        stones = _tombstone_rows(path)
+        if len(stones) and stones[-1] >= part.rows:
+            raise ValueError(f"{path}: a tombstone at row {stones[-1]}, the manifest says {part.rows} rows")
+        if dead is None:
+            positions = stones
+        else:
+            hide = dead[start : start + part.rows].copy()
+            hide[stones] = True
+            positions = np.flatnonzero(hide).astype(np.int64)
         if len(positions):
             out.append((path, positions))
     return out
@@ -140,14 +155,21 @@ def encode(rows: list[tuple[StoragePath, np.ndarray]]) -> tuple[bytes, int, tupl
     """The Parquet bytes of a delete file over ``rows`` (non-empty), its row count and its
     first and last (file_path, pos)."""
     ordered = sorted(((location(p), pos) for p, pos in rows), key=lambda r: r[0])
-    paths = pa.array(
-        np.repeat(np.array([p for p, _ in ordered], dtype=object), [len(pos) for _, pos in ordered]),
-        pa.string(),
-    )
+    # Each part's path repeated by arrow's take (a Python list of tens of thousands of strings
+    # cost 40 ms a file); the positions delta-encoded: sorted, they pack to a few bits each.
+    which = np.repeat(np.arange(len(ordered), dtype=np.int32), [len(pos) for _, pos in ordered])
+    paths = pa.array([p for p, _ in ordered], pa.string()).take(pa.array(which))
     positions = pa.array(np.concatenate([pos for _, pos in ordered]), pa.int64())
     table = pa.Table.from_arrays([paths, positions], schema=ARROW_SCHEMA)
     out = io.BytesIO()
-    pq.write_table(table, out, compression="zstd")
+    pq.write_table(
+        table,
+        out,
+        compression="zstd",
+        compression_level=1,
+        use_dictionary=[FILE_PATH],
+        column_encoding={POS: "DELTA_BINARY_PACKED"},
+    )
     first = (ordered[0][0], int(ordered[0][1][0]))
     last = (ordered[-1][0], int(ordered[-1][1][-1]))
     return out.getvalue(), table.num_rows, first, last

@@ -308,6 +308,14 @@ class Settings(BaseSettings):
         description="Whether a topic's compaction rounds commit its Iceberg table when neither its "
         "policy nor its namespace's sets `table`.",
     )
+    table_s3_access_key_id: str = Field(
+        default="",
+        description="The S3 key the Iceberg REST catalog hands to engines, with a table, to read the "
+        "bucket (give a read-only key); empty: none is handed out, engines bring their own.",
+    )
+    table_s3_secret_access_key: SecretStr = Field(
+        default=SecretStr(""), description="The secret of table_s3_access_key_id."
+    )
     table_snapshots_kept: int = Field(
         default=10, ge=1, description="Table snapshots kept per table (the current one always is)."
     )

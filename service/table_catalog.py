@@ -57,10 +57,10 @@ class LoadedTable:
 class TableCatalog:
     """The tables of one service: read from the metadata database and the ledger storage."""
 
-    def __init__(self, *, db: Database, storage: Storage) -> None:
+    def __init__(self, *, db: Database, storage: Storage, keys: tuple[str, str] | None = None) -> None:
         self.db = db
         self.storage = storage
-        self.file_io = file_io_properties(storage)
+        self.file_io = file_io_properties(storage, keys)
         root = f"s3://{storage.root}/" if storage.root else "s3://"
         self._prefixes = (f"{root}{LEDGERS}/", f"{root}{TABLES}/")
 
@@ -169,10 +169,12 @@ def parse_namespace(text: str) -> Namespace:
     return tuple(text.split("\x1f")) if text else ()
 
 
-def file_io_properties(storage: Storage) -> dict[str, str]:
+def file_io_properties(storage: Storage, keys: tuple[str, str] | None = None) -> dict[str, str]:
     """Iceberg's FileIO properties (pyiceberg's and Java's ``s3.*``) for reading the ledger
-    storage's bucket: its endpoint, region and keys. None for a local disk: engines on the
-    machine read the files by their paths."""
+    storage's bucket: its endpoint, region, and the keys given for engines
+    (``COMPACTOR_TABLE_S3_ACCESS_KEY_ID``), never the service's own: those may write and delete
+    every ledger, and a role that may consume a topic must not get them. None for a local disk:
+    engines on the machine read the files by their paths."""
     if storage.local:
         return {}
     s3 = storage.s3
@@ -186,11 +188,8 @@ def file_io_properties(storage: Storage) -> dict[str, str]:
     region = (s3.region if s3 is not None else None) or os.environ.get("AWS_REGION") or "us-east-1"
     # Java's S3FileIO takes its region from client.region only; pyiceberg and DuckDB from s3.region.
     props["s3.region"] = props["client.region"] = region
-    access = (s3.access_key if s3 is not None else None) or os.environ.get("AWS_ACCESS_KEY_ID")
-    secret = (s3.secret_key if s3 is not None else None) or os.environ.get("AWS_SECRET_ACCESS_KEY")
-    if access and secret:
-        props["s3.access-key-id"] = access
-        props["s3.secret-access-key"] = secret
+    if keys is not None and all(keys):
+        props["s3.access-key-id"], props["s3.secret-access-key"] = keys
     return props
 
 

@@ -62,9 +62,21 @@ def fresh_storage_env(name: str) -> dict[str, str]:
     if found is None:
         raise RuntimeError(f"{STORAGE_ENV}=s3 needs {S3_ENV} (the settings .ci/s3 prints)")
     env = {k: v for k, v in found.items() if k.startswith(("COMPACTOR_", "AWS_"))}
+    keys = engine_keys()
+    if keys is not None:  # the keys the Iceberg catalog hands to engines
+        env["COMPACTOR_TABLE_S3_ACCESS_KEY_ID"], env["COMPACTOR_TABLE_S3_SECRET_ACCESS_KEY"] = keys
     bucket = found["COMPACTOR_STORAGE_URL"].rstrip("/")
     env["COMPACTOR_STORAGE_URL"] = f"{bucket}/{_RUN}/{name}"
     return env
+
+
+def engine_keys() -> tuple[str, str] | None:
+    """The S3 keys the servers' Iceberg catalogs hand to engines: the test gateway's one user's
+    (a deployment gives the catalog a read-only key of its own); None without a gateway."""
+    found = s3_settings()
+    if found is None or not found.get("AWS_ACCESS_KEY_ID"):
+        return None
+    return found["AWS_ACCESS_KEY_ID"], found.get("AWS_SECRET_ACCESS_KEY", "")
 
 
 def s3_server_env(name: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ from service.db import Database
 from service.models import TopicTable
 from service.table_catalog import file_io_properties
 from tests.server import ServerProcess as Server
+from tests.server import engine_keys
 
 ROWS = pa.table(
     {
@@ -39,7 +40,7 @@ def make_table(server: Server, tenant: str, namespace: str, name: str) -> tuple[
     tables, and its catalog row; the two snapshots' ids."""
     root = server.ledger_root()
     location = str(root / "tables" / tenant / namespace / name)
-    props = file_io_properties(root.storage)
+    props = file_io_properties(root.storage, engine_keys())
     scratch = SqlCatalog("scratch", uri="sqlite:///:memory:", warehouse=location, **props)
     scratch.create_namespace("n")
     table = scratch.create_table(("n", name), ROWS.schema, location=location)

@@ -27,6 +27,7 @@ from service.table_catalog import file_io_properties
 from tests.conftest import SUPERUSER, SecureServer
 from tests.e2e.iceberg_tables import MORE, ROWS, make_table
 from tests.iceberg_readers import duckdb_connection
+from tests.server import engine_keys
 
 pytestmark = pytest.mark.e2e
 
@@ -154,7 +155,7 @@ def test_load_table_answers_the_metadata_file_as_stored(world: World) -> None:
     assert body["metadata"] == __import__("json").loads(stored.read(key))
     assert body["metadata"]["current-snapshot-id"] == world.last_snapshot
     # The bucket's endpoint and keys when the tables are in one; nothing for a local disk.
-    assert body["config"] == file_io_properties(stored)
+    assert body["config"] == file_io_properties(stored, engine_keys())
     if not stored.local:  # the same for each directory a table's files are in
         prefixes = [c["prefix"] for c in body["storage-credentials"]]
         assert prefixes == [f"s3://{stored.root}/ledgers/", f"s3://{stored.root}/tables/"]
