@@ -2,9 +2,9 @@
 
 - :func:`code_zip`: the packages the compactor's tasks import (``compactor`` and ``ledger``),
   zipped once per process from their installed sources, for ``SparkContext.addPyFile``. An
-  executor then needs only an interpreter with pyarrow, numpy and pandas: nothing of this
+  executor then needs only an interpreter with pyarrow, numpy, pandas and fastavro: nothing of this
   project has to be installed on the cluster.
-- :func:`check_executors`: a probe job whose tasks import pyarrow, numpy and pandas and read a
+- :func:`check_executors`: a probe job whose tasks import pyarrow, numpy, pandas and fastavro and read a
   file the driver just wrote under the storage root. Compaction tasks read and write ledger
   files at the paths the driver names, so a local storage root must be mounted at the same
   path on every executor, and an object storage bucket must be reachable from every executor
@@ -38,7 +38,7 @@ from ledger.storage import StoragePath, as_storage_path
 # they import).
 SHIPPED_PACKAGES = ("compactor", "ledger")
 # What an executor's interpreter must have.
-EXECUTOR_PACKAGES = ("pyarrow", "numpy", "pandas")
+EXECUTOR_PACKAGES = ("pyarrow", "numpy", "pandas", "fastavro")
 
 PROBE_PREFIX = ".compactor-probe-"
 

@@ -47,7 +47,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from ledger import avro_binary
 from ledger.schema import COLUMNS
 
 # The flag column, last of the typed columns.
@@ -446,10 +445,8 @@ def _avro_reader(definition: dict[str, Any]) -> Callable[[bytes], Any]:
     values), read with logical types left as their stored numbers (the columns convert them);
     bytes left over mean the value is not of this schema."""
     plain = _without_logical_types(definition)
-    try:
-        import fastavro  # only where a topic has an Avro schema
-    except ImportError:  # a cluster's executor may not have it
-        return avro_binary.reader(plain)
+    import fastavro  # only where a topic has an Avro schema (a cluster's executors have it too)
+
     parsed = fastavro.parse_schema(plain)
     reader = fastavro.schemaless_reader
 

@@ -1,6 +1,6 @@
 """A real Spark standalone cluster for tests and benchmarks: a Master and Workers started from
 the pyspark wheel's ``bin/spark-class``, each its own process, as a new user would start them;
-and an executor interpreter that has pyarrow, numpy and pandas and nothing of this project.
+and an executor interpreter that has pyarrow, numpy, pandas and fastavro and nothing of this project.
 
 The Workers can run in a mount namespace of their own where one directory (``hidden``) is an
 empty tmpfs: a storage root under it is then on the driver's disk only, as a storage root
@@ -27,7 +27,7 @@ from tests.server import free_port
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Where the executor interpreter is cached between runs (ignored by git).
 EXECUTOR_VENV_CACHE = REPO_ROOT / ".venv-executor"
-EXECUTOR_PACKAGES = ("pyarrow", "numpy", "pandas")
+EXECUTOR_PACKAGES = ("pyarrow", "numpy", "pandas", "fastavro")
 
 
 def spark_home() -> Path:
@@ -38,7 +38,7 @@ def spark_home() -> Path:
 
 
 def executor_python(cache: Path = EXECUTOR_VENV_CACHE) -> Path:
-    """An interpreter with only pyarrow, numpy and pandas (the driver's versions), in a venv
+    """An interpreter with only pyarrow, numpy, pandas and fastavro (the driver's versions), in a venv
     without system site packages, built once and cached under ``cache``: what a cluster's
     executors have, and nothing of this project."""
     pins = [f"{name}=={importlib.metadata.version(name)}" for name in EXECUTOR_PACKAGES]
