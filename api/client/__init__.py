@@ -76,7 +76,7 @@ The modules, one per concern (import from the package; the modules are its layou
     consumer     the consumer's operations and acknowledgement grouping; Consumer, AsyncConsumer
     reader       the reader's operations; Reader, AsyncReader
     table_view   the key -> latest value map; TableView, AsyncTableView
-    admin        Admin, AsyncAdmin; the topic verbs (TopicsAdmin, AsyncTopicsAdmin), CompactionStatus
+    admin        Admin, AsyncAdmin; topic verbs (TopicsAdmin, AsyncTopicsAdmin), CompactionStatus, TableStatus
     tenancy      the tenant and namespace verbs (TenantsAdmin, NamespacesAdmin, and async)
     sync         the sync runner: Client
     aio          the async runner: AsyncClient
@@ -92,6 +92,7 @@ from api.client.admin import (
     CompactionProgress,
     CompactionStatus,
     ProgressCallback,
+    TableStatus,
     TopicsAdmin,
 )
 from api.client.aio import AsyncClient
@@ -173,6 +174,7 @@ __all__ = [
     "TenantsAdmin",
     "AsyncTenantsAdmin",
     "CompactionStatus",
+    "TableStatus",
     "CompactionProgress",
     "ProgressCallback",
     # errors

@@ -65,13 +65,36 @@ class CompactionProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class TableStatus:
+    """A topic's Iceberg table (docs/tables.md): whether its policy asks for one, the snapshot
+    its last committed round made, the rounds compacted since then (its lag), the last failed
+    commit's error."""
+
+    enabled: bool
+    snapshot_id: int | None = None
+    lag_rounds: int = 0
+    last_error: str | None = None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> TableStatus:
+        return cls(
+            enabled=body["enabled"],
+            snapshot_id=body.get("snapshotId"),
+            lag_rounds=body.get("lagRounds", 0),
+            last_error=body.get("lastError"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionStatus:
     """A topic's compaction status: ``NOT_RUN``, ``RUNNING``, ``SUCCESS`` or ``ERROR``; while
-    it is ``RUNNING``, its ``progress``."""
+    it is ``RUNNING``, its ``progress``; ``table``, for a topic with an Iceberg table (or whose
+    policy asks for one)."""
 
     status: str
     last_error: str | None = None
     progress: CompactionProgress | None = None
+    table: TableStatus | None = None
 
     NOT_RUN: ClassVar[str] = "NOT_RUN"
     RUNNING: ClassVar[str] = "RUNNING"
@@ -121,11 +144,12 @@ class _TopicsBase(Generic[_C]):
 
     def _op_compaction_status(self, topic: str) -> _Op[CompactionStatus]:
         body = yield _Call("GET", f"{_Topic.parse(topic).admin}/compaction")
-        progress = body.get("progress")
+        progress, table = body.get("progress"), body.get("table")
         return CompactionStatus(
             status=body["status"],
             last_error=body.get("lastError"),
             progress=CompactionProgress.from_json(progress) if progress else None,
+            table=TableStatus.from_json(table) if table else None,
         )
 
     def _op_wait_for_compaction(
