@@ -289,7 +289,9 @@ class CompactionService:
         commits the topic's Iceberg table (``service.tables``)."""
         st = self._runs.status(name)
         if st.status == SUCCESS and st.run_id is not None and self.tables.committing(name) == st.run_id:
-            return CompactionStatus(RUNNING, None, st.run_id)
+            # RUNNING comes with its progress, as always: the round's, in its commit phase.
+            progress = self._runs.progress(name, st.run_id).snapshot()
+            return CompactionStatus(RUNNING, None, st.run_id, progress)
         return st
 
     def record(self, name: TopicName) -> CompactionRecord:

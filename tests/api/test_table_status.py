@@ -35,7 +35,8 @@ def metric(http: httpx.Client, name: str, topic: str) -> float | None:
 
 def table_files(server: Server, name: str) -> list[str]:
     """The files of the server's table ``public/default/{name}``, wherever its ledgers are."""
-    return [f.key for f in server.ledger_root().storage.list(f"tables/public/default/{name}")]
+    where = server.ledger_root() / "tables" / "public" / "default" / name
+    return [f.key for f in where.storage.list(where.key)]
 
 
 def test_table_status_and_metrics(server: Server) -> None:

@@ -153,7 +153,7 @@ class ServiceRounds:
         try:
             server.create_namespaces(f"{TENANT}/{NAMESPACE}")
             with httpx.Client(base_url=server.url, timeout=600) as http:
-                self._wait_for_spark(http)
+                wait_for_spark(http)
                 rates = []
                 for t in range(self.params.topics):
                     topic = f"persistent://{TENANT}/{NAMESPACE}/t{t}"
@@ -182,14 +182,6 @@ class ServiceRounds:
             server.stop()
         return result
 
-    def _wait_for_spark(self, http: httpx.Client) -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if http.get("/health").json().get("compaction") == "available":
-                return
-            time.sleep(0.2)
-        raise RuntimeError("the server's Spark did not become available")
-
     def _produce(self, server: ServerProcess, path: str, n: int, *, seed: int) -> float:
         bodies = RandomBodies(self.params, seed).bodies(n)
         seconds, _ = post_bodies(server.url, path, bodies, threads=self.params.threads)
@@ -213,6 +205,16 @@ class ServiceRounds:
         if self.in_process is not None:
             figures.in_process_s = self.in_process.round(topic_root, Position.parse(run["horizon"]))
         return figures
+
+
+def wait_for_spark(http: httpx.Client) -> None:
+    """Wait until the server's Spark is up (its warm-up at start-up done)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if http.get("/health").json().get("compaction") == "available":
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the server's Spark did not become available")
 
 
 def post_bodies(url: str, path: str, bodies: list[bytes], *, threads: int) -> tuple[float, list[float]]:

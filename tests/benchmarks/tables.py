@@ -29,7 +29,7 @@ from ledger.entry import Position
 from ledger.storage import StoragePath
 from tests.benchmarks.measure import median
 from tests.benchmarks.report import Table
-from tests.benchmarks.service_rounds import RandomBodies, compact_and_wait, post_bodies
+from tests.benchmarks.service_rounds import RandomBodies, compact_and_wait, post_bodies, wait_for_spark
 from tests.server import ServerProcess
 
 TENANT, NAMESPACE, TOPIC = "bench", "tables", "state"
@@ -81,7 +81,7 @@ class TableBench:
                     f"/admin/v2/namespaces/{TENANT}/{NAMESPACE}/compactionPolicy", json={"table": True}
                 ).raise_for_status()
                 http.put(f"/admin/v2/persistent/{PATH}").raise_for_status()
-                self._wait_for_spark(http)
+                wait_for_spark(http)
                 replica = _CommitReplica(self.work_dir / "tables" / "replica")
                 self._produce(server, self.params.messages, seed=1)
                 result.full_round_ms, result.full_commit_ms = self._round(http, server, replica)
@@ -100,14 +100,6 @@ class TableBench:
         finally:
             server.stop()
         return result
-
-    def _wait_for_spark(self, http: httpx.Client) -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if http.get("/health").json().get("compaction") == "available":
-                return
-            time.sleep(0.2)
-        raise RuntimeError("the server's Spark did not become available")
 
     def _produce(self, server: ServerProcess, n: int, *, seed: int) -> None:
         bodies = RandomBodies(self.params, seed).bodies(n)
