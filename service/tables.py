@@ -184,7 +184,9 @@ class TopicTables:
         self.after_round(topic, view, run_id, value_columns)
 
     def _enabled(self, name: TopicName) -> bool:
-        return bool(self.policies.effective(name).table)
+        # The table's own topic decides: a partition's rounds follow their partitioned topic's
+        # policy (its table is one for every partition; one partition's ``table`` is not asked).
+        return bool(self.policies.effective(table_of(name)[0]).table)
 
     def _commit(
         self, topic: ManagedTopic, view: CompactedView, run_id: int, value_columns: pa.Schema | None

@@ -301,6 +301,14 @@ def test_a_partitioned_topic_s_partitions_commit_into_one_table(broker, compacti
     assert table_rows(row.metadata_location, where="partition == 1") == view_rows(broker, parts[1])
     status = compaction.tables.status(base, parts)
     assert status is not None and status.lag_rounds == 0
+    # One partition's own ``table`` is not asked: the partitioned topic's policy keeps the table.
+    compaction.policies.set(Scope.topic_of(parts[1]), table=False)
+    broker.produce(parts[1], [Record(key="c", value=b"3")])
+    round_ok(compaction, parts[1])
+    row = table_row(broker, base)
+    assert row is not None
+    assert table_rows(row.metadata_location, where="partition == 0") == view_rows(broker, parts[0])
+    assert table_rows(row.metadata_location, where="partition == 1") == view_rows(broker, parts[1])
 
 
 def test_a_json_schema_topic_s_fields_are_table_columns(broker, compaction, topic) -> None:
