@@ -209,6 +209,10 @@ class ServerProcess:
             time.sleep(0.1)
         raise RuntimeError(f"server did not become healthy in {timeout:g} s:\n{self.log.read_text()}")
 
+    def database_url(self) -> str:
+        """The server's metadata database, as a test reads or damages its rows."""
+        return self.extra_env.get("COMPACTOR_DATABASE_URL") or f"sqlite:///{self.data_dir / 'metadata.db'}"
+
     def ledger_root(self) -> StoragePath:
         """The root of the server's ledger storage (``ledgers/...`` under it), as a test reads,
         damages or lists its files: the data dir, or the server's prefix of the bucket."""

@@ -29,12 +29,6 @@ MORE = pa.table(
 )
 
 
-def _database(server: Server) -> Database:
-    s = server
-    url = s.extra_env.get("COMPACTOR_DATABASE_URL") or f"sqlite:///{s.data_dir / 'metadata.db'}"
-    return Database(url)
-
-
 def make_table(server: Server, tenant: str, namespace: str, name: str) -> tuple[int, int]:
     """A table of two snapshots (ROWS, then MORE appended) where the service keeps its
     tables, and its catalog row; the two snapshots' ids."""
@@ -50,7 +44,7 @@ def make_table(server: Server, tenant: str, namespace: str, name: str) -> tuple[
     table = scratch.load_table(("n", name))
     last = table.current_snapshot()
     assert first is not None and last is not None
-    db = _database(server)
+    db = Database(server.database_url())
     try:
         with db.session() as s:
             s.add(

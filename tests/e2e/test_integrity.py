@@ -348,8 +348,7 @@ def test_a_changed_recorded_checksum_is_reported_and_files_without_checksums_get
     topic = Topic(s, "meta").create()
     a, b = (lg["ledgerId"] for lg in topic.ledgers()[:2])
     s.stop()
-    url = s.extra_env.get("COMPACTOR_DATABASE_URL") or f"sqlite:///{s.data_dir / 'metadata.db'}"
-    engine = create_engine(url)
+    engine = create_engine(s.database_url())
     with engine.begin() as conn:
         conn.execute(text("UPDATE ledgers SET checksum = 'crc32c:00000000' WHERE id = :id"), {"id": a})
         conn.execute(text("UPDATE ledgers SET checksum = NULL WHERE id = :id"), {"id": b})
